@@ -1,0 +1,51 @@
+# Two commands do all set-up on a fresh Debian machine with Python 3.11:
+#   make demo   - creates .venv, installs Pion, runs the main job (the demo)
+#   make test   - creates .venv with the dev extras, installs Debian's redis-server, runs the tests
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+APT_PACKAGES := redis-server redis-tools
+
+.PHONY: demo test test-slow lint venv venv-dev apt bench clean
+
+$(VENV)/.base: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[hf,plot]"
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.base
+	$(PIP) install -q -e ".[dev,hf,mlx,plot]"
+	touch $@
+
+venv: $(VENV)/.base
+venv-dev: $(VENV)/.dev
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+
+demo: venv
+	$(VENV)/bin/pion demo
+
+lint: venv-dev
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
+
+test: venv-dev apt lint
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: venv-dev apt
+	$(PY) -m pytest -m slow -q
+
+bench: venv-dev apt
+	$(PY) benchmarks/bench_resp.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -1,0 +1,210 @@
+"""Typed, frozen server settings, validated once.
+
+``cli`` builds a ``Settings`` from flags and a redis.conf-style file; the server keeps the live
+instance in ``server.settings`` and CONFIG SET swaps in a validated copy made with
+``dataclasses.replace``, so every component always reads a consistent, checked value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+FSYNC_POLICIES = ("always", "everysec", "no")
+MAXMEMORY_POLICIES = (
+    "noeviction", "allkeys-lru", "volatile-lru", "allkeys-lfu", "volatile-lfu",
+    "allkeys-random", "volatile-random", "volatile-ttl",
+)
+LOGLEVELS = ("debug", "verbose", "notice", "warning", "nothing")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # network
+    port: int = 1974
+    bind: tuple[str, ...] = ("127.0.0.1",)
+    unixsocket: str = ""
+    unixsocketperm: int = 0
+    protected_mode: bool = True
+    maxclients: int = 10000
+    timeout: int = 0
+    tcp_keepalive: int = 300
+    # logging
+    loglevel: str = "notice"
+    logfile: str = ""
+    # data
+    dir: str = "."
+    databases: int = 16
+    # protocol limits
+    proto_max_bulk_len: int = 512 * 1024 * 1024
+    client_query_buffer_limit: int = 1024 * 1024 * 1024
+    # auth
+    requirepass: str = ""
+    # persistence
+    appendonly: bool = True
+    appendfsync: str = "always"
+    wal_segment_size: int = 64 * 1024 * 1024
+    blob_threshold: int = 1024 * 1024
+    save: str = "3600 1 300 100 60 10000"
+    auto_aof_rewrite_percentage: int = 100
+    auto_aof_rewrite_min_size: int = 64 * 1024 * 1024
+    # memory
+    maxmemory: int = 0
+    maxmemory_policy: str = "noeviction"
+    maxmemory_samples: int = 5
+    # misc
+    enable_debug_command: bool = False
+    notify_keyspace_events: str = ""
+    slowlog_log_slower_than: int = 10000
+    slowlog_max_len: int = 128
+    hz: int = 10
+    # parameters Redis clients may set that only shape OBJECT ENCODING or are stored as-is
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.port <= 65535, f"port must be 0..65535, got {self.port}")
+        _check(self.databases >= 1, "databases must be at least 1")
+        _check(self.maxclients >= 1, "maxclients must be at least 1")
+        _check(self.timeout >= 0, "timeout must be >= 0")
+        _check(self.appendfsync in FSYNC_POLICIES, f"appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
+        _check(
+            self.maxmemory_policy in MAXMEMORY_POLICIES,
+            f"maxmemory-policy must be one of {', '.join(MAXMEMORY_POLICIES)}",
+        )
+        _check(self.loglevel in LOGLEVELS, f"loglevel must be one of {', '.join(LOGLEVELS)}")
+        _check(self.maxmemory >= 0, "maxmemory must be >= 0")
+        _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
+
+    def with_changes(self, **changes: object) -> Settings:
+        """A validated copy (CONFIG SET); raises ValueError on a bad value."""
+        return replace(self, **changes)
+
+
+class ConfigError(ValueError):
+    """A setting that does not validate; the message says which and why."""
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def field_names() -> list[str]:
+    return [f.name for f in fields(Settings)]
+
+
+# -- parameters by their redis.conf / CONFIG names ---------------------------------------------
+
+_UNITS = {
+    "": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3,
+}
+
+
+def parse_memory(text: str) -> int:
+    """Redis's memtoll: ``1gb`` = 1024**3, ``1g`` = 1000**3, plain bytes otherwise."""
+    low = text.strip().lower()
+    digits = low.rstrip("kmgb")
+    unit = low[len(digits):]
+    if unit not in _UNITS or not digits.lstrip("-").isdigit():
+        raise ConfigError(f"argument must be a memory value, got '{text}'")
+    return int(digits) * _UNITS[unit]
+
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("yes", "true", "1"):
+        return True
+    if low in ("no", "false", "0"):
+        return False
+    raise ConfigError(f"argument must be 'yes' or 'no', got '{text}'")
+
+
+def parse_int_value(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ConfigError(f"argument couldn't be parsed into an integer, got '{text}'") from None
+
+
+def parse_octal(text: str) -> int:
+    try:
+        return int(text.strip(), 8)
+    except ValueError:
+        raise ConfigError(f"argument couldn't be parsed into an octal integer, got '{text}'") from None
+
+
+def format_bool(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+#: name -> (Settings field, parse, format). Parameters not listed here live in ``Settings.extra``.
+PARAMETERS: dict[str, tuple[str, object, object]] = {
+    "port": ("port", parse_int_value, str),
+    "bind": ("bind", lambda t: tuple(t.split()), " ".join),
+    "unixsocket": ("unixsocket", str, str),
+    "unixsocketperm": ("unixsocketperm", parse_octal, lambda v: "%o" % v if v else "0"),
+    "protected-mode": ("protected_mode", parse_bool, format_bool),
+    "maxclients": ("maxclients", parse_int_value, str),
+    "timeout": ("timeout", parse_int_value, str),
+    "tcp-keepalive": ("tcp_keepalive", parse_int_value, str),
+    "loglevel": ("loglevel", str.lower, str),
+    "logfile": ("logfile", str, str),
+    "dir": ("dir", str, str),
+    "databases": ("databases", parse_int_value, str),
+    "proto-max-bulk-len": ("proto_max_bulk_len", parse_memory, str),
+    "client-query-buffer-limit": ("client_query_buffer_limit", parse_memory, str),
+    "requirepass": ("requirepass", str, str),
+    "appendonly": ("appendonly", parse_bool, format_bool),
+    "appendfsync": ("appendfsync", str.lower, str),
+    "wal-segment-size": ("wal_segment_size", parse_memory, str),
+    "blob-threshold": ("blob_threshold", parse_memory, str),
+    "save": ("save", str, str),
+    "auto-aof-rewrite-percentage": ("auto_aof_rewrite_percentage", parse_int_value, str),
+    "auto-aof-rewrite-min-size": ("auto_aof_rewrite_min_size", parse_memory, str),
+    "maxmemory": ("maxmemory", parse_memory, str),
+    "maxmemory-policy": ("maxmemory_policy", str.lower, str),
+    "maxmemory-samples": ("maxmemory_samples", parse_int_value, str),
+    "enable-debug-command": ("enable_debug_command", parse_bool, format_bool),
+    "notify-keyspace-events": ("notify_keyspace_events", str, str),
+    "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),
+    "slowlog-max-len": ("slowlog_max_len", parse_int_value, str),
+    "hz": ("hz", parse_int_value, str),
+}
+
+
+def settings_from_pairs(pairs: list[tuple[str, str]], base: Settings | None = None) -> Settings:
+    """Apply ``(name, raw value)`` pairs in order (a config file, then flags) onto ``base``."""
+    changes: dict[str, object] = {}
+    extra = dict((base or Settings()).extra)
+    for name, raw in pairs:
+        key = name.lower()
+        entry = PARAMETERS.get(key)
+        if entry is None:
+            extra[key] = raw
+            continue
+        field_name, parse, _ = entry
+        try:
+            changes[field_name] = parse(raw)  # type: ignore[operator]
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    changes["extra"] = tuple(sorted(extra.items()))
+    return (base or Settings()).with_changes(**changes)
+
+
+def read_config_file(path: str) -> list[tuple[str, str]]:
+    """redis.conf syntax: one ``name value...`` a line, ``#`` comments, quoted values."""
+    import shlex
+
+    pairs: list[tuple[str, str]] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                words = shlex.split(text)
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{number}: {exc}") from None
+            if len(words) < 2 and words[0].lower() not in ("save", "bind", "requirepass"):
+                raise ConfigError(f"{path}:{number}: '{words[0]}' needs a value")
+            pairs.append((words[0], " ".join(words[1:])))
+    return pairs

@@ -1,0 +1,167 @@
+"""Reply encoding for RESP2 and RESP3.
+
+Handlers return plain Python values; this module is the one place that knows how each value
+looks on the wire in each protocol version, so no handler ever branches on the version.
+
+    bytes/bytearray/memoryview -> bulk string      str subclass Status -> simple string
+    int -> integer    bool -> RESP3 boolean / RESP2 integer    float -> RESP3 double / RESP2 bulk
+    None -> null ($-1 in RESP2, _ in RESP3)        NULL_ARRAY -> *-1 in RESP2, _ in RESP3
+    list/tuple -> array    dict -> map (RESP2: flat array)    set/frozenset -> set (RESP2: array)
+    Pairs -> RESP3 array of 2-element arrays, RESP2 flat array (ZRANGE WITHSCORES, ...)
+    Push -> RESP3 push (>), RESP2 array           Verbatim -> RESP3 verbatim (=), RESP2 bulk
+    ReplyError -> error
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pion.protocol.errors import ReplyError
+
+
+class Status(str):
+    """A simple-string reply (``+OK``)."""
+
+    __slots__ = ()
+
+
+class Verbatim(str):
+    """A verbatim text reply (INFO, CLIENT LIST): ``=`` in RESP3, a bulk string in RESP2."""
+
+    __slots__ = ()
+
+
+class Push(list):
+    """An out-of-band push (pub/sub messages): ``>`` in RESP3, an array in RESP2."""
+
+    __slots__ = ()
+
+
+class Pairs(list):
+    """Pairs shown nested in RESP3 and flattened in RESP2 (``ZRANGE ... WITHSCORES``)."""
+
+    __slots__ = ()
+
+
+class BigNumber(int):
+    """A RESP3 big number (``(``), an integer-looking bulk string in RESP2."""
+
+    __slots__ = ()
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+
+NULL_ARRAY = _NullArray()
+OK = Status("OK")
+QUEUED = Status("QUEUED")
+PONG = Status("PONG")
+
+_OK_BYTES = b"+OK\r\n"
+_NULL2 = b"$-1\r\n"
+_NULL3 = b"_\r\n"
+_SMALL_INTS = [b":%d\r\n" % i for i in range(-1, 256)]
+
+
+def format_double(value: float) -> bytes:
+    """Redis 7.0's ``%.17g`` with its spellings of infinity and NaN."""
+    if math.isinf(value):
+        return b"inf" if value > 0 else b"-inf"
+    if math.isnan(value):
+        return b"nan"
+    return b"%.17g" % value
+
+
+def encode_error(message: str) -> bytes:
+    return b"-" + message.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace") + b"\r\n"
+
+
+def encode(value: Any, proto: int) -> bytes:
+    """Encode one reply. Fast paths first: most replies are OK, a bulk string, an int or null."""
+    if value is OK:
+        return _OK_BYTES
+    cls = value.__class__
+    if cls is bytes:
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+    if cls is int:
+        return _SMALL_INTS[value + 1] if -1 <= value < 255 else b":%d\r\n" % value
+    if value is None:
+        return _NULL3 if proto == 3 else _NULL2
+    out: list[bytes] = []
+    _encode_into(value, proto, out)
+    return b"".join(out)
+
+
+def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one switch
+    cls = value.__class__
+    if cls is bytes or cls is bytearray or cls is memoryview:
+        out.append(b"$%d\r\n" % len(value))
+        out.append(bytes(value) if cls is memoryview else value)
+        out.append(b"\r\n")
+    elif cls is int:
+        out.append(b":%d\r\n" % value)
+    elif value is None:
+        out.append(_NULL3 if proto == 3 else _NULL2)
+    elif cls is Status:
+        out.append(b"+" + value.encode() + b"\r\n")
+    elif cls is list or cls is tuple:
+        out.append(b"*%d\r\n" % len(value))
+        for item in value:
+            _encode_into(item, proto, out)
+    elif cls is dict:
+        out.append((b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % (len(value) * (1 if proto == 3 else 2)))
+        for key, item in value.items():
+            _encode_into(key, proto, out)
+            _encode_into(item, proto, out)
+    elif cls is bool:
+        if proto == 3:
+            out.append(b"#t\r\n" if value else b"#f\r\n")
+        else:
+            out.append(b":1\r\n" if value else b":0\r\n")
+    elif cls is float:
+        text = format_double(value)
+        out.append(b",%s\r\n" % text if proto == 3 else b"$%d\r\n%s\r\n" % (len(text), text))
+    elif isinstance(value, ReplyError):
+        out.append(encode_error(value.message))
+    elif cls is Pairs:
+        if proto == 3:
+            out.append(b"*%d\r\n" % len(value))
+            for pair in value:
+                _encode_into(list(pair), proto, out)
+        else:
+            out.append(b"*%d\r\n" % (2 * len(value)))
+            for first, second in value:
+                _encode_into(first, proto, out)
+                _encode_into(second, proto, out)
+    elif cls is Push:
+        out.append((b">%d\r\n" if proto == 3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode_into(item, proto, out)
+    elif cls is set or cls is frozenset:
+        out.append((b"~%d\r\n" if proto == 3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode_into(item, proto, out)
+    elif value is NULL_ARRAY:
+        out.append(_NULL3 if proto == 3 else b"*-1\r\n")
+    elif cls is Verbatim:
+        data = value.encode()
+        if proto == 3:
+            out.append(b"=%d\r\ntxt:%s\r\n" % (len(data) + 4, data))
+        else:
+            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    elif cls is BigNumber:
+        out.append(b"(%d\r\n" % value if proto == 3 else b"$%d\r\n%d\r\n" % (len(str(int(value))), value))
+    elif isinstance(value, str):
+        data = value.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    elif isinstance(value, int):
+        out.append(b":%d\r\n" % value)
+    elif isinstance(value, (list, tuple)):
+        _encode_into(list(value), proto, out)
+    else:
+        raise TypeError(f"cannot encode reply of type {cls.__name__}")

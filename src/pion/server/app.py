@@ -1,0 +1,292 @@
+"""The server: owns the databases, clients, dispatcher, pub/sub hub, blocking manager and
+journal, wires the keyspace hooks to them, and runs the listeners and the periodic cron.
+
+All mutable state lives on the event loop thread: a single writer, as in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pion import __version__
+from pion.config import Settings
+from pion.protocol.errors import ReplyError
+from pion.protocol.resp import encode
+from pion.server.blocking import BlockingManager
+from pion.server.client import Client
+from pion.server.commands import load_table
+from pion.server.connection import Connection
+from pion.server.context import Ctx
+from pion.server.dispatch import Dispatcher
+from pion.server.journal import Journal
+from pion.server.pubsub import PubSubHub
+from pion.server.registry import CommandSpec
+from pion.server.slowlog import SlowLog
+from pion.storage.keyspace import Database
+
+log = logging.getLogger("pion.server")
+
+#: run at start, after the core is built and before listening (recovery, engines)
+StartupHook = Callable[["Server"], Any]
+
+
+class Server:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.version = __version__
+        self.start_time = time.time()
+        self.run_id = os.urandom(20).hex()
+        self.dbs = [self._make_db(i) for i in range(settings.databases)]
+        self.clients: dict[int, Client] = {}
+        self._next_client_id = 0
+        self.table = load_table()
+        self.dispatcher = Dispatcher(self, self.table)
+        self.blocking = BlockingManager(self)
+        self.pubsub = PubSubHub(self)
+        self.slowlog: SlowLog | None = SlowLog(self)
+        self.journal: Journal = Journal()
+        self.monitors: dict[int, Client] = {}
+        #: extra checks before a command runs (auth/ACL, memory, write refusal); returns an error or None
+        self.guard: Callable[[Client, CommandSpec, list[bytes]], ReplyError | None] | None = None
+        self.loading = False
+        self.dirty = 0
+        self.stat_numcommands = 0
+        self.stat_numconnections = 0
+        self.stat_rejected_conn = 0
+        self.stat_rejected = 0
+        self.stat_failed = 0
+        self.stat_expired = 0
+        self.stat_evicted = 0
+        self.stat_keyspace_hits = 0
+        self.stat_keyspace_misses = 0
+        self.paused_until = 0.0
+        self.startup_hooks: list[StartupHook] = []
+        self.shutdown_hooks: list[Callable[[Server], Any]] = []
+        self.cron_hooks: list[Callable[[Server], Any]] = []
+        #: objects by name for the engines (kv cache, durability) to find each other
+        self.engines: dict[str, Any] = {}
+        self._servers: list[asyncio.AbstractServer] = []
+        self._stopping: asyncio.Event | None = None
+        self._cron_task: asyncio.Task[None] | None = None
+        self.replay_client = self._make_replay_client()
+
+    # -- construction helpers ------------------------------------------------------------
+
+    def _make_db(self, index: int) -> Database:
+        db = Database(index)
+        db.on_signal = self._on_key_signal
+        db.on_expired = self._on_key_expired
+        return db
+
+    def _make_replay_client(self) -> Client:
+        client = Client(0, self)
+        client.authenticated = True
+        client.ctx = Ctx(client, self)
+        return client
+
+    @property
+    def requires_auth(self) -> bool:
+        return bool(self.settings.requirepass)
+
+    @property
+    def notify_flags(self) -> str:
+        return self.settings.notify_keyspace_events
+
+    # -- keyspace hooks ------------------------------------------------------------------
+
+    def _on_key_signal(self, db: Database, key: bytes) -> None:
+        if self.blocking.waiting:
+            self.blocking.on_key_signal(db.index, key)
+
+    def _on_key_expired(self, db: Database, key: bytes) -> None:
+        """An expired key was removed: log a DEL so replay does not depend on the clock."""
+        self.stat_expired += 1
+        self.dirty += 1
+        self.dispatcher.pending.append((db.index, [b"DEL", key]))
+        if self.notify_flags:
+            self.pubsub.notify_keyspace_event("x", "expired", key, db.index)
+        if self.dispatcher.depth == 0 and not self.loading:
+            self.dispatcher.finish_command(None)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def next_client_id(self) -> int:
+        self._next_client_id += 1
+        return self._next_client_id
+
+    def accept_client(self, client: Client) -> bool:
+        if len(self.clients) >= self.settings.maxclients:
+            self.stat_rejected_conn += 1
+            return False
+        self.clients[client.id] = client
+        self.stat_numconnections += 1
+        return True
+
+    def drop_client(self, client: Client) -> None:
+        self.clients.pop(client.id, None)
+        self.monitors.pop(client.id, None)
+        self.blocking.disconnect(client)
+        self.pubsub.drop_client(client)
+        self.drop_watches(client)
+
+    def drop_watches(self, client: Client) -> None:
+        """UNWATCH: forget every key this client watches."""
+        for db_index, key in client.watched:
+            watchers = self.dbs[db_index].watchers.get(key)
+            if watchers is not None:
+                watchers.discard(client)
+                if not watchers:
+                    del self.dbs[db_index].watchers[key]
+        client.watched = []
+        client.watched_expired = set()
+        client.dirty_cas = False
+
+    def output_limit(self, client: Client | None) -> int:
+        """Hard output-buffer limit in bytes (client-output-buffer-limit), 0 for none."""
+        if client is not None and client.subscription_count:
+            return 32 * 1024 * 1024
+        return 0
+
+    def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
+        if argv[0].lower() in (b"auth", b"hello", b"acl", b"migrate"):
+            return
+        line = "%.6f [%d %s] %s" % (
+            time.time(),
+            client.db_index,
+            client.addr or "lua",
+            " ".join(_quote(a) for a in argv),
+        )
+        from pion.protocol.resp import Status
+
+        for monitor in list(self.monitors.values()):
+            if monitor is not client:
+                monitor.send(Status(line))
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Run startup hooks (recovery), then open the listeners."""
+        self._stopping = asyncio.Event()
+        for hook in self.startup_hooks:
+            result = hook(self)
+            if asyncio.iscoroutine(result):
+                await result
+        loop = asyncio.get_running_loop()
+        settings = self.settings
+        if settings.port:
+            hosts = list(settings.bind) or ["127.0.0.1"]
+            server = await loop.create_server(lambda: Connection(self), hosts, settings.port, reuse_address=True, backlog=511)
+            self._servers.append(server)
+        if settings.unixsocket:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(settings.unixsocket)
+            server = await loop.create_unix_server(lambda: Connection(self), settings.unixsocket, backlog=511)
+            if settings.unixsocketperm:
+                os.chmod(settings.unixsocket, settings.unixsocketperm)
+            self._servers.append(server)
+        self._cron_task = loop.create_task(self._cron())
+
+    @property
+    def bound_port(self) -> int:
+        """The TCP port actually bound (useful with ``--port 0`` in tests)."""
+        for server in self._servers:
+            for sock in server.sockets:
+                name = sock.getsockname()
+                if isinstance(name, tuple):
+                    return int(name[1])
+        return 0
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_shutdown)
+        log.info("Pion %s ready to accept connections on port %d", self.version, self.bound_port)
+        assert self._stopping is not None
+        await self._stopping.wait()
+        await self.stop()
+
+    def request_shutdown(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def stop(self) -> None:
+        log.info("shutting down")
+        for server in self._servers:
+            server.close()
+        if self._cron_task is not None:
+            self._cron_task.cancel()
+        for client in list(self.clients.values()):
+            if client.conn is not None and client.conn.transport is not None:
+                client.conn.transport.close()
+        for hook in self.shutdown_hooks:
+            result = hook(self)
+            if asyncio.iscoroutine(result):
+                await result
+        self.journal.close()
+        if self.settings.unixsocket:
+            with contextlib.suppress(OSError):
+                os.unlink(self.settings.unixsocket)
+        self._servers.clear()
+
+    async def _cron(self) -> None:
+        """Active expiry, idle-client timeouts and the hooks, ``hz`` times a second."""
+        while True:
+            await asyncio.sleep(1.0 / max(self.settings.hz, 1))
+            try:
+                self.cron_once()
+            except Exception:  # the cron must never die; log and go on
+                log.exception("cron failed")
+
+    def cron_once(self) -> None:
+        if not self.loading and self.active_expire_enabled:
+            for db in self.dbs:
+                if db.expires:
+                    db.sweep_expired()
+        if self.settings.timeout:
+            cutoff = time.time() - self.settings.timeout
+            for client in list(self.clients.values()):
+                if (
+                    client.last_interaction < cutoff
+                    and client.blocked is None
+                    and not client.subscription_count
+                    and client.conn is not None
+                ):
+                    client.conn.close_soon()
+                    client.conn.flush()
+        for hook in self.cron_hooks:
+            hook(self)
+
+    active_expire_enabled = True
+
+
+def _quote(arg: bytes) -> str:
+    out = ['"']
+    for byte in arg:
+        ch = chr(byte)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append("\\x%02x" % byte)
+    out.append('"')
+    return "".join(out)
+
+
+def encode_for(client: Client, reply: Any) -> bytes:
+    return encode(reply, client.proto)

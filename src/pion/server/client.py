@@ -1,0 +1,71 @@
+"""Per-connection state that commands read and change (the connection object owns the socket)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+
+
+class Client:
+    """One client's session. Replies are sent through ``conn`` (None while replaying the log)."""
+
+    __slots__ = (
+        "id", "server", "conn", "addr", "laddr", "name", "lib_name", "lib_ver", "db_index",
+        "proto", "user", "authenticated", "tenant", "created", "last_interaction", "last_cmd",
+        "multi", "multi_error", "dirty_cas", "watched", "watched_expired", "subscriptions",
+        "patterns", "shard_subscriptions", "reply_mode", "blocked", "flags", "no_evict",
+        "no_touch", "closing", "commands_processed", "executing", "in_script", "fd", "ctx",
+    )
+
+    def __init__(self, client_id: int, server: Server, conn: Any = None, addr: str = "", laddr: str = "") -> None:
+        self.id = client_id
+        self.server = server
+        self.conn = conn
+        self.addr = addr
+        self.laddr = laddr
+        self.name = b""
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.db_index = 0
+        self.proto = 2
+        self.user = "default"
+        self.authenticated = not server.requires_auth
+        self.tenant: str | None = None
+        self.created = time.time()
+        self.last_interaction = self.created
+        self.last_cmd = "NULL"
+        self.multi: list[tuple[Any, list[bytes]]] | None = None
+        self.multi_error = False
+        self.dirty_cas = False
+        self.watched: list[tuple[int, bytes]] = []
+        self.watched_expired: set[tuple[int, bytes]] = set()
+        self.subscriptions: set[bytes] = set()
+        self.patterns: set[bytes] = set()
+        self.shard_subscriptions: set[bytes] = set()
+        self.reply_mode = "on"  # on | off | skip
+        self.blocked: Any = None  # a BlockRequest while blocked
+        self.flags: set[str] = set()
+        self.no_evict = False
+        self.no_touch = False
+        self.closing = False
+        self.commands_processed = 0
+        self.executing = False
+        self.in_script = False
+        self.fd = -1
+        self.ctx: Any = None
+
+    @property
+    def db(self):
+        return self.server.dbs[self.db_index]
+
+    @property
+    def subscription_count(self) -> int:
+        return len(self.subscriptions) + len(self.patterns) + len(self.shard_subscriptions)
+
+    def send(self, reply: Any) -> None:
+        """Deliver an out-of-order reply (blocked-client wake-up, pub/sub push)."""
+        if self.conn is not None:
+            self.conn.send_reply(reply)

@@ -1,0 +1,200 @@
+"""One client connection: an asyncio Protocol that parses requests, runs them, and writes the
+coalesced replies of each read in one ``write``.
+
+Flow control: when the transport's write buffer passes its high-water mark we stop reading
+this client (``pause_writing``), so a client that does not read its replies cannot make the
+server hold an unbounded backlog; past the hard output limit the client is disconnected.
+Replies to writes are held until the journal reports their record durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol.errors import ProtocolError
+from pion.protocol.reader import RequestReader
+from pion.protocol.resp import encode, encode_error
+from pion.server.client import Client
+from pion.server.context import Ctx
+from pion.server.dispatch import BLOCKED
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+
+log = logging.getLogger("pion.connection")
+
+HIGH_WATER = 1024 * 1024
+LOW_WATER = 256 * 1024
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.reader = RequestReader(server.settings.proto_max_bulk_len)
+        self.client: Client | None = None
+        self.out: list[bytes] = []
+        self.pending_seq = 0
+        self.waiting_durable = False
+        self.paused_by_writes = False
+        self.close_after_flush = False
+
+    # -- asyncio callbacks ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        server = self.server
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        client = Client(server.next_client_id(), server, self, _addr(peer), _addr(local))
+        client.fd = sock.fileno() if sock is not None else -1
+        client.ctx = Ctx(client, server)
+        self.client = client
+        self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[union-attr]
+        if not server.accept_client(client):
+            self.transport.write(encode_error("ERR max number of clients reached"))  # type: ignore[union-attr]
+            self.transport.close()  # type: ignore[union-attr]
+            self.client = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.client is not None:
+            self.server.drop_client(self.client)
+            self.client.closing = True
+            self.client.conn = None
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        if client is None or client.closing:
+            return
+        self.reader.feed(data)
+        if self.reader.buffered() > self.server.settings.client_query_buffer_limit:
+            log.warning("closing client %s: query buffer over limit", client.addr)
+            self._close_now()
+            return
+        self.process()
+
+    def pause_writing(self) -> None:
+        self.paused_by_writes = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused_by_writes = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    # -- the request loop ----------------------------------------------------------------
+
+    def process(self) -> None:
+        """Run every complete command in the buffer unless blocked, then flush once."""
+        client = self.client
+        dispatcher = self.server.dispatcher
+        reader = self.reader
+        out = self.out
+        while client is not None and client.blocked is None and not client.closing:
+            try:
+                argv = reader.next_command()
+            except ProtocolError as exc:
+                out.append(encode_error(f"ERR Protocol error: {exc}"))
+                self.close_after_flush = True
+                client.closing = True
+                break
+            if argv is None:
+                break
+            if not argv:
+                continue
+            reply = dispatcher.execute(client, argv)
+            if reply is BLOCKED:
+                break
+            self._append_reply(reply)
+        self.flush()
+
+    def _append_reply(self, reply: Any) -> None:
+        client = self.client
+        mode = client.reply_mode  # type: ignore[union-attr]
+        if mode == "on":
+            self.out.append(encode(reply, client.proto))  # type: ignore[union-attr]
+        elif mode == "skip":
+            client.reply_mode = "on"  # type: ignore[union-attr]
+
+    def send_reply(self, reply: Any) -> None:
+        """An out-of-band reply or push (pub/sub), kept in order with held replies."""
+        if self.client is None or self.transport is None:
+            return
+        self.out.append(encode(reply, self.client.proto))
+        self.flush()
+
+    def resume_with(self, reply: Any) -> None:
+        """A blocked command finished: send its reply and go on with the pipeline."""
+        self._append_reply(reply)
+        self.flush()
+        asyncio.get_running_loop().call_soon(self._resume)
+
+    def _resume(self) -> None:
+        if self.client is not None and self.client.blocked is None and not self.client.closing:
+            self.process()
+
+    # -- output ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write buffered replies, unless a write they answer is not durable yet."""
+        if not self.out and not self.close_after_flush:
+            return
+        journal = self.server.journal
+        if self.pending_seq > journal.durable_seq:
+            if not self.waiting_durable:
+                self.waiting_durable = True
+                journal.when_durable(self.pending_seq, self._durable)
+            return
+        self._write_out()
+
+    def _durable(self) -> None:
+        self.waiting_durable = False
+        self.flush()
+
+    def _write_out(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.out.clear()
+            return
+        if self.out:
+            data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
+            self.out.clear()
+            transport.write(data)
+            limit = self.server.output_limit(self.client)
+            if limit and transport.get_write_buffer_size() > limit:
+                log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
+                transport.abort()
+                return
+        if self.close_after_flush:
+            transport.close()
+
+    def close_soon(self) -> None:
+        """QUIT/CLIENT KILL: send what is buffered, then close."""
+        self.close_after_flush = True
+        if self.client is not None:
+            self.client.closing = True
+
+    def _close_now(self) -> None:
+        if self.client is not None:
+            self.client.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _addr(info: Any) -> str:
+    if isinstance(info, tuple) and len(info) >= 2:
+        host = info[0]
+        return f"[{host}]:{info[1]}" if ":" in host else f"{host}:{info[1]}"
+    if isinstance(info, str):
+        return f"{info}:0"
+    return ""

@@ -1,0 +1,217 @@
+"""The dispatcher: one place that turns an argv into a reply.
+
+It looks the command up, checks arity, auth, MULTI queueing, the RESP2 subscribed-mode subset,
+loading, write refusal and memory, runs the handler, counts stats, parks blocking commands,
+and hands the write's effects to the journal as one record per top-level command.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol import errors
+from pion.protocol.errors import ReplyError
+from pion.protocol.resp import QUEUED
+from pion.server.blocking import NOT_READY, BlockRequest
+from pion.server.registry import CommandSpec, CommandTable
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+    from pion.server.client import Client
+
+#: returned to the connection when the client is now blocked; it must stop reading commands.
+BLOCKED = object()
+
+_MULTI_PASS = {b"multi", b"exec", b"discard", b"watch", b"quit", b"reset"}
+_SUBSCRIBED_RESP2 = {
+    b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ssubscribe",
+    b"sunsubscribe", b"ping", b"quit", b"reset",
+}
+
+
+class Dispatcher:
+    def __init__(self, server: Server, table: CommandTable) -> None:
+        self.server = server
+        self.table = table
+        self.depth = 0
+        #: effects of the running top-level command: (db index, argv)
+        self.pending: list[tuple[int, list[bytes]]] = []
+        #: full command name -> [calls, usec, rejected_calls, failed_calls]
+        self.stats: dict[str, list[int]] = {}
+
+    # -- lookup ------------------------------------------------------------------------
+
+    def lookup(self, argv: list[bytes]) -> CommandSpec | ReplyError:
+        """The spec for argv, or the error Redis gives for an unknown name, subcommand or arity."""
+        spec = self.table.by_name.get(argv[0])
+        if spec is None:
+            spec = self.table.by_name.get(argv[0].lower())
+            if spec is None:
+                return ReplyError(errors.unknown_command(argv[0], argv[1:]))
+        if spec.subcommands:
+            if len(argv) < 2:
+                return ReplyError(errors.wrong_arity(spec.name))
+            sub = spec.subcommands.get(argv[1].lower())
+            if sub is None:
+                return ReplyError(errors.unknown_subcommand(argv[1], spec.name))
+            spec = sub
+        arity = spec.arity
+        if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+            return ReplyError(errors.wrong_arity(spec.full_name))
+        return spec
+
+    # -- entry point -------------------------------------------------------------------
+
+    def execute(self, client: Client, argv: list[bytes]) -> Any:
+        """Run one command a client sent; returns the reply, or BLOCKED."""
+        server = self.server
+        spec = self.lookup(argv)
+        client.last_interaction = time.time()
+        if spec.__class__ is ReplyError:
+            if client.multi is not None:
+                client.multi_error = True
+            self._count_rejected(argv)
+            return spec
+        refusal = self._refusal(client, spec, argv)
+        if refusal is not None:
+            if client.multi is not None and spec.name != "exec":
+                client.multi_error = True
+            self._count(spec.full_name, 0, rejected=True)
+            return refusal
+        if client.multi is not None and argv[0].lower() not in _MULTI_PASS:
+            client.multi.append((spec, argv))
+            return QUEUED
+        if server.monitors:
+            server.feed_monitors(client, argv)
+        return self.call(client, spec, argv)
+
+    def _refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
+        flags = spec.flags
+        server = self.server
+        if not client.authenticated and "no_auth" not in flags:
+            return ReplyError(errors.NOAUTH)
+        if client.proto == 2 and client.subscription_count and argv[0].lower() not in _SUBSCRIBED_RESP2:
+            return ReplyError(
+                f"ERR Can't execute '{spec.full_name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+                "PING / QUIT / RESET are allowed in this context"
+            )
+        if client.multi is not None and "no_multi" in flags:
+            return ReplyError("ERR Command not allowed inside a transaction")
+        if server.loading and "loading" not in flags:
+            return ReplyError(errors.LOADING)
+        if server.guard is not None:
+            return server.guard(client, spec, argv)
+        return None
+
+    # -- running -----------------------------------------------------------------------
+
+    def call(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> Any:
+        """Run a handler (also used by EXEC and scripts, nested); logs effects at depth 0."""
+        server = self.server
+        ctx = client.ctx
+        ctx.effects = None
+        ctx.rewritten = False
+        dirty_before = server.dirty
+        db_index = client.db_index
+        self.depth += 1
+        start = time.perf_counter()
+        failed = False
+        try:
+            reply = spec.handler(ctx, argv)  # type: ignore[misc]
+        except ReplyError as exc:
+            reply = exc
+            failed = True
+        finally:
+            self.depth -= 1
+        usec = int((time.perf_counter() - start) * 1_000_000)
+        self._count(spec.full_name, usec, failed=failed)
+        client.commands_processed += 1
+        client.last_cmd = spec.full_name
+        if ctx.rewritten:
+            self.pending.extend((db_index, effect) for effect in ctx.effects or ())
+        elif server.dirty != dirty_before and "write" in spec.flags:
+            self.pending.append((db_index, argv))
+        if reply.__class__ is BlockRequest:
+            reply.argv = argv
+            server.blocking.block(client, reply)
+            reply = BLOCKED
+        if self.depth == 0:
+            self.finish_command(client)
+        if server.slowlog is not None:
+            server.slowlog.observe(client, argv, usec)
+        return reply
+
+    def finish_command(self, client: Client | None) -> None:
+        """Log what the command changed, then wake clients blocked on keys it touched."""
+        if self.pending:
+            effects, self.pending = self.pending, []
+            seq = self.server.journal.append(effects)
+            if client is not None and client.conn is not None:
+                client.conn.pending_seq = seq
+        if self.server.blocking.ready:
+            self.server.blocking.serve_ready()
+
+    def run_retry(self, client: Client, request: BlockRequest) -> Any:
+        """Retry a blocked client's command in its own context; effects are logged for it."""
+        ctx = client.ctx
+        ctx.effects = None
+        ctx.rewritten = False
+        saved_db = client.db_index
+        client.db_index = request.db_index
+        dirty_before = self.server.dirty
+        self.depth += 1
+        try:
+            reply = request.retry(ctx)
+        except ReplyError as exc:
+            reply = exc
+        finally:
+            self.depth -= 1
+            client.db_index = saved_db
+        if reply is NOT_READY:
+            return reply
+        if ctx.rewritten:
+            self.pending.extend((request.db_index, effect) for effect in ctx.effects or ())
+        elif self.server.dirty != dirty_before:
+            self.pending.append((request.db_index, request.argv))
+        if self.pending:
+            effects, self.pending = self.pending, []
+            seq = self.server.journal.append(effects)
+            if client.conn is not None:
+                client.conn.pending_seq = max(client.conn.pending_seq, seq)
+        return reply
+
+    def replay(self, client: Client, argv: list[bytes]) -> Any:
+        """Apply a logged command during recovery: no checks, no logging, no stats."""
+        spec = self.lookup(argv)
+        if spec.__class__ is ReplyError:
+            raise spec  # type: ignore[misc]
+        ctx = client.ctx
+        ctx.effects = None
+        ctx.rewritten = False
+        self.depth += 1
+        try:
+            return spec.handler(ctx, argv)  # type: ignore[union-attr]
+        finally:
+            self.depth -= 1
+            self.pending.clear()
+
+    # -- stats -------------------------------------------------------------------------
+
+    def _count(self, name: str, usec: int, failed: bool = False, rejected: bool = False) -> None:
+        entry = self.stats.get(name)
+        if entry is None:
+            entry = self.stats[name] = [0, 0, 0, 0]
+        if rejected:
+            entry[2] += 1
+            self.server.stat_rejected += 1
+            return
+        entry[0] += 1
+        entry[1] += usec
+        if failed:
+            entry[3] += 1
+            self.server.stat_failed += 1
+        self.server.stat_numcommands += 1
+
+    def _count_rejected(self, argv: list[bytes]) -> None:
+        self.server.stat_rejected += 1

@@ -1,0 +1,34 @@
+"""The hand-off between the dispatcher and persistence.
+
+The dispatcher gives each top-level command's write effects to ``Journal.append`` as one
+atomic record, and asks ``when_durable`` before releasing replies. This base class persists
+nothing and is durable at once; ``pion.storage`` provides the write-ahead log behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class Journal:
+    """A journal that keeps nothing: every sequence number is durable the moment it is issued."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.durable_seq = 0
+
+    def append(self, effects: list[tuple[int, list[bytes]]]) -> int:
+        """Record the effects of one command (``(db index, argv)`` each); returns its sequence."""
+        self.seq += 1
+        self.durable_seq = self.seq
+        return self.seq
+
+    def when_durable(self, seq: int, callback: Callable[[], None]) -> None:
+        callback()
+
+    def write_error(self) -> str | None:
+        """The reason writes are refused (a failed fsync), or None."""
+        return None
+
+    def close(self) -> None:
+        pass

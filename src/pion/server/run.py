@@ -1,0 +1,41 @@
+"""Build a Server from Settings and run it on uvloop until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pion.config import Settings
+from pion.server.app import Server
+
+log = logging.getLogger("pion.server")
+
+
+class StartupError(Exception):
+    """The server refuses to start (a bad setting, a locked or corrupt data dir); the message says why."""
+
+
+def make_server(settings: Settings) -> Server:
+    """The one place that wires the engines onto a core server."""
+    server = Server(settings)
+    return server
+
+
+def run_server(settings: Settings) -> int:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a hard dependency on Linux
+        uvloop = None
+    try:
+        server = make_server(settings)
+        if uvloop is not None:
+            uvloop.run(server.serve_forever())
+        else:
+            asyncio.run(server.serve_forever())
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 1
+    except OSError as exc:
+        log.error("could not start: %s", exc)
+        return 1
+    return 0
