@@ -12,6 +12,25 @@ from pion.server.registry import CommandTable, collect_specs
 FAMILIES = (
     "connection",
     "strings",
+    "bitmaps",
+    "keys",
+    "server_admin",
+    "client_cmds",
+    "config_cmds",
+    "introspection",
+    "transactions",
+    "pubsub",
+    "hashes",
+    "lists",
+    "sets",
+    "zsets",
+    "hyperloglog",
+    "geo",
+    "streams",
+    "persistence",
+    "kvcache",
+    "scripting",
+    "acl",
 )
 
 

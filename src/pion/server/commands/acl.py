@@ -1,0 +1,1 @@
+"""acl commands (not yet written)."""

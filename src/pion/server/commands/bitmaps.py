@@ -1,0 +1,1 @@
+"""bitmaps commands (not yet written)."""

@@ -1,0 +1,1 @@
+"""client_cmds commands (not yet written)."""

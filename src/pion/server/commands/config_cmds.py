@@ -1,0 +1,1 @@
+"""config_cmds commands (not yet written)."""

@@ -1,0 +1,1 @@
+"""geo commands (not yet written)."""

@@ -1,0 +1,1 @@
+"""hashes commands (not yet written)."""

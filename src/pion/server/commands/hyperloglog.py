@@ -1,0 +1,1 @@
+"""hyperloglog commands (not yet written)."""

@@ -1,0 +1,1 @@
+"""introspection commands (not yet written)."""

@@ -1,0 +1,1 @@
+"""keys commands (not yet written)."""

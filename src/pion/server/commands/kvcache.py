@@ -1,0 +1,1 @@
+"""kvcache commands (not yet written)."""

@@ -1,0 +1,1 @@
+"""lists commands (not yet written)."""

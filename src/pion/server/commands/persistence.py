@@ -1,0 +1,1 @@
+"""persistence commands (not yet written)."""

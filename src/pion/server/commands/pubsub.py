@@ -1,0 +1,1 @@
+"""pubsub commands (not yet written)."""

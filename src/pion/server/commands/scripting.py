@@ -1,0 +1,1 @@
+"""scripting commands (not yet written)."""

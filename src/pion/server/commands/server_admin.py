@@ -1,0 +1,1 @@
+"""server_admin commands (not yet written)."""

@@ -1,0 +1,1 @@
+"""sets commands (not yet written)."""

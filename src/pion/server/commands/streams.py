@@ -1,0 +1,1 @@
+"""streams commands (not yet written)."""

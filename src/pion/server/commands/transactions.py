@@ -1,0 +1,1 @@
+"""transactions commands (not yet written)."""
