@@ -9,6 +9,7 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     list/tuple -> array    dict -> map (RESP2: flat array)    set/frozenset -> set (RESP2: array)
     Pairs -> RESP3 array of 2-element arrays, RESP2 flat array (ZRANGE WITHSCORES, ...)
     Push -> RESP3 push (>), RESP2 array           Verbatim -> RESP3 verbatim (=), RESP2 bulk
+    Replies -> several replies back to back (SUBSCRIBE confirms each channel)
     ReplyError -> error
 """
 
@@ -46,6 +47,12 @@ class Pairs(list):
 
 class BigNumber(int):
     """A RESP3 big number (``(``), an integer-looking bulk string in RESP2."""
+
+    __slots__ = ()
+
+
+class Replies(list):
+    """Several replies to one command, sent back to back (SUBSCRIBE answers once per channel)."""
 
     __slots__ = ()
 
@@ -138,6 +145,9 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
             for first, second in value:
                 _encode_into(first, proto, out)
                 _encode_into(second, proto, out)
+    elif cls is Replies:
+        for item in value:
+            _encode_into(item, proto, out)
     elif cls is Push:
         out.append((b">%d\r\n" if proto == 3 else b"*%d\r\n") % len(value))
         for item in value:

@@ -65,6 +65,16 @@ class Client:
     def subscription_count(self) -> int:
         return len(self.subscriptions) + len(self.patterns) + len(self.shard_subscriptions)
 
+    def touch_watched(self, db: Any, key: bytes) -> None:
+        """A watched key changed. A key that was already expired at WATCH time and is now
+        deleted counts as unchanged (Redis 7's rule for stale keys)."""
+        slot = (db.index, key)
+        if slot in self.watched_expired:
+            if key not in db.data:
+                self.watched_expired.discard(slot)
+                return
+        self.dirty_cas = True
+
     def send(self, reply: Any) -> None:
         """Deliver an out-of-order reply (blocked-client wake-up, pub/sub push)."""
         if self.conn is not None:

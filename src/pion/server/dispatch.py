@@ -110,6 +110,7 @@ class Dispatcher:
         """Run a handler (also used by EXEC and scripts, nested); logs effects at depth 0."""
         server = self.server
         ctx = client.ctx
+        outer = ctx.effects, ctx.rewritten  # a nested call (EXEC, scripts) must not clobber them
         ctx.effects = None
         ctx.rewritten = False
         dirty_before = server.dirty
@@ -132,6 +133,7 @@ class Dispatcher:
             self.pending.extend((db_index, effect) for effect in ctx.effects or ())
         elif server.dirty != dirty_before and "write" in spec.flags:
             self.pending.append((db_index, argv))
+        ctx.effects, ctx.rewritten = outer
         if reply.__class__ is BlockRequest:
             reply.argv = argv
             server.blocking.block(client, reply)

@@ -51,7 +51,7 @@ class Database:
         self.index = index
         self.data: dict[bytes, Any] = {}
         self.expires: dict[bytes, int] = {}
-        #: key -> set of client objects that WATCH it; they only need ``dirty_cas``.
+        #: key -> clients that WATCH it; each has ``touch_watched(db, key)``.
         self.watchers: dict[bytes, set[Any]] = {}
         #: called with (db, key) after any modification; the server wires blocking wake-ups here.
         self.on_signal: Callable[[Database, bytes], None] | None = None
@@ -147,7 +147,7 @@ class Database:
         watchers = self.watchers.get(key)
         if watchers:
             for client in watchers:
-                client.dirty_cas = True
+                client.touch_watched(self, key)
         if self.on_signal is not None:
             self.on_signal(self, key)
 
