@@ -37,6 +37,9 @@ class Connection(asyncio.Protocol):
         self.reader = RequestReader(server.settings.proto_max_bulk_len)
         self.client: Client | None = None
         self.out: list[bytes] = []
+        self.out_size = 0
+        #: stopped running commands because replies are backing up; resumes when they drain
+        self.stalled = False
         self.pending_seq = 0
         self.waiting_durable = False
         self.paused_by_writes = False
@@ -91,6 +94,12 @@ class Connection(asyncio.Protocol):
         self.paused_by_writes = False
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
+            self._unstall()
+
+    def _unstall(self) -> None:
+        if self.stalled and not self.paused_by_writes and not self.waiting_durable:
+            self.stalled = False
+            asyncio.get_running_loop().call_soon(self._resume)
 
     # -- the request loop ----------------------------------------------------------------
 
@@ -116,13 +125,20 @@ class Connection(asyncio.Protocol):
             if reply is BLOCKED:
                 break
             self._append_reply(reply)
+            if self.out_size > HIGH_WATER:
+                self.flush()
+                if self.paused_by_writes or self.waiting_durable:
+                    self.stalled = True  # bounded memory: leave the rest unread until replies drain
+                    break
         self.flush()
 
     def _append_reply(self, reply: Any) -> None:
         client = self.client
         mode = client.reply_mode  # type: ignore[union-attr]
         if mode == "on":
-            self.out.append(encode(reply, client.proto))  # type: ignore[union-attr]
+            data = encode(reply, client.proto)  # type: ignore[union-attr]
+            self.out.append(data)
+            self.out_size += len(data)
         elif mode == "skip":
             client.reply_mode = "on"  # type: ignore[union-attr]
 
@@ -140,7 +156,7 @@ class Connection(asyncio.Protocol):
         asyncio.get_running_loop().call_soon(self._resume)
 
     def _resume(self) -> None:
-        if self.client is not None and self.client.blocked is None and not self.client.closing:
+        if self.client is not None and self.client.blocked is None and not self.client.closing and not self.stalled:
             self.process()
 
     # -- output ----------------------------------------------------------------------------
@@ -160,15 +176,18 @@ class Connection(asyncio.Protocol):
     def _durable(self) -> None:
         self.waiting_durable = False
         self.flush()
+        self._unstall()
 
     def _write_out(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             self.out.clear()
+            self.out_size = 0
             return
         if self.out:
             data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
             self.out.clear()
+            self.out_size = 0
             transport.write(data)
             limit = self.server.output_limit(self.client)
             if limit and transport.get_write_buffer_size() > limit:
