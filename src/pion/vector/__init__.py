@@ -1,0 +1,1 @@
+"""vector: reserved for a later issue; empty so the layer contracts hold."""
