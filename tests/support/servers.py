@@ -50,11 +50,11 @@ class ThreadServer:
     def _run(self) -> None:
         import uvloop
 
-        from pion.server.run import make_server
-
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
         try:
+            from pion.server.run import make_server
+
             self.server = make_server(self.settings)
             self.loop.run_until_complete(self.server.start())
         except BaseException as exc:  # reported to the test thread

@@ -9,7 +9,9 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     list/tuple -> array    dict -> map (RESP2: flat array)    set/frozenset -> set (RESP2: array)
     Pairs -> RESP3 array of 2-element arrays, RESP2 flat array (ZRANGE WITHSCORES, ...)
     Push -> RESP3 push (>), RESP2 array           Verbatim -> RESP3 verbatim (=), RESP2 bulk
+    SetReply -> RESP3 set keeping its order (COMMAND INFO), RESP2 array
     Replies -> several replies back to back (SUBSCRIBE confirms each channel)
+    KeyedArrays -> RESP3 map, RESP2 array of [key, value] pairs (XREAD)
     ReplyError -> error
 """
 
@@ -41,6 +43,21 @@ class Push(list):
 
 class Pairs(list):
     """Pairs shown nested in RESP3 and flattened in RESP2 (``ZRANGE ... WITHSCORES``)."""
+
+    __slots__ = ()
+
+
+class KeyedArrays(dict):
+    """A map in RESP3 but an array of [key, value] pairs in RESP2 (XREAD's reply)."""
+
+    __slots__ = ()
+
+
+class SetReply(list):
+    """An ordered set (COMMAND INFO flags, key specs): ``~`` in RESP3, an array in RESP2.
+
+    Unlike ``set`` it keeps its order and may hold unhashable items such as maps.
+    """
 
     __slots__ = ()
 
@@ -145,6 +162,13 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
             for first, second in value:
                 _encode_into(first, proto, out)
                 _encode_into(second, proto, out)
+    elif cls is KeyedArrays:
+        out.append((b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(value))
+        for key, item in value.items():
+            if proto != 3:
+                out.append(b"*2\r\n")
+            _encode_into(key, proto, out)
+            _encode_into(item, proto, out)
     elif cls is Replies:
         for item in value:
             _encode_into(item, proto, out)
@@ -152,7 +176,7 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
         out.append((b">%d\r\n" if proto == 3 else b"*%d\r\n") % len(value))
         for item in value:
             _encode_into(item, proto, out)
-    elif cls is set or cls is frozenset:
+    elif cls is set or cls is frozenset or cls is SetReply:
         out.append((b"~%d\r\n" if proto == 3 else b"*%d\r\n") % len(value))
         for item in value:
             _encode_into(item, proto, out)

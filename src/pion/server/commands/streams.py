@@ -1,1 +1,382 @@
-"""streams commands (not yet written)."""
+"""Stream commands: XADD XRANGE XREVRANGE XLEN XDEL XTRIM XREAD XSETID.
+
+Consumer groups are in ``stream_groups``. Writes log deterministic effects: XADD with ``*``
+is logged with the ID it generated, and trimming is logged as an exact ``XTRIM ... MINID``.
+"""
+
+from __future__ import annotations
+
+from pion.protocol import errors
+from pion.protocol.errors import ReplyError
+from pion.protocol.resp import NULL_ARRAY, OK, KeyedArrays
+from pion.server.args import parse_int
+from pion.server.blocking import NOT_READY, BlockRequest
+from pion.server.context import Ctx
+from pion.server.registry import command
+from pion.storage.stream_value import (
+    INVALID_ID,
+    MAX_ID,
+    MIN_ID,
+    U64,
+    Stream,
+    StreamID,
+    format_id,
+    next_id,
+    now_ms,
+    parse_id,
+    prev_id,
+)
+
+_GROUP = "stream"
+
+
+def get_stream(ctx: Ctx, key: bytes) -> Stream | None:
+    return ctx.db.get_typed(key, Stream)
+
+
+def entry_reply(entries: list) -> list:
+    return [[format_id(sid), list(fields)] for sid, fields in entries]
+
+
+# -- XADD / XTRIM ----------------------------------------------------------------------------
+
+
+class TrimSpec:
+    __slots__ = ("strategy", "threshold", "approx", "limit")
+
+    def __init__(self) -> None:
+        self.strategy: bytes | None = None
+        self.threshold: int | StreamID = 0
+        self.approx = False
+        self.limit: int | None = None
+
+    def apply(self, stream: Stream) -> int:
+        if self.strategy == b"MAXLEN":
+            return stream.trim_maxlen(self.threshold, self.limit)  # type: ignore[arg-type]
+        if self.strategy == b"MINID":
+            return stream.trim_minid(self.threshold, self.limit)  # type: ignore[arg-type]
+        return 0
+
+
+def parse_trim(argv: list[bytes], i: int, spec: TrimSpec) -> int:
+    """Parse ``MAXLEN|MINID [=|~] threshold`` at argv[i]; returns the next index."""
+    spec.strategy = argv[i].upper()
+    i += 1
+    if i < len(argv) and argv[i] in (b"=", b"~"):
+        spec.approx = argv[i] == b"~"
+        i += 1
+    if i >= len(argv):
+        raise ReplyError(errors.SYNTAX)
+    if spec.strategy == b"MAXLEN":
+        value = parse_int(argv[i])
+        if value < 0:
+            raise ReplyError("ERR The MAXLEN argument must be >= 0.")
+        spec.threshold = value
+    else:
+        spec.threshold = parse_id(argv[i], strict=True)
+    return i + 1
+
+
+def _parse_limit(argv: list[bytes], i: int, spec: TrimSpec) -> int:
+    value = parse_int(argv[i + 1])
+    if value < 0:
+        raise ReplyError("ERR The LIMIT argument must be >= 0.")
+    if not spec.approx:
+        raise ReplyError("ERR syntax error, LIMIT cannot be used without the special ~ option")
+    spec.limit = value or None
+    return i + 2
+
+
+@command("XADD", -5, "write denyoom fast", keys=(1, 1, 1), categories="@write @stream @fast", group=_GROUP, since="5.0.0")
+def xadd(ctx: Ctx, argv: list[bytes]):
+    """XADD key [NOMKSTREAM] [MAXLEN | MINID [= | ~] threshold [LIMIT count]] * | id field value [field value ...]"""
+    key, i, nomkstream, trim = argv[1], 2, False, TrimSpec()
+    while i < len(argv):
+        option = argv[i].upper()
+        if option == b"NOMKSTREAM":
+            nomkstream, i = True, i + 1
+        elif option in (b"MAXLEN", b"MINID"):
+            i = parse_trim(argv, i, trim)
+        elif option == b"LIMIT" and i + 1 < len(argv):
+            i = _parse_limit(argv, i, trim)
+        else:
+            break
+    fields = argv[i + 1 :]
+    if i >= len(argv) or not fields or len(fields) % 2:
+        raise ReplyError(errors.wrong_arity("xadd"))
+    stream = get_stream(ctx, key)
+    new_id = _new_id(argv[i], stream)
+    if stream is None:
+        if nomkstream:
+            return None
+        stream = Stream()
+        ctx.db.set(key, stream)
+    if new_id is None:
+        new_id = _auto_id(stream)
+    _check_id_order(new_id, stream, "XADD")
+    stream.add(new_id, list(fields))
+    trimmed = trim.apply(stream)
+    ctx.db.signal(key)
+    ctx.dirty()
+    ctx.rewrite([b"XADD", key, format_id(new_id), *fields])
+    if trimmed:
+        ctx.propagate([b"XTRIM", key, b"MINID", b"=", format_id(stream.first_id) if stream.entries else format_id(next_id(new_id) or new_id)])
+    ctx.notify("t", "xadd", key)
+    if trimmed:
+        ctx.notify("t", "xtrim", key)
+    return format_id(new_id)
+
+
+def _new_id(raw: bytes, stream: Stream | None) -> StreamID | None:
+    """None means fully automatic ('*'); 'ms-*' picks the sequence."""
+    if raw == b"*":
+        return None
+    if raw.endswith(b"-*"):
+        ms = parse_id(raw[:-2], strict=True)[0]
+        last = stream.last_id if stream is not None else MIN_ID
+        if last[0] == ms:
+            if last[1] == U64:
+                raise ReplyError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
+            return ms, last[1] + 1
+        return ms, 0 if ms > 0 else 1
+    sid = parse_id(raw, strict=True)
+    if sid == MIN_ID:
+        raise ReplyError("ERR The ID specified in XADD must be greater than 0-0")
+    return sid
+
+
+def _auto_id(stream: Stream) -> StreamID:
+    ms = now_ms()
+    last = stream.last_id
+    if ms > last[0]:
+        return ms, 0
+    following = next_id(last)
+    if following is None:
+        raise ReplyError("ERR The stream has exhausted the last possible ID, unable to add more items")
+    return following
+
+
+def _check_id_order(sid: StreamID, stream: Stream, name: str) -> None:
+    if sid <= stream.last_id:
+        raise ReplyError(f"ERR The ID specified in {name} is equal or smaller than the target stream top item")
+
+
+@command("XTRIM", -4, "write", keys=(1, 1, 1), categories="@write @stream @slow", group=_GROUP, since="5.0.0")
+def xtrim(ctx: Ctx, argv: list[bytes]):
+    """XTRIM key MAXLEN | MINID [= | ~] threshold [LIMIT count]"""
+    trim = TrimSpec()
+    if argv[2].upper() not in (b"MAXLEN", b"MINID"):
+        raise ReplyError(errors.SYNTAX)
+    i = parse_trim(argv, 2, trim)
+    while i < len(argv):
+        if argv[i].upper() == b"LIMIT" and i + 1 < len(argv):
+            i = _parse_limit(argv, i, trim)
+        else:
+            raise ReplyError(errors.SYNTAX)
+    stream = get_stream(ctx, argv[1])
+    if stream is None:
+        return 0
+    removed = trim.apply(stream)
+    if removed:
+        ctx.db.signal(argv[1])
+        ctx.dirty()
+        ctx.notify("t", "xtrim", argv[1])
+        first = format_id(stream.first_id) if stream.entries else format_id(next_id(stream.last_id) or MAX_ID)
+        ctx.rewrite([b"XTRIM", argv[1], b"MINID", b"=", first])
+    return removed
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+
+def _range_bound(raw: bytes, is_start: bool) -> StreamID | None:
+    """A range bound: '-', '+', 'ms', 'ms-seq', or exclusive '(id'. None: empty range."""
+    if raw.startswith(b"("):
+        if raw in (b"(-", b"(+"):
+            raise ReplyError(INVALID_ID)
+        sid = parse_id(raw[1:], 0 if is_start else U64, strict=True)
+        return next_id(sid) if is_start else prev_id(sid)
+    return parse_id(raw, 0 if is_start else U64)
+
+
+def _count_option(argv: list[bytes], i: int) -> int | None:
+    if i == len(argv):
+        return None
+    if len(argv) != i + 2 or argv[i].upper() != b"COUNT":
+        raise ReplyError(errors.SYNTAX)
+    count = parse_int(argv[i + 1])
+    return max(count, 0)
+
+
+@command("XRANGE", -4, "readonly", keys=(1, 1, 1), categories="@read @stream @slow", group=_GROUP, since="5.0.0")
+def xrange(ctx: Ctx, argv: list[bytes]):
+    """XRANGE key start end [COUNT count]"""
+    start, end = _range_bound(argv[2], True), _range_bound(argv[3], False)
+    count = _count_option(argv, 4)
+    if count == 0:
+        return NULL_ARRAY
+    stream = get_stream(ctx, argv[1])
+    if stream is None or start is None or end is None:
+        return []
+    return entry_reply(stream.range(start, end, count))
+
+
+@command("XREVRANGE", -4, "readonly", keys=(1, 1, 1), categories="@read @stream @slow", group=_GROUP, since="5.0.0")
+def xrevrange(ctx: Ctx, argv: list[bytes]):
+    """XREVRANGE key end start [COUNT count]"""
+    end, start = _range_bound(argv[2], False), _range_bound(argv[3], True)
+    count = _count_option(argv, 4)
+    if count == 0:
+        return NULL_ARRAY
+    stream = get_stream(ctx, argv[1])
+    if stream is None or start is None or end is None:
+        return []
+    return entry_reply(stream.range(start, end, count, reverse=True))
+
+
+@command("XLEN", 2, "readonly fast", keys=(1, 1, 1), categories="@read @stream @fast", group=_GROUP, since="5.0.0")
+def xlen(ctx: Ctx, argv: list[bytes]):
+    """XLEN key"""
+    stream = get_stream(ctx, argv[1])
+    return len(stream) if stream is not None else 0
+
+
+@command("XDEL", -3, "write fast", keys=(1, 1, 1), categories="@write @stream @fast", group=_GROUP, since="5.0.0")
+def xdel(ctx: Ctx, argv: list[bytes]):
+    """XDEL key id [id ...]"""
+    ids = [parse_id(raw, strict=True) for raw in argv[2:]]
+    stream = get_stream(ctx, argv[1])
+    if stream is None:
+        return 0
+    deleted = sum(stream.delete(sid) for sid in ids)
+    if deleted:
+        ctx.db.signal(argv[1])
+        ctx.dirty()
+        ctx.notify("t", "xdel", argv[1])
+    return deleted
+
+
+@command("XSETID", -3, "write denyoom fast", keys=(1, 1, 1), categories="@write @stream @fast", group=_GROUP, since="5.0.0")
+def xsetid(ctx: Ctx, argv: list[bytes]):
+    """XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]"""
+    sid = parse_id(argv[2], strict=True)
+    added = max_deleted = None
+    i = 3
+    while i < len(argv):
+        option = argv[i].upper()
+        if option == b"ENTRIESADDED" and i + 1 < len(argv):
+            added = parse_int(argv[i + 1])
+            if added < 0:
+                raise ReplyError("ERR entries_added must be positive")
+        elif option == b"MAXDELETEDID" and i + 1 < len(argv):
+            max_deleted = parse_id(argv[i + 1], strict=True)
+            if sid < max_deleted:
+                raise ReplyError("ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")
+        else:
+            raise ReplyError(errors.SYNTAX)
+        i += 2
+    stream = get_stream(ctx, argv[1])
+    if stream is None:
+        raise ReplyError("ERR no such key")
+    if stream.entries and sid < stream.entries.peekitem(-1)[0]:
+        raise ReplyError("ERR The ID specified in XSETID is smaller than the target stream top item")
+    if added is not None and len(stream) > added:
+        raise ReplyError("ERR The entries_added specified in XSETID is smaller than the target stream length")
+    stream.last_id = sid
+    if added is not None:
+        stream.entries_added = added
+    if max_deleted is not None:
+        stream.max_deleted_id = max_deleted
+    ctx.db.signal(argv[1])
+    ctx.dirty()
+    ctx.notify("t", "xsetid", argv[1])
+    return OK
+
+
+# -- XREAD ----------------------------------------------------------------------------------
+
+
+def streams_keys(argv: list[bytes]) -> list[int]:
+    """Key positions of XREAD/XREADGROUP: the first half of what follows STREAMS."""
+    for i, arg in enumerate(argv):
+        if arg.upper() == b"STREAMS":
+            rest = len(argv) - i - 1
+            return list(range(i + 1, i + 1 + rest // 2))
+    return []
+
+
+def parse_read_options(argv: list[bytes], start: int, group: bool) -> tuple[int | None, float | None, bool, list[bytes], list[bytes]]:
+    count = block = None
+    noack = False
+    i = start
+    while i < len(argv):
+        option = argv[i].upper()
+        if option == b"COUNT" and i + 1 < len(argv):
+            count = max(parse_int(argv[i + 1]), 0) or None
+            i += 2
+        elif option == b"BLOCK" and i + 1 < len(argv):
+            block = parse_int(argv[i + 1], "ERR timeout is not an integer or out of range")
+            if block < 0:
+                raise ReplyError("ERR timeout is negative")
+            i += 2
+        elif option == b"NOACK" and group:
+            noack, i = True, i + 1
+        elif option == b"STREAMS":
+            rest = argv[i + 1 :]
+            if not rest or len(rest) % 2:
+                name = "xreadgroup" if group else "xread"
+                what = "an ID or '>'" if group else "an ID"
+                raise ReplyError(f"ERR Unbalanced '{name}' list of streams: for each stream key {what} must be specified.")
+            half = len(rest) // 2
+            return count, (block / 1000.0 if block is not None else None), noack, rest[:half], rest[half:]
+        else:
+            raise ReplyError(errors.SYNTAX)
+    raise ReplyError(errors.SYNTAX)
+
+
+@command("XREAD", -4, "readonly blocking movablekeys", categories="@read @stream @slow @blocking", group=_GROUP, since="5.0.0", key_finder=streams_keys)
+def xread(ctx: Ctx, argv: list[bytes]):
+    """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
+    count, block, _, keys, raw_ids = parse_read_options(argv, 1, group=False)
+    after: list[StreamID] = []
+    for key, raw in zip(keys, raw_ids, strict=True):
+        if raw == b">":
+            raise ReplyError("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.")
+        if raw == b"$":
+            stream = get_stream(ctx, key)
+            after.append(stream.last_id if stream is not None else MIN_ID)
+        else:
+            after.append(parse_id(raw, strict=True) if raw != b"+" else _last_entry_before(ctx, key))
+    reply = _read_new(ctx, keys, after, count)
+    if reply is not None or block is None:
+        return reply if reply is not None else NULL_ARRAY
+    if not ctx.can_block:
+        return NULL_ARRAY
+
+    def retry(retry_ctx: Ctx):
+        found = _read_new(retry_ctx, keys, after, count)
+        return NOT_READY if found is None else found
+
+    return BlockRequest(keys=list(keys), timeout=block, retry=retry, on_timeout=NULL_ARRAY)
+
+
+def _last_entry_before(ctx: Ctx, key: bytes) -> StreamID:
+    stream = get_stream(ctx, key)
+    if stream is None or not stream.entries:
+        return MIN_ID
+    return prev_id(stream.entries.peekitem(-1)[0]) or MIN_ID
+
+
+def _read_new(ctx: Ctx, keys: list[bytes], after: list[StreamID], count: int | None) -> KeyedArrays | None:
+    result = KeyedArrays()
+    for key, last in zip(keys, after, strict=True):
+        stream = get_stream(ctx, key)
+        if stream is None:
+            continue
+        start = next_id(last)
+        if start is None:
+            continue
+        entries = stream.range(start, MAX_ID, count)
+        if entries:
+            result[key] = entry_reply(entries)
+    return result or None

@@ -1,0 +1,213 @@
+"""The stream type: entries ordered by ID, consumer groups, pending entries lists.
+
+IDs are ``(ms, seq)`` tuples of unsigned 64-bit integers. Entries live in a ``SortedDict`` so
+ranges are O(log n + k). Storage never imports the server: parsing IDs from arguments and the
+error texts live here because they are part of the type's contract.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedDict
+
+from pion.protocol.errors import ReplyError
+from pion.storage.encodings import register_encoding
+from pion.storage.keyspace import register_type
+from pion.storage.serialize import pack_tree, register_codec, unpack_tree
+
+StreamID = tuple[int, int]
+U64 = 2**64 - 1
+MIN_ID: StreamID = (0, 0)
+MAX_ID: StreamID = (U64, U64)
+INVALID_ID = "ERR Invalid stream ID specified as stream command argument"
+
+
+def format_id(sid: StreamID) -> bytes:
+    return b"%d-%d" % sid
+
+
+def parse_id(raw: bytes, missing_seq: int = 0, strict: bool = False) -> StreamID:
+    """``ms-seq`` or ``ms`` (seq defaults to ``missing_seq``: 0 for a start, max for an end)."""
+    text = raw.decode("latin-1")
+    if text == "-" and not strict:
+        return MIN_ID
+    if text == "+" and not strict:
+        return MAX_ID
+    ms_text, dash, seq_text = text.partition("-")
+    try:
+        ms = _u64(ms_text)
+        seq = _u64(seq_text) if dash else missing_seq
+    except ValueError:
+        raise ReplyError(INVALID_ID) from None
+    return ms, seq
+
+
+def _u64(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(text)
+    value = int(text)
+    if value > U64:
+        raise ValueError(text)
+    return value
+
+
+def next_id(sid: StreamID) -> StreamID | None:
+    ms, seq = sid
+    if seq < U64:
+        return ms, seq + 1
+    return (ms + 1, 0) if ms < U64 else None
+
+
+def prev_id(sid: StreamID) -> StreamID | None:
+    ms, seq = sid
+    if seq > 0:
+        return ms, seq - 1
+    return (ms - 1, U64) if ms > 0 else None
+
+
+@dataclass
+class PendingEntry:
+    consumer: bytes
+    delivery_time: int
+    delivery_count: int
+
+
+@dataclass
+class Consumer:
+    name: bytes
+    seen_time: int
+    active_time: int = -1
+    pending: SortedDict = field(default_factory=SortedDict)  # id -> PendingEntry (shared objects)
+
+
+@dataclass
+class ConsumerGroup:
+    name: bytes
+    last_id: StreamID
+    entries_read: int | None
+    pel: SortedDict = field(default_factory=SortedDict)  # id -> PendingEntry
+    consumers: dict[bytes, Consumer] = field(default_factory=dict)
+
+    def consumer(self, name: bytes, create: bool = True) -> Consumer | None:
+        found = self.consumers.get(name)
+        if found is None and create:
+            found = self.consumers[name] = Consumer(name, now_ms())
+        return found
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Stream:
+    """A stream value. ``entries`` maps ID -> flat [field, value, ...] list."""
+
+    __slots__ = ("entries", "last_id", "max_deleted_id", "entries_added", "groups")
+
+    def __init__(self) -> None:
+        self.entries: SortedDict = SortedDict()
+        self.last_id: StreamID = MIN_ID
+        self.max_deleted_id: StreamID = MIN_ID
+        self.entries_added = 0
+        self.groups: dict[bytes, ConsumerGroup] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def first_id(self) -> StreamID:
+        return self.entries.peekitem(0)[0] if self.entries else MIN_ID
+
+    def add(self, sid: StreamID, fields: list[bytes]) -> None:
+        self.entries[sid] = fields
+        self.last_id = sid
+        self.entries_added += 1
+
+    def delete(self, sid: StreamID) -> bool:
+        if self.entries.pop(sid, None) is None:
+            return False
+        if sid > self.max_deleted_id:
+            self.max_deleted_id = sid
+        return True
+
+    def range(self, start: StreamID, end: StreamID, count: int | None = None, reverse: bool = False) -> list:
+        if start > end:
+            return []
+        out = []
+        for sid in self.entries.irange(start, end, reverse=reverse):
+            out.append((sid, self.entries[sid]))
+            if count is not None and len(out) >= count:
+                break
+        return out
+
+    def trim_maxlen(self, maxlen: int, limit: int | None = None) -> int:
+        removed = 0
+        while len(self.entries) > maxlen and (limit is None or removed < limit):
+            sid, _ = self.entries.popitem(0)
+            self.max_deleted_id = max(self.max_deleted_id, sid)
+            removed += 1
+        return removed
+
+    def trim_minid(self, minid: StreamID, limit: int | None = None) -> int:
+        removed = 0
+        while self.entries and self.entries.peekitem(0)[0] < minid and (limit is None or removed < limit):
+            sid, _ = self.entries.popitem(0)
+            self.max_deleted_id = max(self.max_deleted_id, sid)
+            removed += 1
+        return removed
+
+    def entries_read_estimate(self, group: ConsumerGroup) -> int | None:
+        """Redis's lag bookkeeping (streamEstimateDistanceFromFirstEverEntry), simplified."""
+        if group.entries_read is not None and not self._has_tombstone_after(group.last_id):
+            return group.entries_read
+        if group.last_id >= self.last_id and self.entries_added:
+            return self.entries_added
+        if group.last_id < self.first_id and self.max_deleted_id < self.first_id:
+            return self.entries_added - len(self.entries)
+        return None
+
+    def _has_tombstone_after(self, sid: StreamID) -> bool:
+        return self.max_deleted_id != MIN_ID and self.max_deleted_id >= sid and bool(self.entries)
+
+    def lag(self, group: ConsumerGroup) -> int | None:
+        if not self.entries_added:
+            return 0
+        read = self.entries_read_estimate(group)
+        return None if read is None else max(self.entries_added - read, 0)
+
+
+register_type(Stream, "stream")
+register_encoding(Stream, lambda value, settings: "stream")
+
+
+def _dump(stream: Stream) -> bytes:
+    groups = []
+    for group in stream.groups.values():
+        pel = [(sid, entry.consumer, entry.delivery_time, entry.delivery_count) for sid, entry in group.pel.items()]
+        consumers = [(c.name, c.seen_time, c.active_time) for c in group.consumers.values()]
+        groups.append((group.name, group.last_id, group.entries_read, pel, consumers))
+    tree = (list(stream.entries.items()), stream.last_id, stream.max_deleted_id, stream.entries_added, groups)
+    return pack_tree(tree)
+
+
+def _load(body: bytes) -> Stream:
+    entries, last_id, max_deleted, added, groups = unpack_tree(body)
+    stream = Stream()
+    for sid, fields in entries:
+        stream.entries[tuple(sid)] = fields
+    stream.last_id, stream.max_deleted_id, stream.entries_added = tuple(last_id), tuple(max_deleted), added
+    for name, group_last, entries_read, pel, consumers in groups:
+        group = ConsumerGroup(name, tuple(group_last), entries_read)
+        for cname, seen, active in consumers:
+            group.consumers[cname] = Consumer(cname, seen, active)
+        for sid, cname, when, count in pel:
+            entry = PendingEntry(cname, when, count)
+            group.pel[tuple(sid)] = entry
+            group.consumer(cname).pending[tuple(sid)] = entry
+        stream.groups[name] = group
+    return stream
+
+
+register_codec(Stream, 6, _dump, _load)
