@@ -51,12 +51,16 @@ class Settings:
     maxmemory: int = 0
     maxmemory_policy: str = "noeviction"
     maxmemory_samples: int = 5
+    # K/V cache: byte budget of stored rows and SSM blobs, 0 = none (evicts whole prefixes, LRU, leaves first)
+    kv_maxmemory: int = 0
     # misc
-    enable_debug_command: bool = False
+    enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
     slowlog_log_slower_than: int = 10000
     slowlog_max_len: int = 128
     hz: int = 10
+    #: the config file the server was started with (CONFIG REWRITE rewrites it), "" for none
+    config_file: str = ""
     # parameters Redis clients may set that only shape OBJECT ENCODING or are stored as-is
     extra: tuple[tuple[str, str], ...] = field(default=())
 
@@ -72,6 +76,7 @@ class Settings:
         )
         _check(self.loglevel in LOGLEVELS, f"loglevel must be one of {', '.join(LOGLEVELS)}")
         _check(self.maxmemory >= 0, "maxmemory must be >= 0")
+        _check(self.kv_maxmemory >= 0, "kv-maxmemory must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
 
     def with_changes(self, **changes: object) -> Settings:
@@ -163,11 +168,13 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "maxmemory": ("maxmemory", parse_memory, str),
     "maxmemory-policy": ("maxmemory_policy", str.lower, str),
     "maxmemory-samples": ("maxmemory_samples", parse_int_value, str),
-    "enable-debug-command": ("enable_debug_command", parse_bool, format_bool),
+    "kv-maxmemory": ("kv_maxmemory", parse_memory, str),
+    "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),
     "slowlog-max-len": ("slowlog_max_len", parse_int_value, str),
     "hz": ("hz", parse_int_value, str),
+    "config-file": ("config_file", str, str),  # set by pion-server from its file argument, not settable
 }
 
 

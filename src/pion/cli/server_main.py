@@ -17,18 +17,45 @@ USAGE = """usage: pion-server [config-file] [--port N] [--bind ADDR ...] [--dir 
                    [--appendfsync always|everysec|no] [--maxmemory BYTES] [--<any-config> VALUE ...]
 
 Pion: a memory engine for LLM inference on the Redis wire protocol (default port 1974).
-Any redis.conf parameter may be given as --name value; flags override the config file."""
+Any redis.conf parameter may be given as --name value; flags override the config file.
+
+K/V cache: --kv-maxmemory BYTES caps the stored prefixes (0 = no cap; whole prefixes are evicted,
+least recently used first, leaves of a chain before their roots, pinned ones never).
+--kvcache is accepted for the reference's scripts and does nothing: the K/V cache is always on.
+Reference flags for hardware Pion does not drive (--metal-attention, --cuda-attention, --gpu,
+--xdp, --iouring, --inference, ...) are refused with the reason."""
 
 #: flags that are switches (no value): flag -> (parameter, value)
 SWITCHES = {"--enable-debug-command": ("enable-debug-command", "yes"), "--kvcache": ("kvcache", "yes")}
+
+
+_NO_GPU = "Pion computes ATTEND.* on the CPU with numpy (no GPU kernels, no flag needed)"
+_NO_MODEL = "Pion runs no model: the client prefills and ships K/V (use the client adapters)"
+#: reference flags we cannot honour: refused at start with the reason, never silently ignored
+UNSUPPORTED = {
+    "--metal-attention": _NO_GPU, "--metal-attention-fp16": _NO_GPU, "--cuda-attention": _NO_GPU,
+    "--gpu": _NO_GPU, "--fa-window": _NO_GPU,
+    "--xdp": "XDP networking is not supported", "--xdp-interface": "XDP networking is not supported",
+    "--xdp-iface": "XDP networking is not supported",
+    "--iouring": "io_uring is not supported (Pion's event loop is uvloop)",
+    "--sqpoll": "io_uring is not supported (Pion's event loop is uvloop)",
+    "--inference": _NO_MODEL, "--inference-socket": _NO_MODEL, "--inference-emb-model": _NO_MODEL,
+    "--inference-llm-model": _NO_MODEL, "--llm-enabled": _NO_MODEL, "--llm-port": _NO_MODEL,
+    "--llm-model": _NO_MODEL,
+}
 
 
 def parse_argv(argv: list[str]) -> list[tuple[str, str]]:
     """Split ``[file] --a 1 --b x y`` into (name, value) pairs, file lines first."""
     pairs: list[tuple[str, str]] = []
     args = list(argv)
+    for arg in args:
+        if arg in UNSUPPORTED:
+            raise ConfigError(f"{arg} is not supported: {UNSUPPORTED[arg]}")
     if args and not args[0].startswith("--"):
-        pairs.extend(read_config_file(args.pop(0)))
+        path = args.pop(0)
+        pairs.extend(read_config_file(path))
+        pairs.append(("config-file", os.path.abspath(path)))  # CONFIG REWRITE rewrites this file
     name: str | None = None
     values: list[str] = []
     for arg in args + ["--"]:

@@ -36,6 +36,12 @@ MISCONF = (
     "MISCONF Errors writing to the append only file. Pion is configured to refuse writes "
     "while the log cannot be written; check the server log for the cause."
 )
+MISCONF_SNAPSHOT = (
+    "MISCONF Pion is configured to save snapshots, but it's currently unable to persist to disk. "
+    "Commands that may modify the data set are disabled, because this instance is configured to "
+    "report errors during writes if snapshotting fails (stop-writes-on-bgsave-error option). "
+    "Please check the Pion logs for details about the snapshot error."
+)
 
 
 def wrong_arity(name: str) -> str:

@@ -12,6 +12,7 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     SetReply -> RESP3 set keeping its order (COMMAND INFO), RESP2 array
     Replies -> several replies back to back (SUBSCRIBE confirms each channel)
     KeyedArrays -> RESP3 map, RESP2 array of [key, value] pairs (XREAD)
+    HumanDouble -> RESP3 double with the given digits, RESP2 bulk (GEOPOS coordinates)
     ReplyError -> error
 """
 
@@ -64,6 +65,12 @@ class SetReply(list):
 
 class BigNumber(int):
     """A RESP3 big number (``(``), an integer-looking bulk string in RESP2."""
+
+    __slots__ = ()
+
+
+class HumanDouble(bytes):
+    """A double whose digits the handler wrote (GEOPOS's ``%.17Lf`` form): RESP3 ``,``, RESP2 bulk."""
 
     __slots__ = ()
 
@@ -188,6 +195,8 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
             out.append(b"=%d\r\ntxt:%s\r\n" % (len(data) + 4, data))
         else:
             out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    elif cls is HumanDouble:
+        out.append(b",%s\r\n" % value if proto == 3 else b"$%d\r\n%s\r\n" % (len(value), value))
     elif cls is BigNumber:
         out.append(b"(%d\r\n" % value if proto == 3 else b"$%d\r\n%d\r\n" % (len(str(int(value))), value))
     elif isinstance(value, str):

@@ -25,7 +25,9 @@ from pion.server.commands import load_table
 from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
+from pion.server.info import default_info_sections
 from pion.server.journal import Journal
+from pion.server.pause import ClientPause
 from pion.server.pubsub import PubSubHub
 from pion.server.registry import CommandSpec
 from pion.server.slowlog import SlowLog
@@ -67,11 +69,24 @@ class Server:
         self.stat_keyspace_hits = 0
         self.stat_keyspace_misses = 0
         self.paused_until = 0.0
+        self.pause = ClientPause(self)
+        #: INFO sections by name, in INFO's order; engines add sections or replace the defaults
+        self.info_sections: dict[str, Callable[[Server], dict[str, object]]] = default_info_sections()
+        #: error prefix (ERR, WRONGTYPE, ...) -> count, for INFO errorstats
+        self.error_stats: dict[str, int] = {}
+        #: CONFIG RESETSTAT calls these too (engine counters)
+        self.resetstat_hooks: list[Callable[[Server], Any]] = []
+        #: after CONFIG SET swaps settings: hook(server, old, new) -> error text to refuse and roll back
+        self.config_hooks: list[Callable[[Server, Settings, Settings], str | None]] = []
+        #: DEBUG subcommands an engine provides (RELOAD, ...): lower-case name -> handler(ctx, argv)
+        self.debug_hooks: dict[str, Callable[..., Any]] = {}
         self.startup_hooks: list[StartupHook] = []
         self.shutdown_hooks: list[Callable[[Server], Any]] = []
         self.cron_hooks: list[Callable[[Server], Any]] = []
         #: objects by name for the engines (kv cache, durability) to find each other
         self.engines: dict[str, Any] = {}
+        #: tenant name -> its own databases (ids unique server-wide, see Database.id)
+        self.tenant_dbs: dict[str, list[Database]] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._stopping: asyncio.Event | None = None
         self._cron_task: asyncio.Task[None] | None = None
@@ -83,7 +98,20 @@ class Server:
         db = Database(index)
         db.on_signal = self._on_key_signal
         db.on_expired = self._on_key_expired
+        db.apply_settings(self.settings)
         return db
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        """CONFIG SET swaps in new settings; the keyspaces follow maxmemory-policy (LRU/LFU)."""
+        self._settings = value
+        for dbs in [getattr(self, "dbs", ()), *getattr(self, "tenant_dbs", {}).values()]:
+            for db in dbs:
+                db.apply_settings(value)
 
     def _make_replay_client(self) -> Client:
         client = Client(0, self)
@@ -103,19 +131,33 @@ class Server:
 
     def _on_key_signal(self, db: Database, key: bytes) -> None:
         if self.blocking.waiting:
-            self.blocking.on_key_signal(db.index, key)
+            self.blocking.on_key_signal(db.id, key)
 
     def _on_key_expired(self, db: Database, key: bytes) -> None:
         """An expired key was removed: log a DEL so replay does not depend on the clock."""
         self.stat_expired += 1
         self.dirty += 1
-        self.dispatcher.pending.append((db.index, [b"DEL", key]))
+        self.dispatcher.pending.append((db.id, [b"DEL", key]))
         if self.notify_flags:
             self.pubsub.notify_keyspace_event("x", "expired", key, db.index)
         if self.dispatcher.depth == 0 and not self.loading:
             self.dispatcher.finish_command(None)
 
     # -- clients ---------------------------------------------------------------------------
+
+    def replay_target(self, db_id: int) -> Client:
+        """Point the replay client at the database a log record names (its ``Database.id``)."""
+        client = self.replay_client
+        for dbs in self.all_db_lists():
+            for db in dbs:
+                if db.id == db_id:
+                    client.dbs, client.db_index = dbs, db.index
+                    return client
+        raise KeyError(f"the log names database id {db_id}, which this server does not have")
+
+    def all_db_lists(self) -> list[list[Database]]:
+        """The default databases and each tenant's (tenants add theirs to ``tenant_dbs``)."""
+        return [self.dbs, *self.tenant_dbs.values()]
 
     def next_client_id(self) -> int:
         self._next_client_id += 1
@@ -138,12 +180,12 @@ class Server:
 
     def drop_watches(self, client: Client) -> None:
         """UNWATCH: forget every key this client watches."""
-        for db_index, key in client.watched:
-            watchers = self.dbs[db_index].watchers.get(key)
+        for db, key in client.watched:
+            watchers = db.watchers.get(key)
             if watchers is not None:
                 watchers.discard(client)
                 if not watchers:
-                    del self.dbs[db_index].watchers[key]
+                    del db.watchers[key]
         client.watched = []
         client.watched_expired = set()
         client.dirty_cas = False
@@ -247,7 +289,11 @@ class Server:
                 log.exception("cron failed")
 
     def cron_once(self) -> None:
-        if not self.loading and self.active_expire_enabled:
+        now = int(time.time() * 1000)
+        for dbs in self.all_db_lists():
+            for db in dbs:
+                db.lru_clock = now  # the access stamp OBJECT IDLETIME reads
+        if not self.loading and self.active_expire_enabled and not self.paused_until:
             for db in self.dbs:
                 if db.expires:
                     db.sweep_expired()

@@ -44,13 +44,14 @@ class BlockRequest:
     on_timeout: Any = NULL_ARRAY
     argv: list[bytes] = field(default_factory=list)
     db_index: int = 0
+    db_id: int = 0
     timer: asyncio.TimerHandle | None = None
 
 
 class BlockingManager:
     def __init__(self, server: Server) -> None:
         self.server = server
-        #: (db index, key) -> clients waiting on it, in arrival order
+        #: (Database.id, key) -> clients waiting on it, in arrival order
         self.waiting: dict[tuple[int, bytes], OrderedDict[int, Client]] = {}
         self.ready: list[tuple[int, bytes]] = []
         self.num_blocked = 0
@@ -58,18 +59,19 @@ class BlockingManager:
 
     def block(self, client: Client, request: BlockRequest) -> None:
         request.db_index = client.db_index
+        request.db_id = client.dbs[client.db_index].id
         client.blocked = request
         self.num_blocked += 1
         for key in dict.fromkeys(request.keys):
-            slot = (client.db_index, key)
+            slot = (request.db_id, key)
             self.waiting.setdefault(slot, OrderedDict())[client.id] = client
         if request.timeout > 0:
             loop = asyncio.get_running_loop()
             request.timer = loop.call_later(request.timeout, self._time_out, client)
 
-    def on_key_signal(self, db_index: int, key: bytes) -> None:
-        if (db_index, key) in self.waiting:
-            self.ready.append((db_index, key))
+    def on_key_signal(self, db_id: int, key: bytes) -> None:
+        if (db_id, key) in self.waiting:
+            self.ready.append((db_id, key))
 
     def serve_ready(self) -> None:
         """Retry clients blocked on keys that changed; serving one may ready more keys."""
@@ -116,7 +118,7 @@ class BlockingManager:
         if request.timer is not None:
             request.timer.cancel()
         for key in request.keys:
-            slot = (request.db_index, key)
+            slot = (request.db_id, key)
             waiters = self.waiting.get(slot)
             if waiters is not None:
                 waiters.pop(client.id, None)

@@ -16,7 +16,7 @@ class Client:
         "id", "server", "conn", "addr", "laddr", "name", "lib_name", "lib_ver", "db_index",
         "proto", "user", "authenticated", "tenant", "created", "last_interaction", "last_cmd",
         "multi", "multi_error", "dirty_cas", "watched", "watched_expired", "subscriptions",
-        "patterns", "shard_subscriptions", "reply_mode", "blocked", "flags", "no_evict",
+        "patterns", "shard_subscriptions", "reply_mode", "blocked", "flags", "no_evict", "dbs",
         "no_touch", "closing", "commands_processed", "executing", "in_script", "fd", "ctx",
     )
 
@@ -30,6 +30,8 @@ class Client:
         self.lib_name = b""
         self.lib_ver = b""
         self.db_index = 0
+        #: the databases this client sees: the server's, or its tenant's own
+        self.dbs = server.dbs
         self.proto = 2
         self.user = "default"
         self.authenticated = not server.requires_auth
@@ -40,8 +42,8 @@ class Client:
         self.multi: list[tuple[Any, list[bytes]]] | None = None
         self.multi_error = False
         self.dirty_cas = False
-        self.watched: list[tuple[int, bytes]] = []
-        self.watched_expired: set[tuple[int, bytes]] = set()
+        self.watched: list[tuple[Any, bytes]] = []  # (Database, key)
+        self.watched_expired: set[tuple[int, bytes]] = set()  # (Database.id, key)
         self.subscriptions: set[bytes] = set()
         self.patterns: set[bytes] = set()
         self.shard_subscriptions: set[bytes] = set()
@@ -59,7 +61,7 @@ class Client:
 
     @property
     def db(self):
-        return self.server.dbs[self.db_index]
+        return self.dbs[self.db_index]
 
     @property
     def subscription_count(self) -> int:
@@ -68,7 +70,7 @@ class Client:
     def touch_watched(self, db: Any, key: bytes) -> None:
         """A watched key changed. A key that was already expired at WATCH time and is now
         deleted counts as unchanged (Redis 7's rule for stale keys)."""
-        slot = (db.index, key)
+        slot = (db.id, key)
         if slot in self.watched_expired:
             if key not in db.data:
                 self.watched_expired.discard(slot)

@@ -141,6 +141,8 @@ class Connection(asyncio.Protocol):
             self.out_size += len(data)
         elif mode == "skip":
             client.reply_mode = "on"  # type: ignore[union-attr]
+        elif mode == "skip_next":  # CLIENT REPLY SKIP: no reply to it, nor to the next command
+            client.reply_mode = "skip"  # type: ignore[union-attr]
 
     def send_reply(self, reply: Any) -> None:
         """An out-of-band reply or push (pub/sub), kept in order with held replies."""

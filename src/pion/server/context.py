@@ -29,7 +29,8 @@ class Ctx:
 
     @property
     def db(self) -> Database:
-        return self.server.dbs[self.client.db_index]
+        client = self.client
+        return client.dbs[client.db_index]
 
     def rewrite(self, *argvs: list[bytes]) -> None:
         """Log these commands instead of the argv the client sent."""

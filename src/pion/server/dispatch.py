@@ -49,7 +49,7 @@ class Dispatcher:
             spec = self.table.by_name.get(argv[0].lower())
             if spec is None:
                 return ReplyError(errors.unknown_command(argv[0], argv[1:]))
-        if spec.subcommands:
+        if spec.subcommands and not (len(argv) == 1 and spec.handler is not None):  # bare COMMAND runs itself
             if len(argv) < 2:
                 return ReplyError(errors.wrong_arity(spec.name))
             sub = spec.subcommands.get(argv[1].lower())
@@ -72,13 +72,17 @@ class Dispatcher:
             if client.multi is not None:
                 client.multi_error = True
             self._count_rejected(argv)
+            self.count_error(spec)
             return spec
         refusal = self._refusal(client, spec, argv)
         if refusal is not None:
             if client.multi is not None and spec.name != "exec":
                 client.multi_error = True
             self._count(spec.full_name, 0, rejected=True)
+            self.count_error(refusal)
             return refusal
+        if server.paused_until and server.pause.holds(client, spec, argv):
+            return server.pause.postpone(client, argv)
         if client.multi is not None and argv[0].lower() not in _MULTI_PASS:
             client.multi.append((spec, argv))
             return QUEUED
@@ -114,7 +118,7 @@ class Dispatcher:
         ctx.effects = None
         ctx.rewritten = False
         dirty_before = server.dirty
-        db_index = client.db_index
+        db_index = client.dbs[client.db_index].id
         self.depth += 1
         start = time.perf_counter()
         failed = False
@@ -127,6 +131,8 @@ class Dispatcher:
             self.depth -= 1
         usec = int((time.perf_counter() - start) * 1_000_000)
         self._count(spec.full_name, usec, failed=failed)
+        if failed or isinstance(reply, ReplyError):
+            self.count_error(reply)
         client.commands_processed += 1
         client.last_cmd = spec.full_name
         if ctx.rewritten:
@@ -151,6 +157,7 @@ class Dispatcher:
             seq = self.server.journal.append(effects)
             if client is not None and client.conn is not None:
                 client.conn.pending_seq = seq
+                self.server.journal.note_reply(client, seq)
         if self.server.blocking.ready:
             self.server.blocking.serve_ready()
 
@@ -161,6 +168,7 @@ class Dispatcher:
         ctx.rewritten = False
         saved_db = client.db_index
         client.db_index = request.db_index
+        db_id = client.dbs[request.db_index].id
         dirty_before = self.server.dirty
         self.depth += 1
         try:
@@ -173,14 +181,15 @@ class Dispatcher:
         if reply is NOT_READY:
             return reply
         if ctx.rewritten:
-            self.pending.extend((request.db_index, effect) for effect in ctx.effects or ())
+            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
         elif self.server.dirty != dirty_before:
-            self.pending.append((request.db_index, request.argv))
+            self.pending.append((db_id, request.argv))
         if self.pending:
             effects, self.pending = self.pending, []
             seq = self.server.journal.append(effects)
             if client.conn is not None:
                 client.conn.pending_seq = max(client.conn.pending_seq, seq)
+                self.server.journal.note_reply(client, seq)
         return reply
 
     def replay(self, client: Client, argv: list[bytes]) -> Any:
@@ -217,3 +226,10 @@ class Dispatcher:
 
     def _count_rejected(self, argv: list[bytes]) -> None:
         self.server.stat_rejected += 1
+
+    def count_error(self, error: ReplyError) -> None:
+        """INFO errorstats: error replies by their prefix (the first word, as Redis)."""
+        prefix = error.message.split(" ", 1)[0]
+        stats = self.server.error_stats
+        if prefix in stats or len(stats) < 128:  # Redis stops adding prefixes past 128
+            stats[prefix] = stats.get(prefix, 0) + 1

@@ -26,6 +26,10 @@ class Journal:
     def when_durable(self, seq: int, callback: Callable[[], None]) -> None:
         callback()
 
+    def note_reply(self, client: object, seq: int) -> None:
+        """The reply to the write logged as ``seq`` is the next one ``client`` gets: a journal
+        that can fail remembers where, to answer -MISCONF instead if the write is not durable."""
+
     def write_error(self) -> str | None:
         """The reason writes are refused (a failed fsync), or None."""
         return None

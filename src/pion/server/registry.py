@@ -22,6 +22,8 @@ KNOWN_FLAGS = frozenset(
         "loading", "stale", "skip_monitor", "skip_slowlog", "asking", "fast", "no_auth",
         "may_replicate", "sentinel", "only_sentinel", "no_mandatory_keys", "protected",
         "no_async_loading", "no_multi", "movablekeys", "allow_busy", "cpu",
+        # Pion: on log replay, blob arguments arrive as memoryviews of mapped arenas (no copy)
+        "zero_copy",
     }
 )
 

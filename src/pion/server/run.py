@@ -18,6 +18,15 @@ class StartupError(Exception):
 def make_server(settings: Settings) -> Server:
     """The one place that wires the engines onto a core server."""
     server = Server(settings)
+    # durability first: the data-dir lock, arenas, the log (appendonly), recovery as the first
+    # startup hook (before listening), snapshots, maxmemory; other engines find it in engines
+    from pion.server.persistence import install as install_persistence
+
+    install_persistence(server)
+    # the K/V engine last: it registers a snapshot extension with the persistence engine, if any
+    from pion.server.commands.kvcache import install as install_kvcache
+
+    install_kvcache(server)
     return server
 
 

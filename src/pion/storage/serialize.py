@@ -40,6 +40,14 @@ def dump_value(value: Any) -> bytes:
     return body + struct.pack("<I", crc32c.crc32c(body))
 
 
+def verify_payload(payload: bytes) -> bool:
+    """True if the version and checksum are right (RESTORE tells this apart from a bad body)."""
+    if len(payload) < 7:
+        return False
+    body, (crc,) = payload[:-4], struct.unpack("<I", payload[-4:])
+    return crc32c.crc32c(body) == crc and struct.unpack("<H", body[-2:])[0] <= FORMAT_VERSION
+
+
 def load_value(payload: bytes) -> Any:
     if len(payload) < 7:
         raise PayloadError("payload too short")

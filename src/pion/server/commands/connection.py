@@ -42,7 +42,7 @@ def quit_(ctx: Ctx, argv: list[bytes]):
 def select(ctx: Ctx, argv: list[bytes]):
     """SELECT index"""
     index = parse_int(argv[1], errors.NOT_INTEGER)
-    if not 0 <= index < len(ctx.server.dbs):
+    if not 0 <= index < len(ctx.client.dbs):
         raise ReplyError(errors.DB_INDEX_RANGE)
     ctx.client.db_index = index
     return OK

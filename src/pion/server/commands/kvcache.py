@@ -1,1 +1,136 @@
-"""kvcache commands (not yet written)."""
+"""Shared plumbing of the K/V cache command families (``kv_vstore``, ``kv_prefix``,
+``kv_substrates``): finding the engine and the client's space, the journal sequence a write
+will get, holding a reply until the rows it vouches for are durable, eviction with logging, and
+the argument checks every family uses. The engine is always on (``--kvcache`` is a no-op).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pion.kvcache import KVEngine, KVSpace
+from pion.protocol.errors import ReplyError
+
+if TYPE_CHECKING:
+    from pion.server.context import Ctx
+
+MAX_NS = 200
+NS_LENGTH = "ERR ns_key length must be 1..200"
+
+
+def engine(ctx: Ctx) -> KVEngine:
+    found = ctx.server.engines.get("kvcache")
+    if found is None:
+        found = ctx.server.engines["kvcache"] = KVEngine()
+    return found
+
+
+def space(ctx: Ctx) -> KVSpace:
+    """The client's space (one per tenant; today every client shares the default one)."""
+    return engine(ctx).space(getattr(ctx.client, "tenant", b"") or b"")
+
+
+def replaying(ctx: Ctx) -> bool:
+    return bool(ctx.server.loading) or ctx.client is ctx.server.replay_client
+
+
+def write_seq(ctx: Ctx) -> int:
+    """The journal sequence this command's record will get (0 while replaying: already durable)."""
+    return 0 if replaying(ctx) else ctx.server.journal.seq + 1
+
+
+def hold_until_durable(ctx: Ctx, seq: int) -> None:
+    """Keep this client's reply back until the journal has made ``seq`` durable."""
+    conn = ctx.client.conn
+    if conn is not None and seq > ctx.server.journal.durable_seq:
+        conn.pending_seq = max(conn.pending_seq, seq)
+
+
+def make_room(ctx: Ctx, sp: KVSpace, incoming: int, protect: bytes) -> list[list[bytes]]:
+    """Evict for ``incoming`` bytes under ``--kv-maxmemory``; returns the drops to log first."""
+    if replaying(ctx):
+        return []
+    return sp.make_room(ctx.server.settings.kv_maxmemory, incoming, frozenset((protect,)))
+
+
+def log_with(ctx: Ctx, effects: list[list[bytes]], own: list[bytes]) -> None:
+    """Log eviction drops, then the command's own deterministic form."""
+    ctx.dirty()
+    ctx.rewrite(*effects, own)
+
+
+def arg(raw: bytes | memoryview) -> bytes:
+    """A small argument as bytes (on log replay large ones arrive as memoryviews)."""
+    return raw if raw.__class__ is bytes else bytes(raw)
+
+
+def check_ns(raw: bytes | memoryview) -> bytes:
+    ns = arg(raw)
+    if not 1 <= len(ns) <= MAX_NS:
+        raise ReplyError(NS_LENGTH)
+    return ns
+
+
+def strict_int(raw: bytes | memoryview, lo: int, hi: int, error: str) -> int:
+    """A decimal integer in ``[lo, hi]`` (no sign games, no spaces), else ``error``."""
+    text = arg(raw)
+    if not text or not (text.isdigit() or (text[:1] == b"-" and text[1:].isdigit())):
+        raise ReplyError(error)
+    value = int(text)
+    if not lo <= value <= hi:
+        raise ReplyError(error)
+    return value
+
+
+def info_text(rows: list[tuple[str, object]]) -> bytes:
+    """``key:value\\r\\n`` lines (KV.PREFIX.INFO, V.INFO, STATE.INFO)."""
+    return "".join(f"{key}:{value}\r\n" for key, value in rows).encode()
+
+
+#: blobs at least this large are kept in a log arena (off the heap, logged by reference)
+ARENA_MIN = 4096
+
+
+def keep_blob(ctx: Ctx, blob):
+    """``(object to log, object to keep)`` for a blob a write stores.
+
+    A large live blob is put in an arena and the engine keeps the arena's mapped view; logging
+    the very object that was put lets the journal reference it instead of copying it. On replay
+    (or without arenas) the blob is kept as it came: a replayed blob is already a mapped view.
+    """
+    if blob.__class__ is memoryview or replaying(ctx) or len(blob) < ARENA_MIN:
+        return blob, blob
+    arenas = ctx.server.engines.get("arenas")
+    if arenas is None:
+        return blob, blob
+    try:
+        ref = arenas.put(blob)
+    except OSError as exc:
+        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
+    return blob, arenas.view(ref)
+
+
+def install(server) -> KVEngine:
+    """Wire the K/V engine onto a server: the engine, INFO ``# Pion``, CONFIG RESETSTAT, snapshots."""
+    from pion.kvcache import persist
+    from pion.server.commands.kv_substrates import info_section
+
+    kv = server.engines.get("kvcache")
+    if kv is None:
+        kv = server.engines["kvcache"] = KVEngine()
+    sections = getattr(server, "info_sections", None)
+    if sections is not None:
+        sections["pion"] = info_section
+    hooks = getattr(server, "resetstat_hooks", None)
+    if hooks is not None:
+        hooks.append(lambda srv: srv.engines["kvcache"].ledger.reset())
+    persistence = server.engines.get("persistence")
+    if persistence is not None:
+        from pion.server.persistence import SnapshotExtension
+
+        persistence.snapshot_extensions.append(SnapshotExtension(
+            name="kvcache",
+            dump=lambda: persist.dump(server.engines["kvcache"]),
+            load=lambda data: persist.load(server.engines["kvcache"], data),
+        ))
+    return kv

@@ -1,1 +1,237 @@
-"""server_admin commands (not yet written)."""
+"""Server administration: TIME LASTSAVE SHUTDOWN SLOWLOG LATENCY MONITOR LOLWUT.
+
+MEMORY and DEBUG live in ``server_debug``. LATENCY answers as Redis does with latency monitoring
+off (Pion does not sample event latencies): LATEST and HISTORY are empty.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pion import __version__
+from pion.protocol import errors
+from pion.protocol.errors import ReplyError
+from pion.protocol.resp import OK, Status, Verbatim
+from pion.server.args import parse_int
+from pion.server.commands.client_cmds import syntax_error_for
+from pion.server.context import Ctx
+from pion.server.registry import command
+
+_ADMIN = "admin noscript loading stale"
+_ADMIN_CATS = "@admin @slow @dangerous"
+
+
+def help_lines(lines: list[str]) -> list[Status]:
+    return [Status(line) for line in [*lines, "HELP", "    Prints this help."]]
+
+
+@command("TIME", 1, "loading stale fast", categories="@fast", group="server", since="2.6.0")
+def time_(ctx: Ctx, argv: list[bytes]):
+    """TIME"""
+    now = time.time_ns() // 1000
+    return [b"%d" % (now // 1_000_000), b"%d" % (now % 1_000_000)]
+
+
+@command("LASTSAVE", 1, "loading stale fast", categories="@admin @fast @dangerous", group="server")
+def lastsave(ctx: Ctx, argv: list[bytes]):
+    """LASTSAVE
+
+    The persistence engine's last successful snapshot time; 0 while there is none.
+    """
+    engine = ctx.server.engines.get("persistence")
+    value = getattr(engine, "lastsave", 0) if engine is not None else 0
+    return int(value() if callable(value) else value)
+
+
+@command("SHUTDOWN", -1, "admin noscript loading stale no_multi allow_busy", categories=_ADMIN_CATS,
+         group="server")
+def shutdown(ctx: Ctx, argv: list[bytes]):
+    """SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]
+
+    Pion stops at once (it never waits for replicas): NOW and FORCE are accepted and change
+    nothing. SAVE asks the persistence engine for a snapshot first; the mode is left in
+    ``server.shutdown_mode`` for the shutdown hooks. On success the connection closes unanswered.
+    """
+    options = {arg.upper() for arg in argv[1:]}
+    if len(options) != len(argv) - 1 or not options <= {b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"}:
+        raise ReplyError(errors.SYNTAX)
+    if {b"NOSAVE", b"SAVE"} <= options or (b"ABORT" in options and len(options) > 1):
+        raise ReplyError(errors.SYNTAX)
+    if b"ABORT" in options:
+        raise ReplyError("ERR No shutdown in progress.")
+    server = ctx.server
+    engine = server.engines.get("persistence")
+    if b"SAVE" in options and engine is not None and callable(getattr(engine, "save", None)):
+        try:
+            engine.save()
+        except Exception:
+            if b"FORCE" not in options:
+                raise ReplyError("ERR Errors trying to SHUTDOWN. Check logs.") from None
+    server.shutdown_mode = "nosave" if b"NOSAVE" in options else "save" if b"SAVE" in options else "default"
+    ctx.client.reply_mode = "off"
+    if ctx.client.conn is not None:
+        ctx.client.conn.close_soon()
+    server.request_shutdown()
+    return None
+
+
+# -- SLOWLOG ------------------------------------------------------------------------------------------
+
+SLOWLOG_HELP = [
+    "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET [<count>]",
+    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    "    Entries are made of:",
+    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    "    client name",
+    "LEN",
+    "    Return the length of the slowlog.",
+    "RESET",
+    "    Reset the slowlog.",
+]
+
+
+@command("SLOWLOG|GET", -2, "admin loading stale", categories=_ADMIN_CATS, group="server", since="2.2.12")
+def slowlog_get(ctx: Ctx, argv: list[bytes]):
+    """SLOWLOG GET [count]"""
+    if len(argv) > 3:
+        raise syntax_error_for(argv, "SLOWLOG")
+    count = 10
+    if len(argv) == 3:
+        count = parse_int(argv[2], "ERR count should be greater than or equal to -1")
+        if count < -1:
+            raise ReplyError("ERR count should be greater than or equal to -1")
+    entries = list(ctx.server.slowlog.entries) if ctx.server.slowlog is not None else []
+    if count != -1:
+        entries = entries[:count]
+    return [[e[0], e[1], e[2], list(e[3]), e[4], e[5]] for e in entries]
+
+
+@command("SLOWLOG|LEN", 2, "admin loading stale", categories=_ADMIN_CATS, group="server", since="2.2.12")
+def slowlog_len(ctx: Ctx, argv: list[bytes]):
+    """SLOWLOG LEN"""
+    return len(ctx.server.slowlog.entries) if ctx.server.slowlog is not None else 0
+
+
+@command("SLOWLOG|RESET", 2, "admin loading stale", categories=_ADMIN_CATS, group="server", since="2.2.12")
+def slowlog_reset(ctx: Ctx, argv: list[bytes]):
+    """SLOWLOG RESET"""
+    if ctx.server.slowlog is not None:
+        ctx.server.slowlog.reset()
+    return OK
+
+
+@command("SLOWLOG|HELP", 2, "loading stale", categories="@slow", group="server", since="6.2.0")
+def slowlog_help(ctx: Ctx, argv: list[bytes]):
+    """SLOWLOG HELP"""
+    return help_lines(SLOWLOG_HELP)
+
+
+# -- LATENCY (monitoring off) --------------------------------------------------------------------------
+
+LATENCY_HELP = [
+    "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DOCTOR",
+    "    Return a human readable latency analysis report.",
+    "GRAPH <event>",
+    "    Return an ASCII latency graph for the <event> class.",
+    "HISTORY <event>",
+    "    Return time-latency samples for the <event> class.",
+    "LATEST",
+    "    Return the latest latency samples for all events.",
+    "RESET [<event> ...]",
+    "    Reset latency data of one or more <event> classes.",
+    "    (default: reset all data for all event classes)",
+    "HISTOGRAM [COMMAND ...]",
+    "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+    "    If no commands are specified then all histograms are replied.",
+]
+LATENCY_DOCTOR = (
+    "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Pion instance: Pion does not "
+    "sample event latencies, so LATENCY LATEST and HISTORY stay empty. Use SLOWLOG and INFO commandstats "
+    "to find slow commands."
+)
+
+
+@command("LATENCY|LATEST", 2, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
+def latency_latest(ctx: Ctx, argv: list[bytes]):
+    """LATENCY LATEST"""
+    return []
+
+
+@command("LATENCY|HISTORY", 3, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
+def latency_history(ctx: Ctx, argv: list[bytes]):
+    """LATENCY HISTORY event"""
+    return []
+
+
+@command("LATENCY|RESET", -2, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
+def latency_reset(ctx: Ctx, argv: list[bytes]):
+    """LATENCY RESET [event [event ...]]"""
+    return 0
+
+
+@command("LATENCY|GRAPH", 3, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
+def latency_graph(ctx: Ctx, argv: list[bytes]):
+    """LATENCY GRAPH event"""
+    raise ReplyError(f"ERR No samples available for event '{argv[2].decode('utf-8', 'replace')}'")
+
+
+@command("LATENCY|DOCTOR", 2, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
+def latency_doctor(ctx: Ctx, argv: list[bytes]):
+    """LATENCY DOCTOR"""
+    return Verbatim(LATENCY_DOCTOR)
+
+
+@command("LATENCY|HISTOGRAM", -2, _ADMIN, categories=_ADMIN_CATS, group="server", since="7.0.0")
+def latency_histogram(ctx: Ctx, argv: list[bytes]):
+    """LATENCY HISTOGRAM [command [command ...]]
+
+    Empty, as Redis with ``latency-tracking no``: Pion keeps no per-command latency histograms.
+    """
+    return {}
+
+
+@command("LATENCY|HELP", 2, "loading stale", categories="@slow", group="server", since="2.8.13")
+def latency_help(ctx: Ctx, argv: list[bytes]):
+    """LATENCY HELP"""
+    return help_lines(LATENCY_HELP)
+
+
+# -- MONITOR, LOLWUT -------------------------------------------------------------------------------------
+
+
+@command("MONITOR", 1, _ADMIN, categories=_ADMIN_CATS, group="server")
+def monitor(ctx: Ctx, argv: list[bytes]):
+    """MONITOR
+
+    From now on the client receives every command the server runs, as Redis's feed lines.
+    """
+    client = ctx.client
+    if not ctx.can_block:
+        raise ReplyError("ERR MONITOR isn't allowed for DENY BLOCKING client")
+    ctx.server.monitors[client.id] = client
+    return OK
+
+
+PAWN = r"""
+        _
+       (_)
+      /   \
+      \___/
+      /   \
+     |     |
+    /_______\
+   (_________)
+"""
+
+
+@command("LOLWUT", -1, "readonly fast", categories="@read @fast", group="server", since="5.0.0")
+def lolwut(ctx: Ctx, argv: list[bytes]):
+    """LOLWUT [VERSION version]
+
+    A pawn (French: pion), whatever the version asked.
+    """
+    if len(argv) >= 3 and argv[1].upper() == b"VERSION":
+        parse_int(argv[2])
+    return Verbatim(PAWN.lstrip("\n") + f"\nPion ver. {__version__}\n")

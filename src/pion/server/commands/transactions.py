@@ -70,10 +70,9 @@ def _watched_key_expired(ctx: Ctx) -> bool:
     """A watched key that was live at WATCH time and has expired since aborts EXEC."""
     client = ctx.client
     now = now_ms()
-    for db_index, key in client.watched:
-        if (db_index, key) in client.watched_expired:
+    for db, key in client.watched:
+        if (db.id, key) in client.watched_expired:
             continue
-        db = ctx.server.dbs[db_index]
         when = db.expires.get(key)
         if when is not None and when <= now and key in db.data:
             return True
@@ -89,14 +88,13 @@ def watch(ctx: Ctx, argv: list[bytes]):
     db = ctx.db
     now = now_ms()
     for key in argv[1:]:
-        slot = (db.index, key)
-        if slot in client.watched:
+        if any(w_db is db and w_key == key for w_db, w_key in client.watched):
             continue
-        client.watched.append(slot)
+        client.watched.append((db, key))
         db.watchers.setdefault(key, set()).add(client)
         when = db.expires.get(key)
         if when is not None and when <= now and key in db.data:
-            client.watched_expired.add(slot)
+            client.watched_expired.add((db.id, key))
     return OK
 
 

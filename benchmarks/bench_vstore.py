@@ -1,0 +1,261 @@
+"""V-store throughput: store and fetch a whole prefix, per codec, against two yardsticks.
+
+Shapes: a 2,048-token prefix of 30 layers at kv_dim 192 (Llama-3.2-1B-like, K and V) and of
+16 layers at kv_dim 512. For each codec, measured in one run against servers in their own
+processes, through redis-py (hiredis parser), pipelined:
+
+- store: ``V.STOREBATCH`` of every layer's fp32 rows, both sides (payload = fp32 bytes sent);
+- fetch: ``V.FETCH <sid> BATCH 0 2048 FMT NATIVE`` and ``FMT RAW`` for both sides (payload =
+  bytes received; RAW ships the stored encoding, so a 4-bit codec moves ~1/4 of fp16's bytes);
+- loopback: a raw socket moving the same blobs between two Python processes (the ceiling a
+  Python client on this machine can reach);
+- redis-server: ``SET`` of the same per-layer blobs, ``MGET`` of blobs the size of Pion's reply.
+
+Prints one JSON line per result and a table: GB/s and the ratios Pion/loopback (goal >= 0.7)
+and Pion/redis-server (goal >= 1.2). ``fp16_equiv_gbps`` counts a fetch as the fp16 bytes it
+stands for (what a client gets per second in tokens).
+
+    python benchmarks/bench_vstore.py              # both shapes, every codec
+    python benchmarks/bench_vstore.py --smoke      # CI-sized
+    python benchmarks/bench_vstore.py --durable    # Pion with its default durable log too
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from tests.support.servers import ProcessServer, RedisServer, free_port  # noqa: E402
+
+SHAPES = {"30x192": (30, 192), "16x512": (16, 512)}
+CODECS = ["fp32", "fp16", "bf16", "int8", "fp8", "turbo4", "turbo3", "turbo2", "mlx4g32"]
+
+SINK = r"""
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen(1)
+conn, _ = srv.accept(); conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = bytearray(64 << 20); view = memoryview(buf)
+def recv_exact(n):
+    while n:
+        n -= conn.recv_into(view[: min(n, len(buf))])
+while True:
+    head = bytearray()
+    while len(head) < 9:
+        part = conn.recv(9 - len(head))
+        if not part: sys.exit(0)
+        head += part
+    mode, size = head[:1], int.from_bytes(head[1:], "little")
+    if mode == b"r":          # client sends size bytes, sink acks
+        recv_exact(size); conn.sendall(b"k")
+    else:                     # sink sends size bytes
+        chunk = bytes(min(size, 16 << 20)); left = size
+        while left:
+            n = min(left, len(chunk)); conn.sendall(chunk[:n]); left -= n
+"""
+
+
+class Loopback:
+    """A raw socket to a sink process: the transfer ceiling for these byte counts."""
+
+    def __init__(self) -> None:
+        port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-c", SINK, str(port)])
+        self.sock = _connect(port)  # the sink serves exactly one connection: this one
+        self.buf = bytearray(64 << 20)
+
+    def send(self, blobs: list[bytes]) -> float:
+        total = sum(len(b) for b in blobs)
+        start = time.perf_counter()
+        self.sock.sendall(b"r" + total.to_bytes(8, "little"))
+        for blob in blobs:
+            self.sock.sendall(blob)
+        self.sock.recv(1)
+        return time.perf_counter() - start
+
+    def receive(self, total: int) -> float:
+        start = time.perf_counter()
+        self.sock.sendall(b"s" + total.to_bytes(8, "little"))
+        view = memoryview(self.buf)
+        while total:
+            total -= self.sock.recv_into(view[: min(total, len(self.buf))])
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.sock.close()
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _connect(port: int) -> socket.socket:
+    for _ in range(200):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(port)
+
+
+def best(fn, repeat: int) -> float:
+    return min(fn() for _ in range(repeat))
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def pion_store(client: redis.Redis, ns: str, blobs: dict[str, list[bytes]], tokens: int) -> float:
+    pipe = client.pipeline(transaction=False)
+    for side, layers in blobs.items():
+        for layer, blob in enumerate(layers):
+            pipe.execute_command("V.STOREBATCH", ns + side, layer, 0, tokens, blob)
+    return timed(pipe.execute)
+
+
+def pion_fetch(client: redis.Redis, ns: str, tokens: int, fmt: str, out: list) -> float:
+    pipe = client.pipeline(transaction=False)
+    for side in ("_pk", "_pv"):
+        pipe.execute_command("V.FETCH", ns + side, "BATCH", 0, tokens, "FMT", fmt)
+
+    def run() -> None:
+        out[:] = pipe.execute()
+
+    return timed(run)
+
+
+def redis_set(client: redis.Redis, blobs: dict[str, list[bytes]]) -> float:
+    pipe = client.pipeline(transaction=False)
+    for side, layers in blobs.items():
+        for layer, blob in enumerate(layers):
+            pipe.set(f"k{side}{layer}", blob)
+    return timed(pipe.execute)
+
+
+def redis_mget(client: redis.Redis, sizes: list[int]) -> float:
+    half = len(sizes) // 2
+    pipe = client.pipeline(transaction=False)
+    for i, size in enumerate(sizes):
+        pipe.set(f"g{i}", bytes(size))
+    pipe.execute()
+    pipe = client.pipeline(transaction=False)
+    pipe.mget([f"g{i}" for i in range(half)])
+    pipe.mget([f"g{i}" for i in range(half, len(sizes))])
+    return timed(pipe.execute)
+
+
+def row(shape: str, codec: str, op: str, fmt: str, payload: int, seconds: float, loop_s: float,
+        redis_s: float, fp16_bytes: int, server: str) -> dict:
+    gbps = payload / seconds / 1e9
+    return {
+        "shape": shape, "codec": codec, "op": op, "fmt": fmt, "server": server, "payload_bytes": payload,
+        "seconds": round(seconds, 5), "gbps": round(gbps, 3),
+        "loopback_gbps": round(payload / loop_s / 1e9, 3), "redis_gbps": round(payload / redis_s / 1e9, 3),
+        "vs_loopback": round(loop_s / seconds, 2), "vs_redis": round(redis_s / seconds, 2),
+        "fp16_equiv_gbps": round(fp16_bytes / seconds / 1e9, 3),
+    }
+
+
+def bench_shape(shape: str, layers: int, dim: int, tokens: int, codecs: list[str], pion: redis.Redis,
+                red: redis.Redis, loop: Loopback, repeat: int, server: str) -> list[dict]:
+    rng = np.random.default_rng(0)
+    blobs = {side: [rng.standard_normal((tokens, dim)).astype(np.float32).tobytes() for _ in range(layers)]
+             for side in ("_pk", "_pv")}
+    flat = blobs["_pk"] + blobs["_pv"]
+    store_bytes = sum(len(b) for b in flat)
+    fp16_bytes = store_bytes // 2
+    loop_store = best(lambda: loop.send(flat), repeat)
+    redis_store = best(lambda: redis_set(red, blobs), repeat)
+    red.flushall()
+    results = []
+    for codec in codecs:
+        ns = f"bench{shape}{codec}"
+        pion.execute_command("KV.PREFIX.REGISTER", ns, dim, codec)
+        seconds = best(lambda: pion_store(pion, ns, blobs, tokens), repeat)  # noqa: B023
+        results.append(row(shape, codec, "store", "F32", store_bytes, seconds, loop_store, redis_store,
+                           fp16_bytes, server))
+        assert pion.execute_command("KV.PREFIX.LOOKUP", ns) == b"HIT"
+        for fmt in ("NATIVE", "RAW"):
+            out: list = []
+            seconds = best(lambda: pion_fetch(pion, ns, tokens, fmt, out), repeat)  # noqa: B023
+            sizes = [len(layer) for side in out for layer in side]
+            payload = sum(sizes)
+            loop_s = best(lambda: loop.receive(payload), repeat)  # noqa: B023
+            redis_s = best(lambda: redis_mget(red, sizes), repeat)  # noqa: B023
+            red.flushall()
+            results.append(row(shape, codec, "fetch", fmt, payload, seconds, loop_s, redis_s, fp16_bytes, server))
+        pion.execute_command("KV.PREFIX.DROP", ns)
+    return results
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| shape | codec | op | fmt | server | payload MB | Pion GB/s | loopback GB/s | redis GB/s "
+             "| Pion/loopback | Pion/redis | fp16-equiv GB/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['shape']} | {r['codec']} | {r['op']} | {r['fmt']} | {r['server']} | "
+                     f"{r['payload_bytes'] / 1e6:.1f} | {r['gbps']} | {r['loopback_gbps']} | {r['redis_gbps']} | "
+                     f"{r['vs_loopback']} | {r['vs_redis']} | {r['fp16_equiv_gbps']} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny run for CI")
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--codecs", default=",".join(CODECS))
+    parser.add_argument("--repeat", type=int, default=3, help="best of N")
+    parser.add_argument("--durable", action="store_true", help="also run Pion with appendfsync always")
+    args = parser.parse_args()
+    if shutil.which("redis-server") is None:
+        print("needs redis-server (apt-get install redis-server)", file=sys.stderr)
+        return 2
+    shapes = {name: SHAPES[name] for name in args.shapes.split(",")}
+    codecs = args.codecs.split(",")
+    if args.smoke:
+        args.tokens, args.repeat, codecs = 64, 1, ["fp16", "turbo4"]
+        shapes = {"2x64": (2, 64)}
+    modes = [("pion-nolog", ("--appendonly", "no"))] + ([("pion-fsync-always", ())] if args.durable else [])
+    results: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        red_srv = RedisServer(Path(tmp) / "redis", "--proto-max-bulk-len", "1gb").start()
+        loop = Loopback()
+        try:
+            for server_name, flags in modes:
+                pion_srv = ProcessServer(Path(tmp) / server_name, *flags).start()
+                try:
+                    pion = redis.Redis(port=pion_srv.port, socket_timeout=300)
+                    red = redis.Redis(port=red_srv.port, socket_timeout=300)
+                    for shape, (layers, dim) in shapes.items():
+                        for result in bench_shape(shape, layers, dim, args.tokens, codecs, pion, red, loop,
+                                                  args.repeat, server_name):
+                            print(json.dumps(result), flush=True)
+                            results.append(result)
+                finally:
+                    pion_srv.stop()
+        finally:
+            loop.close()
+            red_srv.stop()
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

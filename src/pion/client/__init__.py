@@ -1,0 +1,1 @@
+"""pion.client"""

@@ -1,0 +1,196 @@
+"""Adapter for mlx-lm: the list ``make_prompt_cache(model)`` returns, to numpy rows and back.
+
+``KVCache`` slots hold K/V (``[1, kv_heads, seq, head_dim]``, padded to 256-token steps; only
+``offset`` tokens are live); ``ArraysCache`` slots (Mamba, GatedDeltaNet, LFM2 conv...) hold
+recurrent state. A rebuilt list has the same classes with the same live values, so
+``generate_step(prompt_cache=...)`` continues from it as from a prefilled one. Prefill follows
+mlx-lm's ``generate_step``: chunks of ``prefill_step_size`` with only the cache evaluated.
+
+mlx and mlx-lm are imported when the adapter is created, never at module import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pion.client.adapters import CacheLayout, require
+from pion.client.namespace import config_hash, pick_probe, weights_digest
+from pion.client.state_blob import pack_state, unpack_state
+
+
+class MlxLmAdapter:
+    """Moves an mlx-lm prompt cache to and from numpy rows and state blobs."""
+
+    runtime = "mlx"
+
+    def __init__(self, model, model_id: str = "", prefill_step_size: int = 2048) -> None:
+        self.mx = require("mlx.core", "mlx")
+        self.cache_mod = require("mlx_lm.models.cache", "mlx")
+        self.model = model
+        self.model_id = model_id
+        self.prefill_step_size = prefill_step_size
+        self._layout: CacheLayout | None = None
+
+    # -- identity ------------------------------------------------------------------------
+
+    def fingerprint(self) -> dict:
+        args = getattr(self.model, "args", None)
+        config = dataclasses.asdict(args) if dataclasses.is_dataclass(args) else dict(vars(args or {}))
+        return {
+            "runtime": self.runtime, "class": f"{type(self.model).__module__}.{type(self.model).__name__}",
+            "model_id": self.model_id, "config": config_hash(config), "dtype": self.layout.dtype,
+            "weights": self._weights_probe(),
+        }
+
+    def _weights_probe(self) -> str:
+        from mlx.utils import tree_flatten
+
+        samples = []
+        for name, arr in pick_probe(tree_flatten(self.model.parameters())):
+            flat = arr.reshape(-1)
+            sample = flat[:: max(1, flat.size // 1024)][:1024].astype(self.mx.float32)
+            samples.append((name, tuple(arr.shape), np.array(sample).tobytes()))
+        return weights_digest(samples)
+
+    @property
+    def layout(self) -> CacheLayout:
+        if self._layout is None:
+            self._layout = self._probe()
+        return self._layout
+
+    def _probe(self) -> CacheLayout:
+        cache = self.new_cache()
+        self.forward([0, 0], cache)
+        attn, state, heads, dtype = [], [], [], None
+        for index, slot in enumerate(cache):
+            kind = type(slot).__name__
+            if kind == "KVCache":
+                attn.append(index)
+                heads.append((slot.keys.shape[1], slot.keys.shape[3], slot.values.shape[3]))
+                dtype = dtype or _np_name(slot.keys.dtype)
+            elif kind == "ArraysCache":
+                state.append(index)
+            else:
+                raise NotImplementedError(
+                    f"cache slot {index} is a {kind}; Pion stores KVCache and ArraysCache slots only "
+                    "(rotating, quantized, chunked and nested caches are not supported yet)"
+                )
+        if dtype is None:
+            from mlx.utils import tree_flatten
+
+            dtype = _np_name(tree_flatten(self.model.parameters())[0][1].dtype)
+        return CacheLayout(self.runtime, len(cache), tuple(attn), tuple(state), tuple(heads), dtype)
+
+    # -- running the model ---------------------------------------------------------------
+
+    def new_cache(self) -> list:
+        return self.cache_mod.make_prompt_cache(self.model)
+
+    def forward(self, token_ids, cache) -> np.ndarray:
+        """Run ``token_ids`` on top of ``cache``; the last position's logits as float32.
+
+        All tokens but the last go in ``prefill_step_size`` chunks evaluating only the cache
+        (mlx-lm's ``generate_step``), then the last token alone gives the logits.
+        """
+        mx = self.mx
+        ids = list(token_ids)
+        step = self.prefill_step_size
+        for start in range(0, len(ids) - 1, step):
+            self.model(mx.array([ids[start:min(start + step, len(ids) - 1)]]), cache=cache)
+            mx.eval([c.state for c in cache])
+        logits = self.model(mx.array([ids[-1:]]), cache=cache)[0, -1].astype(mx.float32)
+        mx.eval(logits, [c.state for c in cache])
+        return np.array(logits)
+
+    def prefill(self, token_ids, cache=None) -> list:
+        cache = self.new_cache() if cache is None else cache
+        self.forward(token_ids, cache)
+        return cache
+
+    def seq_len(self, cache) -> int:
+        return int(cache[self.layout.attn[0]].offset) if self.layout.attn else -1
+
+    # -- cache <-> numpy -----------------------------------------------------------------
+
+    def export(self, cache) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[int, bytes]]:
+        kv = []
+        for slot in self.layout.attn:
+            c = cache[slot]
+            kv.append((self._rows(c.keys[..., : c.offset, :]), self._rows(c.values[..., : c.offset, :])))
+        states = {slot: self._pack_state(cache[slot]) for slot in self.layout.state}
+        return kv, states
+
+    def _rows(self, arr) -> np.ndarray:
+        _, heads, n, dim = arr.shape
+        return to_numpy(self.mx, arr[0].transpose(1, 0, 2).reshape(n, heads * dim))
+
+    def _pack_state(self, slot) -> bytes:
+        if slot.left_padding is not None or slot.lengths is not None:
+            raise NotImplementedError("batched ArraysCache (left padding / lengths) cannot be stored")
+        arrays = [(str(i), None if a is None else to_numpy(self.mx, a)) for i, a in enumerate(slot.cache)]
+        return pack_state("ArraysCache", arrays, {"size": len(slot.cache)})
+
+    def build(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]) -> list:
+        mx = self.mx
+        cache = self.new_cache()
+        dtype = getattr(mx, self.layout.dtype)
+        for (k_rows, v_rows), slot, (heads, dk, dv) in zip(kv, self.layout.attn, self.layout.heads, strict=True):
+            c = cache[slot]
+            n = k_rows.shape[0]
+            c.keys = self._heads_major(k_rows, heads, dk, dtype)
+            c.values = self._heads_major(v_rows, heads, dv, dtype)
+            c.offset = n
+        for slot in self.layout.state:
+            type_name, arrays, meta = unpack_state(states[slot])
+            if type_name != "ArraysCache" or meta.get("size") != len(cache[slot].cache):
+                raise ValueError(f"state blob for slot {slot} is a {type_name} of size {meta.get('size')}")
+            cache[slot].cache = [None if a is None else mx.array(a) for _, a in arrays]
+        mx.eval([c.state for c in cache])
+        return cache
+
+    def _heads_major(self, rows: np.ndarray, heads: int, dim: int, dtype):
+        n = rows.shape[0]
+        arr = self.mx.array(rows.reshape(n, heads, dim).transpose(1, 0, 2)[None])
+        return arr if arr.dtype == dtype else arr.astype(dtype)
+
+    def copy_cache(self, cache) -> list:
+        import copy
+
+        return copy.deepcopy(cache)
+
+
+def _np_name(mx_dtype) -> str:
+    return str(mx_dtype).rsplit(".", 1)[-1]
+
+
+def to_numpy(mx, arr) -> np.ndarray:
+    """An mlx array as numpy; bf16 comes out as ml_dtypes.bfloat16 with the same bits."""
+    if arr.dtype == mx.bfloat16:
+        import ml_dtypes
+
+        return np.array(arr.view(mx.uint16)).view(ml_dtypes.bfloat16)
+    return np.array(arr)
+
+
+def load_model(name_or_path: str):
+    """``(model, tokenizer)`` via ``mlx_lm.load`` (a local path or a hub id)."""
+    mlx_lm = require("mlx_lm", "mlx")
+    return mlx_lm.load(name_or_path)
+
+
+def load_demo(path, dtype: str = "float32"):
+    """The built-in demo model (``pion.client.demo_model``) as an mlx-lm Llama."""
+    import json
+    from pathlib import Path
+
+    mx = require("mlx.core", "mlx")
+    llama = require("mlx_lm.models.llama", "mlx")
+    config = json.loads((Path(path) / "config.json").read_text())
+    fields = {f.name for f in dataclasses.fields(llama.ModelArgs)}
+    model = llama.Model(llama.ModelArgs(**{k: v for k, v in config.items() if k in fields}))
+    weights = mx.load(str(Path(path) / "model.safetensors"))
+    model.load_weights([(k, v.astype(getattr(mx, dtype))) for k, v in weights.items()])
+    mx.eval(model.parameters())
+    return model

@@ -1,0 +1,226 @@
+"""Adapter for Hugging Face transformers (5.x, PyTorch): ``DynamicCache`` to numpy rows and back.
+
+The cache is the one the model itself would make (``DynamicCache(config=model.config)``):
+``DynamicLayer`` slots hold K/V (``[1, kv_heads, seq, head_dim]``), ``LinearAttentionLayer``
+slots hold conv/recurrent state, hybrid slots hold both. A rebuilt cache is indistinguishable
+from a prefilled one: same classes, same tensors, same flags, so ``generate`` and plain
+forwards continue from it as from the original.
+
+torch and transformers are imported when the adapter is created, never at module import.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from pion.client.adapters import CacheLayout, require
+from pion.client.namespace import config_hash, pick_probe, weights_digest
+from pion.client.state_blob import pack_state, unpack_state
+
+_NP_NAMES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+
+class TransformersAdapter:
+    """Moves a transformers model's ``DynamicCache`` to and from numpy rows and state blobs."""
+
+    runtime = "hf"
+
+    def __init__(self, model, model_id: str | None = None) -> None:
+        self.torch = require("torch", "hf")
+        self.cu = require("transformers.cache_utils", "hf")
+        self.model = model
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._logits_kw = "logits_to_keep" in params
+        self.model_id = model_id or getattr(model.config, "_name_or_path", "") or ""
+        self._layout: CacheLayout | None = None
+
+    # -- identity ------------------------------------------------------------------------
+
+    def fingerprint(self) -> dict:
+        """What makes this model's K/V incompatible with another's (see namespace.py)."""
+        return {
+            "runtime": self.runtime, "class": type(self.model).__name__, "model_id": self.model_id,
+            "config": config_hash(self.model.config.to_dict()), "dtype": self.layout.dtype,
+            "weights": self._weights_probe(),
+        }
+
+    def _weights_probe(self) -> str:
+        samples = []
+        for name, tensor in pick_probe(list(self.model.state_dict().items())):
+            flat = tensor.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 1024)][:1024].float().cpu().numpy()
+            samples.append((name, tuple(tensor.shape), sample.tobytes()))
+        return weights_digest(samples)
+
+    @property
+    def layout(self) -> CacheLayout:
+        if self._layout is None:
+            self._layout = self._probe()
+        return self._layout
+
+    def _probe(self) -> CacheLayout:
+        """Run two tokens once and read the cache the model built: slot kinds, heads, dtype."""
+        token = self.model.config.bos_token_id
+        token = token if isinstance(token, int) else 0
+        cache = self.new_cache()
+        self.forward([token, token], cache)
+        attn, state, heads, dtype = [], [], [], None
+        for index, layer in enumerate(cache.layers):
+            self._check_supported(index, layer)
+            if isinstance(layer, self.cu.LinearAttentionCacheLayerMixin):
+                state.append(index)
+            if isinstance(layer, self.cu.DynamicLayer) and layer.is_initialized:
+                attn.append(index)
+                heads.append((layer.keys.shape[1], layer.keys.shape[3], layer.values.shape[3]))
+                dtype = dtype or _NP_NAMES[str(layer.keys.dtype)]
+        if dtype is None:
+            dtype = _NP_NAMES.get(str(next(self.model.parameters()).dtype), "float32")
+        return CacheLayout(self.runtime, len(cache.layers), tuple(attn), tuple(state), tuple(heads), dtype)
+
+    def _check_supported(self, index: int, layer) -> None:
+        cu = self.cu
+        unsupported = (cu.DynamicSlidingWindowLayer, cu.DynamicIndexedLayer, cu.BaseQuantizedLayer, cu.StaticLayer)
+        if isinstance(layer, unsupported):
+            raise NotImplementedError(
+                f"layer {index} uses {type(layer).__name__}; Pion stores full-attention K/V and linear-attention "
+                "state only (sliding-window, indexed, static and quantized cache layers are not supported yet)"
+            )
+
+    # -- running the model ---------------------------------------------------------------
+
+    def new_cache(self):
+        return self.cu.DynamicCache(config=self.model.config)
+
+    def forward(self, token_ids, cache) -> np.ndarray:
+        """Run ``token_ids`` on top of ``cache`` (mutated); the last position's logits as float32."""
+        torch = self.torch
+        kwargs = {self._cache_kw: cache, "use_cache": True}
+        if self._logits_kw:
+            kwargs["logits_to_keep"] = 1
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([list(token_ids)], device=device), **kwargs)
+        return out.logits[0, -1].float().cpu().numpy()
+
+    def prefill(self, token_ids, cache=None):
+        """A cache holding ``token_ids`` (a new one unless given)."""
+        cache = self.new_cache() if cache is None else cache
+        self.forward(token_ids, cache)
+        return cache
+
+    def seq_len(self, cache) -> int:
+        return int(cache.get_seq_length()) if self.layout.attn else -1
+
+    # -- cache <-> numpy -----------------------------------------------------------------
+
+    def export(self, cache) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[int, bytes]]:
+        """K/V rows ``(n, heads*dim)`` per attention slot, and a state blob per recurrent slot."""
+        kv = []
+        for slot in self.layout.attn:
+            layer = cache.layers[slot]
+            kv.append((self._rows(layer.keys), self._rows(layer.values)))
+        states = {slot: self._pack_state(cache.layers[slot]) for slot in self.layout.state}
+        return kv, states
+
+    def _rows(self, tensor) -> np.ndarray:
+        _, heads, n, dim = tensor.shape
+        return to_numpy(self.torch, tensor[0].transpose(0, 1).reshape(n, heads * dim))
+
+    def _pack_state(self, layer) -> bytes:
+        torch = self.torch
+        arrays = []
+        for i in range(layer.number_of_states):
+            conv, rec = layer.conv_states[i], layer.recurrent_states[i]
+            conv_ok, rec_ok = layer.is_conv_states_initialized[i], layer.is_recurrent_states_initialized[i]
+            arrays.append((f"conv{i}", to_numpy(torch, conv) if conv_ok else None))
+            arrays.append((f"rec{i}", to_numpy(torch, rec) if rec_ok else None))
+        meta = {"states": layer.number_of_states, "has_previous": [bool(layer.has_previous_state[i]) for i in range(layer.number_of_states)],
+                "kernel": [layer.conv_kernel_size[i] for i in range(layer.number_of_states)]}
+        return pack_state(type(layer).__name__, arrays, meta)
+
+    def build(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]):
+        """A fresh ``DynamicCache`` holding the given rows and states."""
+        cache = self.new_cache()
+        dtype = self._torch_dtype(self.layout.dtype)
+        device = next(self.model.parameters()).device
+        for (k_rows, v_rows), slot, (heads, dk, dv) in zip(kv, self.layout.attn, self.layout.heads, strict=True):
+            k = self._heads_major(k_rows, heads, dk, dtype, device)
+            v = self._heads_major(v_rows, heads, dv, dtype, device)
+            layer = cache.layers[slot]
+            self.cu.DynamicLayer.lazy_initialization(layer, k, v)
+            layer.keys, layer.values = k, v
+        for slot in self.layout.state:
+            self._restore_state(cache.layers[slot], states[slot], device)
+        return cache
+
+    def _heads_major(self, rows: np.ndarray, heads: int, dim: int, dtype, device):
+        """``(n, heads*dim)`` rows as a ``[1, heads, n, dim]`` tensor (a view when dtype and device allow)."""
+        tensor = from_numpy(self.torch, rows)
+        n = rows.shape[0]
+        tensor = tensor.view(n, heads, dim).permute(1, 0, 2).unsqueeze(0)
+        return tensor.to(device=device, dtype=dtype)
+
+    def _restore_state(self, layer, blob: bytes, device) -> None:
+        type_name, arrays, meta = unpack_state(blob)
+        if type_name != type(layer).__name__ or meta.get("states") != layer.number_of_states:
+            raise ValueError(f"state blob is for {type_name}, this slot is {type(layer).__name__}")
+        named = dict(arrays)
+        for i in range(layer.number_of_states):
+            conv, rec = named.get(f"conv{i}"), named.get(f"rec{i}")
+            if conv is not None:
+                layer.conv_states[i] = from_numpy(self.torch, np.array(conv)).to(device)
+                layer.is_conv_states_initialized[i] = True
+                layer.conv_kernel_size[i] = meta["kernel"][i]
+                layer.dtype, layer.device = layer.conv_states[i].dtype, device
+            if rec is not None:
+                layer.recurrent_states[i] = from_numpy(self.torch, np.array(rec)).to(device)
+                layer.is_recurrent_states_initialized[i] = True
+            layer.has_previous_state[i] = meta["has_previous"][i]
+
+    def _torch_dtype(self, name: str):
+        return {"float32": self.torch.float32, "float16": self.torch.float16, "bfloat16": self.torch.bfloat16}[name]
+
+    def copy_cache(self, cache):
+        """An independent copy (the in-process floor of the benchmarks)."""
+        import copy
+
+        return copy.deepcopy(cache)
+
+
+def to_numpy(torch, tensor) -> np.ndarray:
+    """A CPU tensor as numpy; bf16 comes out as ml_dtypes.bfloat16 with the same bits."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+def from_numpy(torch, array: np.ndarray):
+    """numpy (incl. ml_dtypes.bfloat16) as a tensor sharing its memory; read-only input is copied."""
+    if not array.flags.writeable:
+        array = np.array(array)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def load_model(name_or_path: str, dtype: str = "auto"):
+    """``(model, tokenizer)`` via ``AutoModelForCausalLM`` / ``AutoTokenizer`` (a local path or a hub id)."""
+    require("torch", "hf")
+    transformers = require("transformers", "hf")
+    model = transformers.AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path)
+    return model, tokenizer
+
+
+def load_demo(path, dtype: str = "float32"):
+    """The built-in demo model (``pion.client.demo_model``) as a ``LlamaForCausalLM``."""
+    torch = require("torch", "hf")
+    transformers = require("transformers", "hf")
+    model = transformers.LlamaForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+    return model.eval()

@@ -1,0 +1,215 @@
+"""``PionPromptCache``: a model's prompt cache that lives in Pion, shared across processes and restarts.
+
+``get_or_prefill(prefix_ids)`` returns what the runtime's own prompt-cache API returns (a
+transformers ``DynamicCache``, or mlx-lm's ``make_prompt_cache`` list) with the prefix inside.
+On a hit it costs one round trip (manifest, K rows, V rows and recurrent state in one
+pipeline), then a local decode; on a miss it prefills locally, returns the cache, and stores it
+(unless the namespace has not yet been missed ``admission_threshold`` times).
+``fetch_nearest(token_ids)`` reuses the longest stored block-aligned prefix of a longer prompt.
+
+Every hit is checked against the stored manifest (model fingerprint, layout, codecs, tokens):
+a mismatch is a miss, counted, never loaded (fail closed).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import Counter
+
+from pion.client import transfer
+from pion.client.adapters import adapter_for
+from pion.client.blocks import DEFAULT_BLOCK_SIZE, block_hashes, hash_blob, token_blob
+from pion.client.client import DEFAULT_URL, PionClient
+from pion.client.errors import PionConnectionError, PionError
+from pion.client.manifest import build_manifest, encode_manifest, mismatch, parse_manifest
+from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_hash
+from pion.client.rows import check_schema, make_schema
+
+STAT_KEYS = ("hits", "misses", "partial_hits", "admission_skips", "manifest_mismatches", "errors")
+
+
+class PionPromptCache:
+    """A prompt-prefix cache for one model, stored in a Pion server.
+
+    Args:
+        model: a transformers ``PreTrainedModel`` (PyTorch) or an mlx-lm model.
+        url: the server (``pion://host:1974``, ``pions://`` for TLS, ``unix:///path``).
+        vquant: codec of the stored K/V: ``"auto"`` (the model's own dtype, exact), or one of
+            the K/V engine's codecs (``fp16 bf16 fp32 int8 fp8 turbo4 turbo3 turbo2 mlx4g32``).
+        boundary_protect: N > 0 keeps K in fp16 everywhere and V in fp16 on the first and last
+            N layers, ``vquant`` in between.
+        admission_threshold: a prefix is stored on its Nth miss (1 = the first).
+        block_size: tokens per block of the hash chain that ``fetch_nearest`` matches on.
+        tokenizer: the tokenizer (or a hash string): part of the model fingerprint.
+        adapter_id: the LoRA/adapter in use, if any: part of the model fingerprint.
+        model_id: the model's name (defaults to the runtime's own, e.g. ``config._name_or_path``).
+        client: an existing ``PionClient`` (then ``url`` is ignored).
+    """
+
+    def __init__(self, model, url: str = DEFAULT_URL, vquant: str = "auto", boundary_protect: int = 0,
+                 admission_threshold: int = 1, block_size: int = DEFAULT_BLOCK_SIZE, *, tokenizer=None,
+                 adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None) -> None:
+        if admission_threshold < 1:
+            raise ValueError("admission_threshold must be >= 1")
+        if block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        self.adapter = adapter_for(model, **({"model_id": model_id} if model_id else {}))
+        self.client = client or PionClient(url)
+        self.vquant = vquant.lower()
+        self.boundary_protect = boundary_protect
+        self.admission_threshold = admission_threshold
+        self.block_size = block_size
+        layout = self.adapter.layout
+        self.layout = layout.describe()
+        self.schema = make_schema(len(layout.attn), layout.dtype, self.vquant, boundary_protect)
+        check_schema(self.schema, layout.k_dims, layout.v_dims)
+        self.fingerprint = {**self.adapter.fingerprint(), "tokenizer": tokenizer_hash(tokenizer), "adapter": adapter_id}
+        self.fp_hash = fingerprint_hash(self.fingerprint)
+        self.schema_tag = "k=" + ",".join(self.schema["k"]) + ";v=" + ",".join(self.schema["v"])
+        self._misses_seen: Counter[str] = Counter()
+        self._counts: Counter[str] = Counter()
+        self._ms = {"fetch_ms_total": 0.0, "store_ms_total": 0.0, "last_prefill_ms": 0.0}
+        self._bytes_fetched = 0
+        #: why the last manifest check failed (for logs and tests)
+        self.last_mismatch = ""
+
+    # -- public API ----------------------------------------------------------------------
+
+    def namespace(self, token_ids) -> str:
+        """The namespace this model and codec schema give to exactly these tokens."""
+        return prefix_namespace(self.fp_hash, self.schema_tag, [int(t) for t in token_ids])
+
+    def get_or_prefill(self, prefix_ids, namespace: str | None = None):
+        """The runtime's cache holding ``prefix_ids``: fetched on a hit, prefilled (and stored) on a miss."""
+        ids = [int(t) for t in prefix_ids]
+        if not ids:
+            raise ValueError("prefix_ids is empty")
+        ns = namespace or self.namespace(ids)
+        cache = self._try_fetch(ns, ids, len(ids), exact=True)
+        if cache is not None:
+            self._counts["hits"] += 1
+            return cache
+        self._counts["misses"] += 1
+        started = time.perf_counter()
+        cache = self.adapter.prefill(ids)
+        self._ms["last_prefill_ms"] = prefill_ms = (time.perf_counter() - started) * 1000
+        self._misses_seen[ns] += 1
+        if self._misses_seen[ns] < self.admission_threshold:
+            self._counts["admission_skips"] += 1
+        else:
+            self.put(ids, cache, namespace=ns, prefill_ms=prefill_ms)
+        return cache
+
+    def fetch_nearest(self, token_ids):
+        """``(cache, remaining_ids)``: the longest stored prefix of ``token_ids`` and what is left to run.
+
+        An exact stored prefix gives ``(cache, [])``; otherwise the server's block-chain index
+        (``KV.PREFIX.MATCH``) finds the longest block-aligned stored head; with none, the result is
+        ``(None, token_ids)``, as mlx-lm's ``LRUPromptCache.fetch_nearest_cache``.
+        """
+        ids = [int(t) for t in token_ids]
+        if not ids:
+            return None, []
+        cache = self._try_fetch(self.namespace(ids), ids, len(ids), exact=True)
+        if cache is not None:
+            self._counts["hits"] += 1
+            return cache, []
+        found = self._match(ids)
+        if found is not None:
+            ns, used = found
+            cache = self._try_fetch(ns, ids[:used], used, exact=False)
+            if cache is not None:
+                self._counts["partial_hits"] += 1
+                return cache, ids[used:]
+        self._counts["misses"] += 1
+        return None, ids
+
+    def put(self, prefix_ids, cache, namespace: str | None = None, prefill_ms: float | None = None) -> bool:
+        """Store ``cache`` (holding exactly ``prefix_ids``) under its namespace; False if the server failed."""
+        ids = [int(t) for t in prefix_ids]
+        ns = namespace or self.namespace(ids)
+        started = time.perf_counter()
+        try:
+            kv, states = self.adapter.export(cache)
+            if kv and kv[0][0].shape[0] != len(ids):
+                raise ValueError(f"the cache holds {kv[0][0].shape[0]} tokens, prefix_ids has {len(ids)}")
+            manifest = build_manifest(fingerprint=self.fingerprint, fp_hash=self.fp_hash, layout=self.layout,
+                                      codecs=self.schema, token_ids=ids, block_size=self.block_size)
+            transfer.store(self.client, ns, ids, kv, states, self.schema, encode_manifest(manifest),
+                           self.block_size, prefill_ms)
+            return True
+        except PionError as exc:
+            self._error("store", exc)
+            return False
+        finally:
+            self._ms["store_ms_total"] += (time.perf_counter() - started) * 1000
+
+    def drop(self, prefix_ids=None, namespace: str | None = None) -> bool:
+        """Remove a stored prefix (K/V and recurrent state)."""
+        ns = namespace or self.namespace(prefix_ids)
+        dropped = self.client.kv_drop(ns) > 0
+        for slot in self.adapter.layout.state:
+            self.client.ssm_drop(ns, slot)
+        return dropped
+
+    def stats(self) -> dict:
+        lookups = self._counts["hits"] + self._counts["partial_hits"] + self._counts["misses"]
+        hits = self._counts["hits"] + self._counts["partial_hits"]
+        return {
+            **{key: self._counts[key] for key in STAT_KEYS},
+            "hit_rate": hits / lookups if lookups else 0.0,
+            **{key: round(value, 3) for key, value in self._ms.items()},
+            "bytes_fetched": self._bytes_fetched,
+            "admission_threshold": self.admission_threshold,
+        }
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _try_fetch(self, ns: str, ids: list[int], n_tokens: int, *, exact: bool):
+        """The runtime cache for ``ns`` (its first ``n_tokens``), or None on a miss or a mismatch."""
+        started = time.perf_counter()
+        try:
+            got = transfer.fetch(self.client, ns, n_tokens, self.adapter.layout, partial=not exact)
+            if got is None:
+                return None
+            manifest = parse_manifest(got.manifest)
+            why = mismatch(manifest, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema,
+                           token_ids=ids if exact else None, min_tokens=n_tokens)
+            if why is None and not exact and self.adapter.layout.state and manifest.get("token_count") != n_tokens:
+                why = "its recurrent state is at another position"
+            if why is not None:
+                self._counts["manifest_mismatches"] += 1
+                self.last_mismatch = f"{ns}: {why}"
+                return None
+            kv = transfer.decode(got, n_tokens, self.schema, self.adapter.layout)
+            self._bytes_fetched += got.nbytes
+            return self.adapter.build(kv, got.states)
+        except PionError as exc:
+            self._error("fetch", exc)
+            return None
+        finally:
+            self._ms["fetch_ms_total"] += (time.perf_counter() - started) * 1000
+
+    def _match(self, ids: list[int]) -> tuple[str, int] | None:
+        hashes = block_hashes(ids, self.block_size)
+        if not hashes:
+            return None
+        try:
+            found = self.client.kv_match(self.block_size, hash_blob(hashes), token_blob(ids))
+        except PionError as exc:
+            self._error("match", exc)
+            return None
+        if found is None:
+            return None
+        ns, blocks = found
+        return ns, min(blocks * self.block_size, len(ids))
+
+    def _error(self, what: str, exc: PionError) -> None:
+        """Count and warn; a cache that cannot reach its server degrades to plain prefill."""
+        self._counts["errors"] += 1
+        if not isinstance(exc, PionConnectionError) or self._counts["errors"] == 1:
+            warnings.warn(f"Pion prompt cache {what} failed: {exc}", RuntimeWarning, stacklevel=3)

@@ -1,0 +1,126 @@
+"""The wire side of the prompt cache: one pipeline to store a prefix, one to fetch it.
+
+Store (one round trip): the recurrent-state blobs first (``SSM.PREFIX.STORE``), then the
+registration (``V.CREATE ... SCHEMA`` for a per-layer schema, then ``KV.PREFIX.REGISTER`` with
+``PREFILL_MS``, ``CHAIN`` and ``MANIFEST``), then every layer's K and V rows
+(``V.STOREBATCH ... FMT RAW``, encoded here with ``pion.codecs``). The server answers
+``LOOKUP`` with HIT only once every row is stored and durable, and the state went first, so a
+reader never sees a half-stored prefix.
+
+Fetch (one round trip): ``KV.PREFIX.LOOKUP``, ``KV.PREFIX.MANIFEST``, ``V.FETCH <ns>_pk BATCH
+... FMT RAW``, the same for ``_pv``, and each state blob. Rows come back encoded and are decoded
+here (the float codecs by a zero-copy view).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from pion.client.blocks import token_blob
+from pion.client.client import PionClient
+from pion.client.errors import CorruptReply, PionError
+from pion.client.rows import bytes_per_row, decode_rows, is_uniform, native_dtype
+
+
+def sides(ns: str) -> tuple[str, str]:
+    return f"{ns}_pk", f"{ns}_pv"
+
+
+def encode_layer(rows: np.ndarray, codec: str) -> bytes | memoryview:
+    """Rows in the layer's codec, ready for ``FMT RAW`` (no copy when they already are)."""
+    native = native_dtype(codec)
+    if native is not None:
+        if rows.dtype != native:
+            rows = rows.astype(native)
+        return memoryview(np.ascontiguousarray(rows)).cast("B")
+    from pion.codecs import get_codec
+
+    return get_codec(codec).encode(rows.astype(np.float32, copy=False))
+
+
+def store(client: PionClient, ns: str, ids: list[int], kv: list[tuple[np.ndarray, np.ndarray]],
+          states: dict[int, bytes], schema: dict, manifest: bytes, block_size: int, prefill_ms: float | None) -> None:
+    """Store one prefix in one pipeline; raises the first error reply."""
+    pk, pv = sides(ns)
+    dims = {rows.shape[1] for pair in kv for rows in pair}
+    if len(dims) > 1:
+        raise NotImplementedError(f"layers of different widths {sorted(dims)} cannot be registered as one prefix")
+    kv_dim = dims.pop() if dims else 1
+    n = len(ids)
+    commands: list[list] = [["SSM.PREFIX.STORE", ns, slot, blob] for slot, blob in states.items()]
+    if is_uniform(schema):
+        vquant = schema["k"][0] if schema["k"] else "fp16"
+    else:
+        commands.append(["V.CREATE", pk, 0, "SCHEMA", len(kv), *[f"fmt={c},dim={kv_dim}" for c in schema["k"]]])
+        commands.append(["V.CREATE", pv, 0, "SCHEMA", len(kv), *[f"fmt={c},dim={kv_dim}" for c in schema["v"]]])
+        vquant = schema["k"][0]
+    commands.append(PionClient.register_args(ns, kv_dim, vquant, prefill_ms=prefill_ms,
+                                             chain=(block_size, token_blob(ids)), manifest=manifest))
+    for layer, (k_rows, v_rows) in enumerate(kv):
+        commands.append(["V.STOREBATCH", pk, layer, 0, n, encode_layer(k_rows, schema["k"][layer]), "FMT", "RAW"])
+        commands.append(["V.STOREBATCH", pv, layer, 0, n, encode_layer(v_rows, schema["v"][layer]), "FMT", "RAW"])
+    for reply in client.pipeline_execute(commands):
+        if isinstance(reply, PionError):
+            raise reply
+
+
+class Fetched(NamedTuple):
+    manifest: bytes
+    k_raw: list
+    v_raw: list
+    states: dict[int, bytes]
+    nbytes: int
+
+
+def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = False) -> Fetched | None:
+    """Manifest, encoded K and V rows ``[0, n_tokens)`` and state blobs of ``ns``; None on a miss.
+
+    ``partial``: only the head of the prefix is used, so the server's receipt credits
+    ``n_tokens`` (``LOOKUP ... TOKENS``) rather than the whole prefix.
+    """
+    pk, pv = sides(ns)
+    n_layers = len(layout.attn)
+    lookup = ["KV.PREFIX.LOOKUP", ns] + (["TOKENS", n_tokens] if partial else [])
+    commands: list[list] = [lookup, ["KV.PREFIX.MANIFEST", ns]]
+    if n_layers:
+        commands.append(["V.FETCH", pk, "BATCH", 0, n_tokens, n_layers, "FMT", "RAW"])
+        commands.append(["V.FETCH", pv, "BATCH", 0, n_tokens, n_layers, "FMT", "RAW"])
+    commands += [["SSM.PREFIX.FETCH", ns, slot] for slot in layout.state]
+    replies = client.pipeline_execute(commands)
+    hit, manifest = replies[0], replies[1]
+    if isinstance(hit, PionError):
+        raise hit
+    if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes):
+        return None
+    k_raw, v_raw = (replies[2], replies[3]) if n_layers else ([], [])
+    state_raw = replies[2 + (2 if n_layers else 0):]
+    if any(isinstance(r, PionError) or r is None for r in (k_raw, v_raw, *state_raw)):
+        return None  # dropped or evicted between LOOKUP and FETCH: a miss
+    nbytes = sum(len(x) for x in (*k_raw, *v_raw, *state_raw) if x is not None)
+    return Fetched(manifest, k_raw, v_raw, dict(zip(layout.state, state_raw, strict=True)), nbytes)
+
+
+def _text(value) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def decode(fetched: Fetched, n: int, schema: dict, layout) -> list[tuple[np.ndarray, np.ndarray]]:
+    """K and V rows per attention layer, checked against the expected sizes."""
+    return _decode_sides(fetched.k_raw, fetched.v_raw, n, schema, layout)
+
+
+def _decode_sides(k_raw: list, v_raw: list, n: int, schema: dict, layout) -> list[tuple[np.ndarray, np.ndarray]]:
+    if len(k_raw) != len(layout.attn) or len(v_raw) != len(layout.attn):
+        raise CorruptReply(f"BATCH answered {len(k_raw)}/{len(v_raw)} layers, {len(layout.attn)} expected")
+    kv = []
+    for layer, (k, v) in enumerate(zip(k_raw, v_raw, strict=True)):
+        if k is None or v is None:
+            raise CorruptReply(f"layer {layer} holds no rows")
+        k_dim, v_dim = layout.k_dims[layer], layout.v_dims[layer]
+        for raw, codec, dim in ((k, schema["k"][layer], k_dim), (v, schema["v"][layer], v_dim)):
+            if len(raw) != n * bytes_per_row(codec, dim):
+                raise CorruptReply(f"layer {layer}: {len(raw)} bytes for {n} {codec} rows of {dim}")
+        kv.append((decode_rows(k, schema["k"][layer], n, k_dim), decode_rows(v, schema["v"][layer], n, v_dim)))
+    return kv

@@ -1,0 +1,138 @@
+"""The K/V engine's state in a snapshot (the persistence engine's ``SnapshotExtension``).
+
+Everything a ``KVEngine`` holds except in-memory rollback snapshots, as one ``pack_tree``:
+row blobs and SSM blobs go through ``pack_blob``, so inside a snapshot an arena-backed blob is a
+25-byte reference (and stays live through compaction) rather than a copy. Each distinct blob is
+written once even when overwrites split it into several chunks.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pion.kvcache.layer import Chunk, LayerSpec
+from pion.kvcache.prefix import Chain, Prefix
+from pion.kvcache.space import KVEngine, KVSpace
+from pion.storage.arena import pack_blob, unpack_blob
+from pion.storage.serialize import pack_tree, unpack_tree
+
+VERSION = 1
+
+
+class _Blobs:
+    """Dedupes blob buffers by identity while dumping."""
+
+    def __init__(self) -> None:
+        self.tokens: list[bytes] = []
+        self.index: dict[int, int] = {}
+
+    def add(self, buf) -> int:
+        found = self.index.get(id(buf))
+        if found is None:
+            found = self.index[id(buf)] = len(self.tokens)
+            self.tokens.append(pack_blob(buf))
+        return found
+
+
+def _spec(spec: LayerSpec) -> tuple:
+    return (spec.dim, spec.fmt.encode(), spec.rope)
+
+
+def _unspec(item: tuple) -> LayerSpec:
+    return LayerSpec(item[0], item[1].decode(), item[2])
+
+
+def dump_space(space: KVSpace) -> dict:
+    blobs = _Blobs()
+    sessions = []
+    for session in space.vstore.sessions.values():
+        layers = [
+            (index, [(c.start, c.count, blobs.add(c.base), c.offset, c.nbytes) for c in layer.chunks])
+            for index, layer in session.layers.items()
+        ]
+        schema = None if session.schema is None else [_spec(s) for s in session.schema]
+        sessions.append((session.sid, session.index, _spec(session.default), schema, layers))
+    prefixes = [_dump_prefix(p) for p in space.registry.prefixes.values()]
+    ssm = [(sid, layer, blobs.add(blob)) for sid, layers in space.ssm.sessions.items() for layer, blob in layers.items()]
+    state = [(sid, b.mode.encode(), bytes(b.data), b.writes) for sid, b in space.state.buffers.items()]
+    # blobs only a V.SNAPSHOT (rollback point, not persisted) still uses: referenced so that the
+    # snapshot keeps their arena ranges live through compaction; ignored on load
+    rollback = [
+        blobs.add(chunk.base)
+        for session in space.vstore.sessions.values()
+        for snap in session.snapshots.values()
+        for chunks in snap.layers.values()
+        for chunk in chunks
+        if chunk.base.__class__ is memoryview
+    ]
+    evictor = space.evictor
+    return {
+        b"sessions": sessions, b"prefixes": prefixes, b"ssm": ssm, b"state": state, b"blobs": blobs.tokens,
+        b"rollback_blobs": rollback,
+        b"lru": [(unit, used) for unit, used in evictor.last_use.items()], b"clock": evictor.clock,
+        b"pinned": sorted(evictor.pinned), b"evictions": evictor.evictions, b"next_snap": space.next_snap_id,
+    }
+
+
+def _dump_prefix(p: Prefix) -> tuple:
+    blocks = None if p.block_hashes is None else p.block_hashes.astype("<u8").tobytes()
+    chain = None if p.chain is None else (p.chain.block_size, p.chain.tokens.astype("<u4").tobytes())
+    return (p.ns, p.kv_dim, p.vquant.encode(), p.block_size, blocks, p.prefill_us, p.manifest_raw, chain, p.parent)
+
+
+def load_space(space: KVSpace, tree: dict) -> None:
+    blobs = [unpack_blob(token) for token in tree[b"blobs"]]
+    store = space.vstore
+    for sid, index, default, schema, layers in tree[b"sessions"]:
+        session = store.create(sid, _unspec(default), None if schema is None else tuple(_unspec(s) for s in schema), index)
+        for layer_index, chunks in layers:
+            layer = session.layer_for_write(layer_index)
+            layer.replace_chunks([Chunk(start, count, blobs[b], offset, nbytes) for start, count, b, offset, nbytes in chunks])
+            session.nbytes += layer.nbytes
+            store.nbytes += layer.nbytes
+    for item in tree[b"prefixes"]:
+        _load_prefix(space, item)
+    for item in tree[b"prefixes"]:
+        if item[8] is not None:
+            space.registry.link(space.registry.prefixes[item[0]], item[8])
+    for sid, layer, b in tree[b"ssm"]:
+        space.ssm.store(sid, layer, blobs[b])
+    for sid, mode, data, writes in tree[b"state"]:
+        space.state.alloc(sid, len(data), mode.decode())
+        space.state.buffers[sid].data[:] = data
+        space.state.buffers[sid].writes = writes
+    evictor = space.evictor
+    evictor.last_use = dict(tree[b"lru"])
+    evictor.clock, evictor.evictions = tree[b"clock"], tree[b"evictions"]
+    evictor.pinned = set(tree[b"pinned"])
+    space.next_snap_id = tree[b"next_snap"]
+
+
+def _load_prefix(space: KVSpace, item: tuple) -> None:
+    ns, kv_dim, vquant, block_size, blocks, prefill_us, manifest_raw, chain, _parent = item
+    prefix = Prefix(ns, kv_dim, vquant.decode(), prefill_us=prefill_us)
+    if blocks is not None:
+        prefix.set_blocks(block_size, blocks)
+    if manifest_raw is not None:
+        prefix.manifest_raw, prefix.manifest = manifest_raw, json.loads(manifest_raw)
+    space.registry.add(prefix)
+    if chain is not None:
+        space.registry.attach_chain(prefix, Chain.build(chain[0], chain[1]))
+
+
+def dump(engine: KVEngine) -> bytes:
+    """The whole engine (every tenant's space) as snapshot bytes."""
+    spaces = {tenant: dump_space(space) for tenant, space in engine.spaces.items()}
+    return pack_tree({b"version": VERSION, b"spaces": spaces})
+
+
+def load(engine: KVEngine, data: bytes) -> None:
+    """Replace the engine's state with a snapshot's (called before the log is replayed)."""
+    tree = unpack_tree(data)
+    if tree.get(b"version") != VERSION:
+        raise ValueError(f"K/V snapshot version {tree.get(b'version')} is not {VERSION}")
+    engine.spaces.clear()
+    for tenant, space_tree in tree[b"spaces"].items():
+        space = engine.space(tenant)
+        load_space(space, space_tree)
+    engine.default = engine.space(b"")

@@ -1,0 +1,239 @@
+"""One tenant's K/V engine state (``KVSpace``) and the engine that holds the spaces (``KVEngine``).
+
+Everything the prompt cache keeps lives in a ``KVSpace``: V-store sessions, the prefix
+registry, SSM blobs, STATE buffers and the LRU clock. Today the server has one space; a
+per-tenant server gives each tenant its own, so their namespaces can never meet. This module
+holds the operations that span those parts: registering a prefix, deciding whether it is
+complete (LOOKUP's HIT), dropping and evicting whole prefixes.
+"""
+
+from __future__ import annotations
+
+from pion.codecs import CodecError
+from pion.kvcache.eviction import Evictor, unit_of
+from pion.kvcache.layer import LayerSpec
+from pion.kvcache.prefix import Chain, Prefix, PrefixRegistry, manifest_codecs, parse_manifest
+from pion.kvcache.ssm import SSMStore
+from pion.kvcache.state import StateStore
+from pion.kvcache.stats import Ledger
+from pion.kvcache.vstore import Session, VStore
+from pion.protocol.errors import ReplyError
+
+REG = "ERR KV.PREFIX.REGISTER:"
+OOM_TEXT = "OOM command not allowed: the K/V cache is over kv-maxmemory and nothing more can be evicted"
+
+
+def sides(ns: bytes) -> tuple[bytes, bytes]:
+    return ns + b"_pk", ns + b"_pv"
+
+
+class KVSpace:
+    def __init__(self) -> None:
+        self.vstore = VStore()
+        self.registry = PrefixRegistry()
+        self.ssm = SSMStore()
+        self.state = StateStore()
+        self.evictor = Evictor()
+        self.next_snap_id = 0
+
+    # -- accounting --------------------------------------------------------------------------
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the budget covers: encoded rows and SSM blobs (STATE buffers have their own cap)."""
+        return self.vstore.nbytes + self.ssm.nbytes
+
+    def units(self) -> set[bytes]:
+        units = {unit_of(sid) for sid in self.vstore.sessions}
+        units.update(self.ssm.sessions)
+        units.update(self.registry.prefixes)
+        return units
+
+    def touch(self, sid: bytes) -> None:
+        self.evictor.touch(unit_of(sid), self._parent_of)
+
+    def _parent_of(self, unit: bytes) -> bytes | None:
+        prefix = self.registry.get(unit)
+        return None if prefix is None else prefix.parent
+
+    def _has_children(self, unit: bytes) -> bool:
+        prefix = self.registry.get(unit)
+        return bool(prefix is not None and prefix.children)
+
+    # -- completeness --------------------------------------------------------------------------
+
+    def completeness(self, ns: bytes, tokens: int | None = None) -> tuple[bool, int]:
+        """``(every layer of both sides holds rows [0, tokens), last write's journal seq)``.
+
+        ``tokens`` defaults to the registered count (CHAIN, else manifest), else to the K side's
+        layer 0; the layers to the manifest's ``n_layers``, else to the sessions' own count.
+        """
+        pk, pv = (self.vstore.get(sid) for sid in sides(ns))
+        if pk is None or pv is None:
+            return False, 0
+        prefix = self.registry.get(ns)
+        if tokens is None and prefix is not None:
+            tokens = prefix.token_count()
+        if tokens is None:
+            first = pk.layer(0)
+            tokens = first.tokens if first is not None else 0
+        layers = prefix.layer_count() if prefix is not None else None
+        if layers is None:
+            layers = pk.num_layers
+            if pv.num_layers != layers:
+                return False, 0
+        if tokens <= 0 or layers <= 0:
+            return False, 0
+        for session in (pk, pv):
+            for index in range(layers):
+                layer = session.layer(index)
+                if layer is None or not layer.covers(tokens):
+                    return False, 0
+        return True, max(pk.seq(), pv.seq())
+
+    def hit_tokens(self, ns: bytes) -> int:
+        prefix = self.registry.get(ns)
+        count = prefix.token_count() if prefix is not None else None
+        if count is None:
+            first = self.vstore.sessions[sides(ns)[0]].layer(0)
+            count = first.tokens if first is not None else 0
+        return count
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def register(self, ns: bytes, spec: LayerSpec, options: dict) -> bool:
+        """KV.PREFIX.REGISTER after parsing: check everything, then create/attach; True if changed."""
+        try:
+            spec.codec().check_dim(spec.dim)
+        except CodecError:
+            raise ReplyError(f"{REG} vquant '{spec.fmt}' needs kv_dim divisible by 32 (got {spec.dim})") from None
+        chain = Chain.build(*options["chain"]) if "chain" in options else None
+        manifest_raw = options.get("manifest")
+        manifest = parse_manifest(manifest_raw, spec.dim, chain) if manifest_raw is not None else None
+        existing = self.registry.get(ns)
+        sessions = [self.vstore.get(sid) for sid in sides(ns)]
+        for session in sessions:
+            if session is not None:
+                _check_session(ns, session, spec)
+        _check_existing(ns, existing, manifest, chain)
+        if manifest is not None:
+            _check_manifest_codecs(manifest, sessions, spec)
+        parent = options.get("parent")
+        if parent is not None and (parent == ns or self.registry.get(parent) is None):
+            raise ReplyError(f"{REG} PARENT '{parent.decode('utf-8', 'replace')}' is not a registered namespace")
+        return self._apply_register(ns, spec, existing, sessions, options, manifest, chain)
+
+    def _apply_register(self, ns, spec, existing, sessions, options, manifest, chain) -> bool:
+        changed = existing is None
+        for sid, session in zip(sides(ns), sessions, strict=True):
+            if session is None:
+                self.vstore.create(sid, spec)
+                changed = True
+        prefix = existing or Prefix(ns, spec.dim, spec.fmt)
+        self.registry.add(prefix)
+        if "blocks" in options:
+            prefix.set_blocks(*options["blocks"])
+            changed = True
+        if options.get("prefill_us") is not None and options["prefill_us"] != prefix.prefill_us:
+            prefix.prefill_us = options["prefill_us"]
+            changed = True
+        if manifest is not None and prefix.manifest is None:
+            prefix.manifest, prefix.manifest_raw = manifest, bytes(options["manifest"])
+            changed = True
+        if chain is not None and prefix.chain is None:
+            self.registry.attach_chain(prefix, chain)
+            changed = True
+        parent = options.get("parent")
+        if parent is None and chain is not None and prefix.parent is None:
+            parent = self.registry.find_parent(chain, ns)
+        if parent is not None and parent != prefix.parent:
+            self.registry.link(prefix, parent)
+            changed = True
+        self.touch(ns)
+        return changed
+
+    # -- dropping and evicting -------------------------------------------------------------------
+
+    def drop_prefix(self, ns: bytes) -> bool:
+        """KV.PREFIX.DROP of one namespace: both sides, its SSM state and its registry entry."""
+        held = False
+        for sid in sides(ns):
+            held = self.vstore.drop(sid) or held
+        held = self.ssm.drop(ns) or held
+        held = self.registry.remove(ns) is not None or held
+        if held:
+            self.evictor.forget(ns)
+        return held
+
+    def drop_unit(self, unit: bytes) -> list[list[bytes]]:
+        """Evict a unit; returns the commands that replay the eviction."""
+        effects: list[list[bytes]] = []
+        if self.drop_prefix(unit):
+            effects.append([b"KV.PREFIX.DROP", unit])
+        if self.vstore.drop(unit):
+            effects.append([b"V.DROP", unit])
+        self.evictor.forget(unit)
+        self.evictor.evictions += 1
+        return effects
+
+    def make_room(self, budget: int, incoming: int, protect: frozenset[bytes]) -> list[list[bytes]]:
+        """Evict until ``incoming`` more bytes fit in ``budget`` (0 = no budget); returns the effects.
+
+        Raises OOM when the rest is pinned, protected or a parent of something kept.
+        """
+        effects: list[list[bytes]] = []
+        if not budget:
+            return effects
+        while self.nbytes + incoming > budget:
+            victim = self.evictor.victim(self.units(), self._has_children, protect)
+            if victim is None:
+                raise ReplyError(OOM_TEXT)
+            effects.extend(self.drop_unit(victim))
+        return effects
+
+
+def _check_session(ns: bytes, session: Session, spec: LayerSpec) -> None:
+    name = ns.decode("utf-8", "replace")
+    specs = list(session.schema) if session.schema else [session.default]
+    if any(s.dim != spec.dim for s in specs):
+        raise ReplyError(f"{REG} namespace '{name}' exists with a different kv_dim ({specs[0].dim} != {spec.dim})")
+    if session.schema is None and session.default.fmt != spec.fmt:
+        raise ReplyError(f"{REG} namespace '{name}' exists with a different vquant ({session.default.fmt} != {spec.fmt})")
+    if session.schema is not None and spec.fmt not in {s.fmt for s in specs}:
+        raise ReplyError(f"{REG} namespace '{name}' exists with a different vquant (schema without {spec.fmt})")
+
+
+def _check_existing(ns: bytes, existing: Prefix | None, manifest: dict | None, chain: Chain | None) -> None:
+    if existing is None:
+        return
+    name = ns.decode("utf-8", "replace")
+    if manifest is not None and existing.manifest is not None and manifest != existing.manifest:
+        raise ReplyError(f"{REG} namespace '{name}' exists with a different manifest")
+    if chain is not None and existing.chain is not None and not existing.chain.same(chain):
+        raise ReplyError(f"{REG} namespace '{name}' exists with a different token chain")
+
+
+def _check_manifest_codecs(manifest: dict, sessions: list[Session | None], spec: LayerSpec) -> None:
+    codecs = manifest_codecs(manifest)
+    if codecs is None:
+        return
+    for side, session in zip(("k", "v"), sessions, strict=True):
+        for index, name in enumerate(codecs.get(side, ())):
+            actual = session.spec(index).fmt if session is not None else spec.fmt
+            if name != actual:
+                raise ReplyError(f"{REG} MANIFEST codec of {side} layer {index} is {name}, the session stores {actual}")
+
+
+class KVEngine:
+    """What the server wires in as ``server.engines["kvcache"]``: the spaces and the ledger."""
+
+    def __init__(self) -> None:
+        self.default = KVSpace()
+        self.spaces: dict[bytes, KVSpace] = {b"": self.default}
+        self.ledger = Ledger()
+
+    def space(self, tenant: bytes = b"") -> KVSpace:
+        found = self.spaces.get(tenant)
+        if found is None:
+            found = self.spaces[tenant] = KVSpace()
+        return found

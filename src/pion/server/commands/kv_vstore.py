@@ -1,0 +1,348 @@
+"""``V.*``: the raw V-store (sessions of per-layer rows by token position), as the reference.
+
+Rows arrive as fp32 (or ``FMT F16``/``BF16``, or ``FMT RAW``: already in the layer's codec),
+are encoded once and stored encoded; each store is logged in its encoded form (``FMT RAW``), so
+replay keeps the log's bytes as they are. Fetches decode to fp32 (``F32``), fp16 (``F16``), the
+reference's ``NATIVE`` (raw bytes for fp16 layers, fp32 otherwise) or ``RAW`` (stored bytes,
+for the client to decode with ``pion.codecs``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pion.codecs import CodecError
+from pion.kvcache.eviction import unit_of
+from pion.kvcache.layer import Layer, LayerSpec
+from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, parse_layer_spec
+from pion.protocol.errors import SYNTAX, ReplyError
+from pion.protocol.resp import OK
+from pion.server.commands.kvcache import (
+    arg,
+    engine,
+    info_text,
+    keep_blob,
+    log_with,
+    make_room,
+    space,
+    strict_int,
+    write_seq,
+)
+from pion.server.registry import command
+
+UNIFORM_NAMES = "int8|turbo4|turbo3|turbo2|fp16|fp8|mlx4g32|fp32|bf16"
+INPUT_WIDTH = {b"F32": 4, b"F16": 2, b"BF16": 2}
+INPUT_DTYPE = {b"F32": "<f4", b"F16": "<f2"}
+FETCH_FORMATS = (b"F32", b"F16", b"NATIVE", b"RAW")
+MAX_IDS = 1024
+
+
+# -- V.CREATE ------------------------------------------------------------------------------
+
+
+def parse_uniform_fmt(raw: bytes, dim: int, where: str) -> str:
+    fmt = arg(raw).decode("latin-1").lower()
+    if fmt == "bf16_rope_fp8_body":
+        raise ReplyError(f"ERR {where}: bf16_rope_fp8_body requires SCHEMA form with per-layer rope=N")
+    if fmt not in UNIFORM_NAMES.split("|"):
+        raise ReplyError(f"ERR {where}: unknown VQUANT format '{fmt}' (want {UNIFORM_NAMES})")
+    try:
+        LayerSpec(dim, fmt).codec().check_dim(dim)
+    except CodecError:
+        raise ReplyError(f"ERR {where}: VQUANT '{fmt}' needs value_dim divisible by 32 (got {dim})") from None
+    return fmt
+
+
+def parse_create(argv: list[bytes]) -> tuple[LayerSpec, tuple[LayerSpec, ...] | None, bool]:
+    """``(default spec, schema or None, VQUANT given)`` of a V.CREATE."""
+    words = [arg(a) for a in argv]
+    if words[2].upper() == b"SCHEMA":
+        return LayerSpec(0, "int8"), parse_schema(words, 3, 0), True
+    if len(words) > 3 and words[3].upper() == b"SCHEMA":
+        default_dim = strict_int(words[2], 0, MAX_DIM, f"ERR V.CREATE SCHEMA: default_dim must be 0..{MAX_DIM}")
+        return LayerSpec(default_dim, "int8"), parse_schema(words, 4, default_dim), True
+    dim = strict_int(words[2], 1, MAX_DIM, "ERR invalid value_dim (must be 1-8192)")
+    if len(words) == 3:
+        return LayerSpec(dim, "int8"), None, False
+    if len(words) != 5 or words[3].upper() != b"VQUANT":
+        raise ReplyError(SYNTAX)
+    return LayerSpec(dim, parse_uniform_fmt(words[4], dim, "V.CREATE")), None, True
+
+
+def parse_schema(words: list[bytes], at: int, default_dim: int) -> tuple[LayerSpec, ...]:
+    if at >= len(words):
+        raise ReplyError("ERR V.CREATE SCHEMA: missing N")
+    count = strict_int(words[at], 1, MAX_LAYERS, f"ERR V.CREATE SCHEMA: N must be 1..{MAX_LAYERS}")
+    specs = words[at + 1:]
+    if len(specs) != count:
+        raise ReplyError(f"ERR V.CREATE SCHEMA: expected {count} layer specs, got {len(specs)}")
+    return tuple(parse_layer_spec(s.decode("latin-1"), i, default_dim) for i, s in enumerate(specs))
+
+
+@command("V.CREATE", -3, "write denyoom", categories="@write @pion", group="pion", since="0.1.0")
+def v_create(ctx, argv):
+    """V.CREATE sid value_dim [VQUANT fmt] | V.CREATE sid [default_dim] SCHEMA N spec...: a session, its index.
+
+    Re-creating an existing session with the same shape touches it; a different dim, codec or
+    schema is refused (the reference silently kept the old one).
+    """
+    sid = arg(argv[1])
+    default, schema, explicit = parse_create(argv)
+    sp = space(ctx)
+    session = sp.vstore.get(sid)
+    if session is not None:
+        same_dim = session.default.dim == default.dim and session.schema == schema
+        if not same_dim or (explicit and session.default.fmt != default.fmt):
+            raise ReplyError(f"ERR V.CREATE: session '{sid.decode('utf-8', 'replace')}' exists with a different shape")
+        sp.touch(sid)
+        return session.index
+    session = sp.vstore.create(sid, default, schema)
+    sp.touch(sid)
+    ctx.dirty()
+    return session.index
+
+
+# -- V.STOREBATCH ----------------------------------------------------------------------------
+
+
+def parse_store_options(argv: list[bytes]) -> bytes:
+    if len(argv) == 6:
+        return b"F32"
+    if len(argv) == 8 and arg(argv[6]).upper() == b"FMT" and arg(argv[7]).upper() in (*INPUT_WIDTH, b"RAW"):
+        return arg(argv[7]).upper()
+    raise ReplyError("ERR V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW)")
+
+
+def encode_rows(layer: Layer, fmt: bytes, blob, count: int):
+    """The blob in the layer's codec (the blob itself when it already is), after the size check."""
+    dim = layer.spec.dim
+    if fmt == b"RAW":
+        expected, why = count * layer.row_bytes, f"count={count} × row_bytes={layer.row_bytes}, FMT RAW"
+    else:
+        width = INPUT_WIDTH[fmt]
+        expected, why = count * dim * width, f"count={count} × per_layer_dim={dim} × {width}"
+    if len(blob) != expected:
+        raise ReplyError(f"ERR V.STOREBATCH: blob size {len(blob)} != expected {expected} ({why})")
+    stored = layer.spec.fmt
+    if fmt == b"RAW" or (fmt, stored) in ((b"F32", "fp32"), (b"F16", "fp16"), (b"BF16", "bf16")):
+        if blob.__class__ is memoryview and blob.format != "B":
+            return blob.cast("B")
+        return blob
+    if fmt == b"BF16":
+        values = np.frombuffer(blob, dtype="<u2").astype(np.uint32) << 16
+        values = values.view(np.float32)
+    else:
+        values = np.frombuffer(blob, dtype=INPUT_DTYPE[fmt])
+    return layer.codec.encode(values.reshape(count, dim))
+
+
+@command("V.STOREBATCH", -6, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
+def v_storebatch(ctx, argv):
+    """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW]: store rows [start, start+count)."""
+    bad = "ERR invalid layer_id/start_id/count"
+    layer_id = strict_int(argv[2], 0, 1 << 62, bad)
+    start = strict_int(argv[3], 0, 1 << 62, bad)
+    count = strict_int(argv[4], 1, 1 << 62, bad)
+    if layer_id >= MAX_LAYERS:
+        raise ReplyError("ERR V.STOREBATCH: layer_id exceeds MAX_VS_LAYERS")
+    fmt = parse_store_options(argv)
+    sp = space(ctx)
+    sid = arg(argv[1])
+    session = sp.vstore.require(sid)
+    layer = session.layer(layer_id) or Layer(session.spec(layer_id))
+    encoded = encode_rows(layer, fmt, argv[5], count)
+    if start + count > MAX_TOKENS:
+        raise ReplyError("ERR V.STOREBATCH failed")
+    effects = make_room(ctx, sp, len(encoded), unit_of(sid))
+    logged, kept = keep_blob(ctx, encoded)
+    sp.vstore.store(session, layer_id, start, count, kept, write_seq(ctx))
+    sp.touch(sid)
+    log_with(ctx, effects, [b"V.STOREBATCH", sid, b"%d" % layer_id, b"%d" % start, b"%d" % count, logged, b"FMT", b"RAW"])
+    return OK
+
+
+# -- V.FETCH ---------------------------------------------------------------------------------
+
+
+def render(layer: Layer, data, rows: int, fmt: bytes):
+    """Encoded rows in the fetch format asked for."""
+    stored = layer.spec.fmt
+    if fmt == b"RAW" or (fmt, stored) in ((b"NATIVE", "fp16"), (b"F16", "fp16"), (b"F32", "fp32"), (b"NATIVE", "fp32")):
+        return data if data.__class__ is bytes else bytes(data)
+    values = layer.codec.decode(data, (rows, layer.spec.dim))
+    return values.astype("<f2" if fmt == b"F16" else "<f4").tobytes()
+
+
+def fetch_fmt(words: list[bytes]) -> tuple[list[bytes], bytes]:
+    """Split a trailing ``FMT <F32|F16|NATIVE|RAW>`` off the arguments."""
+    if len(words) >= 2 and words[-2].upper() == b"FMT":
+        fmt = words[-1].upper()
+        if fmt not in FETCH_FORMATS:
+            raise ReplyError("ERR V.FETCH: unknown FMT (expected F32|F16|NATIVE|RAW)")
+        return words[:-2], fmt
+    return words, b"F32"
+
+
+def read_rows(layer: Layer, start: int, end: int, limit: int):
+    if (end - start) * max(layer.row_bytes, 4 * layer.spec.dim) > limit:
+        raise ReplyError("ERR V.FETCH: reply would exceed proto-max-bulk-len")
+    return layer.read(start, end)
+
+
+def account(ctx, sp, payloads: list, rows: int) -> None:
+    engine(ctx).ledger.bump("kvprefix_bytes_served", sum(len(p) for p in payloads if p is not None))
+    sp.vstore.total_fetches += rows
+
+
+@command("V.FETCH", -4, "readonly", categories="@read @pion", group="pion", since="0.1.0")
+def v_fetch(ctx, argv):
+    """V.FETCH sid layer id [id ...] | sid layer RANGE start end | sid BATCH start end [layers] [FMT F32|F16|NATIVE|RAW]."""
+    words, fmt = fetch_fmt([arg(a) for a in argv])
+    sp = space(ctx)
+    session = sp.vstore.require(words[1])
+    sp.touch(words[1])
+    limit = ctx.server.settings.proto_max_bulk_len
+    if words[2].upper() == b"BATCH":
+        return fetch_batch(ctx, sp, session, words, fmt, limit)
+    layer_id = strict_int(words[2], 0, 1 << 62, "ERR invalid layer_id")
+    layer = session.layer(layer_id)
+    if len(words) > 3 and words[3].upper() == b"RANGE":
+        start, end = parse_range(words, 4, 6)
+        payload = None if layer is None or layer.rows == 0 else render(layer, read_rows(layer, start, end, limit), end - start, fmt)
+        account(ctx, sp, [payload], 0 if payload is None else end - start)
+        return payload
+    return fetch_ids(ctx, sp, layer, words[3:], fmt)
+
+
+def parse_range(words: list[bytes], at: int, length: int) -> tuple[int, int]:
+    if len(words) < at + 2 or len(words) > length:
+        raise ReplyError(SYNTAX)
+    bad = "ERR invalid RANGE: end must exceed start (>=0)"
+    start = strict_int(words[at], 0, MAX_TOKENS, bad)
+    end = strict_int(words[at + 1], 0, MAX_TOKENS, bad)
+    if end <= start:
+        raise ReplyError(bad)
+    return start, end
+
+
+def fetch_ids(ctx, sp, layer: Layer | None, ids: list[bytes], fmt: bytes):
+    if fmt == b"NATIVE":
+        raise ReplyError("ERR FMT NATIVE requires the RANGE or BATCH form")
+    if len(ids) > MAX_IDS:
+        raise ReplyError(f"ERR V.FETCH: at most {MAX_IDS} ids (use RANGE or BATCH)")
+    positions = [strict_int(i, 0, MAX_TOKENS, "ERR invalid token id") for i in ids]
+    if layer is None or layer.rows == 0:
+        return None
+    data = b"".join(bytes(layer.read(p, p + 1)) for p in positions)
+    payload = render(layer, data, len(positions), fmt)
+    account(ctx, sp, [payload], len(positions))
+    return payload
+
+
+def fetch_batch(ctx, sp, session, words: list[bytes], fmt: bytes, limit: int):
+    start, end = parse_range(words, 3, 6)
+    layers = session.num_layers
+    if len(words) == 6:
+        asked = strict_int(words[5], 0, MAX_LAYERS, "ERR invalid num_layers")
+        layers = min(asked, layers) if asked else layers
+    if layers == 0:
+        return None
+    out = []
+    for index in range(layers):
+        layer = session.layer(index)
+        empty = layer is None or layer.rows == 0
+        out.append(None if empty else render(layer, read_rows(layer, start, end, limit), end - start, fmt))
+    account(ctx, sp, out, sum(end - start for p in out if p is not None))
+    return out
+
+
+# -- V.INFO, rollback, drop ------------------------------------------------------------------
+
+
+@command("V.INFO", -1, "readonly fast", categories="@read @pion", group="pion", since="0.1.0")
+def v_info(ctx, argv):
+    """V.INFO [sid]: key:value lines about the store or one session."""
+    sp = space(ctx)
+    store = sp.vstore
+    if len(argv) == 1:
+        total = sum(s.total_tokens() for s in store.sessions.values())
+        return info_text([("enabled", 1), ("sessions", len(store)), ("total_tokens", total),
+                          ("total_fetches", store.total_fetches), ("bytes", store.nbytes)])
+    if len(argv) > 2:
+        raise ReplyError(SYNTAX)
+    session = store.require(arg(argv[1]))
+    rows: list[tuple[str, object]] = [
+        ("session_idx", session.index), ("value_dim", session.value_dim()), ("v_format", session.format_name()),
+        ("num_layers", session.num_layers), ("schema", "heterogeneous" if session.heterogeneous else "uniform"),
+    ]
+    for index in sorted(session.layers):
+        if session.layers[index].tokens:
+            rows.append((f"layer_{index}_tokens", session.layers[index].tokens))
+    for index, spec in enumerate(session.schema or ()):
+        rows.extend([(f"layer_{index}_dim", spec.dim), (f"layer_{index}_fmt", spec.fmt)])
+        if spec.fmt == "bf16_rope_fp8_body":
+            rows.append((f"layer_{index}_rope", spec.rope))
+    rows.extend([("total_tokens", session.total_tokens()), ("bytes", session.nbytes)])
+    return info_text(rows)
+
+
+@command("V.SNAPSHOT", 2, "fast", categories="@pion", group="pion", since="0.1.0")
+def v_snapshot(ctx, argv):
+    """V.SNAPSHOT sid: remember every layer's rows (in memory, for speculative rollback); the snap id."""
+    sp = space(ctx)
+    session = sp.vstore.require(arg(argv[1]))
+    snap_id = sp.next_snap_id + 1
+    sp.vstore.snapshot(session, snap_id)
+    sp.next_snap_id = snap_id
+    return snap_id
+
+
+@command("V.RESTORE", 3, "write", categories="@write @pion", group="pion", since="0.1.0")
+def v_restore(ctx, argv):
+    """V.RESTORE sid snap_id: put every layer back as it was at the snapshot (the snapshot stays)."""
+    sp = space(ctx)
+    sid = arg(argv[1])
+    session = sp.vstore.require(sid)
+    snap_id = strict_int(argv[2], 0, 1 << 62, "ERR V.RESTORE: unknown snap_id for this session")
+    changed = sp.vstore.restore(session, snap_id)
+    effects: list[list[bytes]] = []
+    for index, chunks in changed:
+        effects.append([b"V.TRUNCATE", sid, b"%d" % index, b"0"])
+        for chunk in chunks:
+            effects.append([b"V.STOREBATCH", sid, b"%d" % index, b"%d" % chunk.start, b"%d" % chunk.count,
+                            bytes(chunk.data), b"FMT", b"RAW"])
+    ctx.dirty()
+    ctx.rewrite(*effects)
+    return OK
+
+
+@command("V.COMMIT", 3, "fast", categories="@pion", group="pion", since="0.1.0")
+def v_commit(ctx, argv):
+    """V.COMMIT sid snap_id: release a snapshot; 1 if it existed."""
+    session = space(ctx).vstore.require(arg(argv[1]))
+    snap_id = strict_int(argv[2], 0, 1 << 62, "ERR invalid snap_id")
+    return 1 if session.snapshots.pop(snap_id, None) is not None else 0
+
+
+@command("V.TRUNCATE", 4, "write", categories="@write @pion", group="pion", since="0.1.0")
+def v_truncate(ctx, argv):
+    """V.TRUNCATE sid layer tokens: forget a layer's rows at and past ``tokens`` (Pion's)."""
+    sp = space(ctx)
+    session = sp.vstore.require(arg(argv[1]))
+    layer_id = strict_int(argv[2], 0, MAX_LAYERS - 1, "ERR invalid layer_id")
+    tokens = strict_int(argv[3], 0, MAX_TOKENS, "ERR invalid tokens")
+    sp.vstore.truncate(session, layer_id, tokens)
+    ctx.dirty()
+    return OK
+
+
+@command("V.DROP", 2, "write", categories="@write @pion", group="pion", since="0.1.0")
+def v_drop(ctx, argv):
+    """V.DROP sid: free a session; 1 if it existed."""
+    sp = space(ctx)
+    sid = arg(argv[1])
+    if not sp.vstore.drop(sid):
+        return 0
+    ctx.dirty()
+    return 1
+

@@ -1,0 +1,238 @@
+"""INFO: the section registry and the text it renders, in Redis 7's format and order.
+
+``server.info_sections`` maps a section name to a function ``fn(server) -> {field: value}``;
+``default_info_sections`` fills in Redis's sections, and engines add their own (the kv cache's
+``pion``) or replace a default (the persistence engine's ``persistence``). Sections an engine
+adds are shown by plain INFO as well, after Redis's own, as Redis shows module sections.
+
+Fields Pion cannot measure (network byte counts, allocator statistics) are left out rather than
+reported as zero. Must not import ``pion.server.app``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pion import __version__
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+
+REDIS_VERSION = "7.2.0"
+Section = Callable[["Server"], dict[str, Any]]
+
+#: Redis's section titles; an engine's section is titled by capitalizing its name
+TITLES = {"cpu": "CPU", "commandstats": "Commandstats", "errorstats": "Errorstats"}
+#: sections plain INFO (``default``) leaves out
+NOT_DEFAULT = {"commandstats", "latencystats"}
+_peaks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def render_info(server: Server, names: list[str]) -> str:
+    """The INFO text for the requested section names (``default``, ``all``, ``everything`` too)."""
+    sections = server.info_sections
+    wanted = [name.lower() for name in names] or ["default"]
+    chosen: list[str] = []
+    for name in sections:
+        everything = "everything" in wanted or "all" in wanted
+        default = "default" in wanted and name not in NOT_DEFAULT
+        if everything or default or name in wanted:
+            chosen.append(name)
+    parts = []
+    for name in chosen:
+        fields = sections[name](server)
+        lines = [f"# {TITLES.get(name, name.capitalize())}\r\n"]
+        lines.extend(f"{key}:{_format(value)}\r\n" for key, value in fields.items())
+        parts.append("".join(lines))
+    return "\r\n".join(parts)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return "%.2f" % value
+    return str(value)
+
+
+def human_bytes(n: int) -> str:
+    """Redis's bytesToHuman: ``1.11M``."""
+    for unit, size in (("P", 1024**5), ("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= size:
+            return "%.2f%s" % (n / size, unit)
+    return f"{n}B"
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def used_memory(server: Server) -> int:
+    """The memory engine's account when there is one, else the process's resident size."""
+    memory = server.engines.get("memory")
+    if memory is not None and hasattr(memory, "used_memory"):
+        return int(memory.used_memory())
+    return rss_bytes()
+
+
+# -- the sections ---------------------------------------------------------------------------------
+
+
+def server_section(server: Server) -> dict[str, Any]:
+    now = time.time()
+    uptime = int(now - server.start_time)
+    fields: dict[str, Any] = {
+        "redis_version": REDIS_VERSION, "pion_version": __version__, "redis_git_sha1": "00000000",
+        "redis_git_dirty": 0, "redis_build_id": "0", "redis_mode": "standalone",
+        "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "arch_bits": 64 if sys.maxsize > 2**32 else 32, "monotonic_clock": "POSIX clock_gettime",
+        "multiplexing_api": "epoll" if sys.platform.startswith("linux") else "kqueue",
+        "python_version": platform.python_version(), "process_id": os.getpid(), "process_supervised": "no",
+        "run_id": server.run_id, "tcp_port": server.bound_port, "server_time_usec": int(now * 1_000_000),
+        "uptime_in_seconds": uptime, "uptime_in_days": uptime // 86400, "hz": server.settings.hz,
+        "configured_hz": server.settings.hz, "lru_clock": int(now) & ((1 << 24) - 1),
+        "executable": sys.executable, "config_file": server.settings.config_file, "io_threads_active": 0,
+    }
+    if server.settings.port:
+        bind = ",".join(server.settings.bind)
+        fields["listener0"] = f"name=tcp,bind={bind},port={server.bound_port}"
+    if server.settings.unixsocket:
+        fields["listener1"] = f"name=unix,bind={server.settings.unixsocket}"
+    return fields
+
+
+def clients_section(server: Server) -> dict[str, Any]:
+    return {
+        "connected_clients": len(server.clients), "cluster_connections": 0,
+        "maxclients": server.settings.maxclients, "blocked_clients": server.blocking.num_blocked,
+        "tracking_clients": 0, "clients_in_timeout_table": sum(
+            1 for c in server.clients.values() if c.blocked is not None and c.blocked.timeout > 0),
+        "total_blocking_keys": len(server.blocking.waiting), "total_blocking_keys_on_nokey": 0,
+    }
+
+
+def memory_section(server: Server) -> dict[str, Any]:
+    used, rss = used_memory(server), rss_bytes()
+    peak = max(_peaks.get(server, 0), used)
+    _peaks[server] = peak
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    maxmemory = server.settings.maxmemory
+    return {
+        "used_memory": used, "used_memory_human": human_bytes(used), "used_memory_rss": rss,
+        "used_memory_rss_human": human_bytes(rss), "used_memory_peak": peak,
+        "used_memory_peak_human": human_bytes(peak), "used_memory_peak_perc": "%.2f%%" % (100 * used / peak if peak else 100.0),
+        "total_system_memory": total, "total_system_memory_human": human_bytes(total),
+        "maxmemory": maxmemory, "maxmemory_human": human_bytes(maxmemory),
+        "maxmemory_policy": server.settings.maxmemory_policy, "mem_allocator": "pymalloc",
+        "lazyfree_pending_objects": 0,
+    }
+
+
+def persistence_section(server: Server) -> dict[str, Any]:
+    """The default until a persistence engine registers its own: the journal's state only."""
+    return {
+        "loading": int(server.loading), "async_loading": 0, "rdb_changes_since_last_save": server.dirty,
+        "rdb_bgsave_in_progress": 0, "rdb_last_save_time": int(server.start_time),
+        "rdb_last_bgsave_status": "ok", "aof_enabled": int(server.settings.appendonly),
+        "aof_rewrite_in_progress": 0, "aof_last_write_status": "ok",
+    }
+
+
+def stats_section(server: Server) -> dict[str, Any]:
+    hub = server.pubsub
+    return {
+        "total_connections_received": server.stat_numconnections,
+        "total_commands_processed": server.stat_numcommands,
+        "rejected_connections": server.stat_rejected_conn, "expired_keys": server.stat_expired,
+        "evicted_keys": server.stat_evicted, "keyspace_hits": server.stat_keyspace_hits,
+        "keyspace_misses": server.stat_keyspace_misses, "pubsub_channels": len(hub.channels),
+        "pubsub_patterns": len(hub.patterns), "pubsubshard_channels": len(hub.shard_channels),
+        "total_error_replies": sum(server.error_stats.values()),
+        "total_rejected_calls": server.stat_rejected, "total_failed_calls": server.stat_failed,
+    }
+
+
+def replication_section(server: Server) -> dict[str, Any]:
+    extra = dict(server.settings.extra)
+    return {
+        "role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
+        "master_replid": server.run_id, "master_replid2": "0" * 40, "master_repl_offset": 0,
+        "second_repl_offset": -1, "repl_backlog_active": 0,
+        "repl_backlog_size": extra.get("repl-backlog-size", "1048576"),
+        "repl_backlog_first_byte_offset": 0, "repl_backlog_histlen": 0,
+    }
+
+
+def cpu_section(server: Server) -> dict[str, Any]:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    fields = {
+        "used_cpu_sys": "%.6f" % me.ru_stime, "used_cpu_user": "%.6f" % me.ru_utime,
+        "used_cpu_sys_children": "%.6f" % children.ru_stime, "used_cpu_user_children": "%.6f" % children.ru_utime,
+    }
+    if hasattr(resource, "RUSAGE_THREAD"):
+        thread = resource.getrusage(resource.RUSAGE_THREAD)
+        fields["used_cpu_sys_main_thread"] = "%.6f" % thread.ru_stime
+        fields["used_cpu_user_main_thread"] = "%.6f" % thread.ru_utime
+    return fields
+
+
+def commandstats_section(server: Server) -> dict[str, Any]:
+    out = {}
+    for name, (calls, usec, rejected, failed) in server.dispatcher.stats.items():
+        per_call = usec / calls if calls else 0.0
+        out[f"cmdstat_{name.lower()}"] = (
+            f"calls={calls},usec={usec},usec_per_call={per_call:.2f},rejected_calls={rejected},failed_calls={failed}")
+    return out
+
+
+def errorstats_section(server: Server) -> dict[str, Any]:
+    return {f"errorstat_{prefix}": f"count={count}" for prefix, count in server.error_stats.items()}
+
+
+def keyspace_section(server: Server) -> dict[str, Any]:
+    return {
+        f"db{db.index}": f"keys={len(db.data)},expires={len(db.expires)},avg_ttl={db.avg_ttl}"
+        for db in server.dbs if db.data
+    }
+
+
+def _empty(server: Server) -> dict[str, Any]:
+    return {}
+
+
+def _cluster(server: Server) -> dict[str, Any]:
+    return {"cluster_enabled": 0}
+
+
+def default_info_sections() -> dict[str, Section]:
+    """Redis 7's sections in Redis's order (``everything``); engines append theirs after."""
+    return {
+        "server": server_section, "clients": clients_section, "memory": memory_section,
+        "persistence": persistence_section, "stats": stats_section, "replication": replication_section,
+        "cpu": cpu_section, "modules": _empty, "commandstats": commandstats_section,
+        "errorstats": errorstats_section, "cluster": _cluster, "keyspace": keyspace_section,
+    }
+
+
+def reset_stats(server: Server) -> None:
+    """CONFIG RESETSTAT: the counters INFO stats, commandstats and errorstats show."""
+    server.dispatcher.stats.clear()
+    server.error_stats.clear()
+    for name in ("stat_numcommands", "stat_numconnections", "stat_rejected_conn", "stat_rejected", "stat_failed",
+                 "stat_expired", "stat_evicted", "stat_keyspace_hits", "stat_keyspace_misses"):
+        setattr(server, name, 0)
+    _peaks.pop(server, None)
+    for hook in server.resetstat_hooks:
+        hook(server)

@@ -1,0 +1,231 @@
+"""The server hooks durability installs: recovery at startup, shutdown, the guard, DEBUG RELOAD.
+
+Recovery replays the log through the same command code as live traffic
+(``dispatcher.replay``). A blob argument arrives as a ``memoryview`` of its mapped arena for
+commands flagged ``zero_copy`` (nothing is read from disk), as checked ``bytes`` otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol.errors import ReplyError
+from pion.protocol.resp import OK
+from pion.storage.arena import ArenaError, BlobRef, snapshot_scope
+from pion.storage.recovery import RecoveryError, recover
+from pion.storage.serialize import PayloadError, load_value
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+    from pion.server.persistence import Persistence
+
+log = logging.getLogger("pion.persistence")
+
+
+def wire(server: Server, owner: Persistence) -> None:
+    server.engines["persistence"] = owner
+    server.engines["memory"] = owner.memory
+    previous = server.guard
+
+    def guard(client: Any, spec: Any, argv: list[bytes]) -> ReplyError | None:
+        if previous is not None:
+            refusal = previous(client, spec, argv)
+            if refusal is not None:
+                return refusal
+        return owner.guard(client, spec, argv)
+
+    server.guard = guard
+    server.info_sections["persistence"] = owner.info
+    server.debug_hooks["reload"] = lambda ctx, argv: debug_reload(owner, argv)
+    server.debug_hooks["panic"] = lambda ctx, argv: debug_panic(owner)
+    server.debug_hooks["segfault"] = lambda ctx, argv: debug_segfault(owner)
+    server.config_hooks.append(owner.config_changed)
+    server.cron_hooks.append(owner.cron)
+
+    async def startup(server: Server) -> None:
+        owner.crash.start()
+        try:
+            load(owner)
+        except BaseException as exc:
+            owner.crash.stop(f"start refused: {exc}")
+            owner.journal.close()
+            owner.lock.release()
+            raise
+        owner.journal.start(asyncio.get_running_loop()) if hasattr(owner.journal, "start") else None
+        owner.started = True
+        owner.status.tick(force=True)
+
+    async def shutdown(server: Server) -> None:
+        await stop(owner)
+
+    server.startup_hooks.append(startup)
+    server.shutdown_hooks.append(shutdown)
+
+
+def load(owner: Persistence) -> None:
+    """Snapshot then log into the (empty) keyspace; raises StartupError when it cannot."""
+    from pion.server.run import StartupError
+
+    server = owner.server
+    replayer = Replayer(owner)
+    server.loading = True
+    for db in server.dbs:
+        db.loading = True
+    try:
+        with snapshot_scope(owner.arenas):
+            owner.recovery = recover(
+                owner.directory, replayer.load_key, replayer.drop_key, replayer.load_extension,
+                replayer.apply, replay=server.settings.appendonly,
+            )
+    except RecoveryError as exc:
+        raise StartupError(str(exc)) from None
+    finally:
+        server.loading = False
+        for db in server.dbs:
+            db.loading = False
+    report = owner.recovery
+    owner.snapshot_bytes = _snapshot_size(owner)
+    owner.memory.rescan()
+    if replayer.failed:
+        log.warning("%d logged commands failed again on replay (first: %s)", replayer.failed, replayer.first_failure)
+    log.info(
+        "data loaded: %d keys from the snapshot, %d log records in %d segments, in %.3f seconds",
+        report.snapshot_keys, report.records, report.segments, report.seconds,
+    )
+
+
+def _snapshot_size(owner: Persistence) -> int:
+    from pion.storage.snapshot import FILENAME
+
+    path = os.path.join(owner.directory, FILENAME)
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+class Replayer:
+    """The callbacks recovery calls: keys from the snapshot, effects from the log."""
+
+    def __init__(self, owner: Persistence) -> None:
+        self.owner = owner
+        self.server = owner.server
+        self.failed = 0
+        self.first_failure = ""
+
+    def load_key(self, record: Any) -> None:
+        try:
+            value = load_value(record.value)
+        except (PayloadError, ArenaError) as exc:
+            raise RecoveryError(f"snapshot: key {record.key!r} in db {record.db} cannot be loaded: {exc}") from None
+        db = self._db(record.db)
+        db.set(record.key, value)
+        if record.expire_ms is not None:
+            db.set_expire(record.key, record.expire_ms)
+
+    def drop_key(self, record: Any) -> None:
+        self._db(record.db).delete(record.key)
+
+    def load_extension(self, record: Any) -> None:
+        for ext in self.owner.snapshot_extensions:
+            if ext.name == record.name:
+                ext.load(bytes(record.data))
+                return
+        raise RecoveryError(
+            f"the snapshot holds state of the '{record.name}' engine, which this server does not run "
+            "(start it with the same options as before, e.g. --kvcache)"
+        )
+
+    def _db(self, index: int) -> Any:
+        if index >= len(self.server.dbs):
+            raise RecoveryError(f"data for db {index}, but the server has {len(self.server.dbs)} databases")
+        return self.server.dbs[index]
+
+    def apply(self, db_index: int, args: list[Any]) -> None:
+        server = self.server
+        dispatcher = server.dispatcher
+        head = [arg if arg.__class__ is not BlobRef else b"" for arg in args[:2]]
+        spec = dispatcher.lookup(head + [b""] * (len(args) - len(head)))
+        if spec.__class__ is ReplyError:
+            raise RecoveryError(
+                f"the log holds a command this server cannot run ({spec.message}); start it with the "
+                "same options as the server that wrote the log (e.g. --kvcache)"
+            )
+        zero_copy = "zero_copy" in spec.flags  # type: ignore[union-attr]
+        argv = [arg if arg.__class__ is not BlobRef else self._blob(arg, zero_copy) for arg in args]
+        self._db(db_index)
+        client = server.replay_client
+        client.db_index = db_index
+        try:
+            reply = dispatcher.replay(client, argv)
+        except ReplyError as exc:
+            reply = exc
+        if isinstance(reply, ReplyError):
+            self.failed += 1
+            if not self.first_failure:
+                self.first_failure = f"{args[0]!r}: {reply.message}"
+
+    def _blob(self, ref: BlobRef, zero_copy: bool) -> bytes | memoryview:
+        try:
+            view = self.owner.arenas.view(ref)
+        except ArenaError as exc:
+            raise RecoveryError(f"{exc}: the arena file is missing or short") from None
+        if zero_copy:
+            return view
+        data = bytes(view)
+        import crc32c
+
+        if crc32c.crc32c(data) != ref.crc:
+            raise RecoveryError(f"blob {ref} does not match its checksum (arena {ref.arena_id} is damaged)")
+        return data
+
+
+async def stop(owner: Persistence) -> None:
+    """Shutdown: cancel a background save, save if snapshots are the only persistence, close."""
+    server = owner.server
+    task = owner.task
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        owner.job = None
+    mode = getattr(server, "shutdown_mode", "default")  # SHUTDOWN SAVE has saved already
+    if mode == "default" and owner.started and not server.settings.appendonly and server.dirty \
+            and server.settings.save.strip():
+        try:
+            owner.save()
+        except ReplyError:
+            log.error("could not save the snapshot at shutdown")
+    owner.journal.close()
+    owner.status.tick(force=True, state="stopped")
+    owner.crash.stop()
+    owner.lock.release()
+
+
+def debug_reload(owner: Persistence, argv: list[bytes]) -> Any:
+    """DEBUG RELOAD: save a snapshot, empty the keyspace, load it back (all blocking)."""
+    if len(argv) > 2:
+        return ReplyError("ERR DEBUG RELOAD options (MERGE, NOFLUSH, NOSAVE) are not supported by Pion")
+    owner.save()
+    server = owner.server
+    for db in server.dbs:
+        db.flush()
+    try:
+        load(owner)
+    except Exception as exc:  # the reply says why; the server keeps what it loaded
+        return ReplyError(f"ERR Error trying to load the snapshot: {exc}")
+    return OK
+
+
+def debug_panic(owner: Persistence) -> Any:
+    """DEBUG PANIC: the crash line (time, cause, last command), then abort as Redis does."""
+    owner.crash.crash("panic: DEBUG PANIC")
+    os.abort()
+
+
+def debug_segfault(owner: Persistence) -> Any:
+    """DEBUG SEGFAULT: a real SIGSEGV; faulthandler writes the traceback to the crash log."""
+    import ctypes
+
+    ctypes.string_at(0)

@@ -1,0 +1,334 @@
+"""The write-ahead journal: group commit of log records on a writer thread.
+
+The loop thread encodes each command's effects into a record (large arguments go to an arena)
+and collects the records of one loop iteration; at the end of the iteration they are handed to
+the writer thread, which fsyncs the arenas they reference, writes the batch with one ``pwrite``
+and, under ``appendfsync always``, one ``fdatasync``; then it tells the loop (via
+``call_soon_threadsafe``), which advances ``durable_seq`` and releases held replies. Parsing and
+running commands continue meanwhile: the next batch forms while the disk works.
+
+A failed write or fsync is cut off (``ftruncate`` to the last synced size); the replies of the
+affected writes become ``-MISCONF``, writes are refused while ``write_error()`` is set, and the
+writer retries every second until a write succeeds again (then the error clears).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol import errors
+from pion.protocol.resp import encode_error
+from pion.server.journal import Journal
+from pion.storage import wal
+from pion.storage.arena import ArenaStore, BlobRef
+
+if TYPE_CHECKING:
+    from pion.server.client import Client
+
+log = logging.getLogger("pion.wal")
+
+Effects = list[tuple[int, list[bytes]]]
+#: a payload past this size is re-encoded with every argument over 64 KiB moved to an arena
+MAX_INLINE_PAYLOAD = 64 * 1024 * 1024
+RETRY_SECONDS = 1.0
+
+
+class ObservedJournal(Journal):
+    """The in-memory journal plus observers that see every write's effects (memory accounting,
+    snapshot dirty tracking). Used as is when the log is off."""
+
+    def __init__(self, arenas: ArenaStore | None = None) -> None:
+        super().__init__()
+        self.observers: list[Callable[[Effects], None]] = []
+        self.arenas = arenas
+
+    def append(self, effects: Effects) -> int:
+        for observer in self.observers:
+            observer(effects)
+        if self.arenas is not None and self.arenas.recent:
+            self.arenas.take_recent()
+        return super().append(effects)
+
+
+class WalJournal(ObservedJournal):
+    def __init__(self, wal_dir: str, arenas: ArenaStore, first_segment: int, settings: Any) -> None:
+        super().__init__(arenas)
+        self.wal_dir = wal_dir
+        self.policy = settings.appendfsync
+        self.blob_threshold = settings.blob_threshold
+        self.segment_size = settings.wal_segment_size
+        self.loop: asyncio.AbstractEventLoop | None = None
+        #: loop side: records of this iteration as (seq, segment number, bytes)
+        self._batch: list[tuple[int, int, bytes]] = []
+        self._scheduled = False
+        self.segment = first_segment
+        self._segment_bytes = wal.HEADER_SIZE
+        #: bytes of log since the last snapshot (INFO aof_current_size, auto rewrite)
+        self.log_bytes = 0
+        self.synced_seq = 0
+        self.last_fsync = 0.0
+        self.refs_since_cut: set[BlobRef] = set()
+        self._waiters: list[tuple[int, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._marks: dict[Any, list[tuple[int, int]]] = {}
+        self._error: str | None = None
+        self.write_failures = 0
+        #: writer-thread counters: batches written and fsyncs done (group commit: fsyncs < records)
+        self.batches = 0
+        self.fsyncs = 0
+        # shared with the writer thread
+        self._cv = threading.Condition()
+        self._queue: list[tuple[int, int, bytes]] = []
+        self._closing = False
+        self._writer: wal.SegmentWriter | None = None
+        self._unsynced: list[tuple[int, int, bytes]] = []
+        self._thread = threading.Thread(target=self._run, name="pion-wal", daemon=True)
+        #: test hook: an OSError the writer raises on its next attempt(s)
+        self.inject_failures: list[OSError] = []
+
+    def start(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Begin writing; without a loop (a bare server in a unit test) records are written but
+        nobody waits for them."""
+        self.loop = loop
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    # -- loop side ----------------------------------------------------------------------------
+
+    def append(self, effects: Effects) -> int:
+        for observer in self.observers:
+            observer(effects)
+        recent = self.arenas.take_recent() if self.arenas.recent else {}
+        refs: list[BlobRef] = []
+
+        def to_ref(arg: Any, limit: int = self.blob_threshold) -> BlobRef | None:
+            ref = None
+            if arg.__class__ is memoryview:
+                ref = self.arenas.ref_of(arg)
+            if ref is None and recent:
+                entry = recent.get(id(arg))
+                ref = entry[1] if entry is not None and entry[0] is arg else None
+            if ref is None and len(arg) >= limit:
+                ref = self.arenas.put(arg)
+            if ref is not None:
+                refs.append(ref)
+            return ref
+
+        payload = wal.encode_effects(effects, to_ref)
+        if len(payload) > MAX_INLINE_PAYLOAD:
+            payload = wal.encode_effects(effects, lambda arg: to_ref(arg, 64 * 1024))
+        self.refs_since_cut.update(refs)
+        record = wal.frame(payload)
+        if self._segment_bytes + len(record) > self.segment_size and self._segment_bytes > wal.HEADER_SIZE:
+            self.segment += 1
+            self._segment_bytes = wal.HEADER_SIZE
+            self.log_bytes += wal.HEADER_SIZE
+        self._segment_bytes += len(record)
+        self.log_bytes += len(record)
+        self.seq += 1
+        self._batch.append((self.seq, self.segment, record))
+        if self.loop is None:
+            try:
+                self.start(asyncio.get_running_loop())
+            except RuntimeError:
+                self.start(None)
+                self._hand_over()
+                self.durable_seq = self.seq
+                return self.seq
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._hand_over)
+        return self.seq
+
+    def cut(self) -> int:
+        """Start a new segment for the records after this point; returns the last one before it
+        (a snapshot taken now covers every segment up to that number)."""
+        covered = self.segment
+        self.segment += 1
+        self._segment_bytes = wal.HEADER_SIZE
+        self.log_bytes = 0
+        self.refs_since_cut = set()
+        return covered
+
+    def _hand_over(self) -> None:
+        self._scheduled = False
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, []
+        with self._cv:
+            self._queue.extend(batch)
+            self._cv.notify()
+
+    def when_durable(self, seq: int, callback: Callable[[], None]) -> None:
+        if seq <= self.durable_seq:
+            callback()
+            return
+        heapq.heappush(self._waiters, (seq, next(self._order), callback))
+
+    def note_reply(self, client: Client, seq: int) -> None:
+        """Remember where in its output this write's reply goes, to answer -MISCONF if it fails."""
+        conn = client.conn
+        if conn is not None and client.reply_mode == "on":
+            marks = self._marks.get(conn)
+            if marks is None:
+                marks = self._marks[conn] = []
+            marks.append((len(conn.out), seq))
+
+    def write_error(self) -> str | None:
+        return self._error
+
+    def _written(self, seq: int, synced: bool) -> None:
+        """On the loop: the writer finished records up to ``seq``."""
+        if self._error is not None:
+            log.warning("log writes succeed again; accepting writes")
+            self._error = None
+        if synced:
+            self.synced_seq = max(self.synced_seq, seq)
+            self.last_fsync = time.time()
+        self._release(seq)
+
+    def _failed(self, seq: int, message: str) -> None:
+        """On the loop: records up to ``seq`` could not be made durable."""
+        self.write_failures += 1
+        if self._error is None:
+            log.error("log write failed (%s): refusing writes with -MISCONF until it succeeds", message)
+        self._error = message
+        failed_from = self.durable_seq
+        error = encode_error(errors.MISCONF)
+        for conn, marks in self._marks.items():
+            for index, mark_seq in marks:
+                if failed_from < mark_seq <= seq and index < len(conn.out):
+                    conn.out[index] = error
+        self._release(seq)
+
+    def _release(self, seq: int) -> None:
+        if seq <= self.durable_seq:
+            return
+        self.durable_seq = seq
+        for conn in list(self._marks):
+            marks = [mark for mark in self._marks[conn] if mark[1] > seq]
+            if marks:
+                self._marks[conn] = marks
+            else:
+                del self._marks[conn]
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= seq:
+            heapq.heappop(waiters)[2]()
+
+    def set_policy(self, policy: str) -> None:
+        with self._cv:
+            self.policy = policy
+            self._cv.notify()
+
+    def close(self) -> None:
+        """Write and sync what is queued, then stop the writer."""
+        self._hand_over()
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join(30)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    # -- writer thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        retry: list[tuple[int, int, bytes]] = []
+        while True:
+            with self._cv:
+                timeout = RETRY_SECONDS if retry or self.policy == "everysec" else None
+                if not self._queue and not self._closing:
+                    self._cv.wait(timeout)
+                items = retry + self._queue
+                self._queue = []
+                closing = self._closing
+                policy = self.policy
+            if closing and not items and not retry and not self._unsynced:
+                return
+            retry = []
+            try:
+                self._write(items, policy, closing)
+            except OSError as exc:
+                retry = self._recover_from(exc, items)
+                if closing:
+                    log.error("log could not be written at shutdown: %s", exc)
+                    return
+
+    def _write(self, items: list[tuple[int, int, bytes]], policy: str, closing: bool) -> None:
+        if self.inject_failures:
+            raise self.inject_failures.pop(0)
+        if items:
+            self.arenas.sync()
+        if self._writer is not None and self._writer.dirty_tail:
+            self._writer.truncate_to_size()
+            self._writer.dirty_tail = False
+        position = 0
+        while position < len(items):
+            segment = items[position][1]
+            end = position
+            while end < len(items) and items[end][1] == segment:
+                end += 1
+            writer = self._writer_for(segment)
+            group = items[position:end]
+            writer.write(b"".join(item[2] for item in group))
+            self._unsynced.extend(group)
+            position = end
+        if items:
+            self.batches += 1
+        now = time.monotonic()
+        sync = policy == "always" or closing or (policy == "everysec" and now - self._last_sync >= 1.0)
+        if sync and self._writer is not None and self._unsynced:
+            self._writer.sync()
+            self.fsyncs += 1
+            self._last_sync = now
+            self._unsynced = []
+        if items:
+            self._notify(self._written, items[-1][0], sync)
+        elif sync:
+            self._notify(self._written, self.synced_seq, True)
+
+    _last_sync = 0.0
+
+    def _writer_for(self, segment: int) -> wal.SegmentWriter:
+        writer = self._writer
+        if writer is not None and writer.number == segment:
+            return writer
+        if writer is not None:
+            writer.sync()  # a finished segment is complete on disk before the next one starts
+            writer.close()
+            self._writer = None
+            self._unsynced = []
+        self._writer = wal.SegmentWriter(self.wal_dir, segment)
+        return self._writer
+
+    def _recover_from(self, exc: OSError, items: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+        """Cut the segment back to its last synced size and queue everything unsynced again."""
+        log.error("log write failed: %s", exc)
+        seen = {item[0] for item in items}
+        pending = [item for item in self._unsynced if item[0] not in seen] + items
+        pending.sort(key=lambda item: item[0])
+        self._unsynced = []
+        writer = self._writer
+        if writer is not None:
+            writer.size = max(writer.synced_size, wal.HEADER_SIZE)
+            writer.dirty_tail = True  # cut off before the next write
+        if pending:
+            self._notify(self._failed, pending[-1][0], f"{exc.__class__.__name__}: {exc}")
+        return pending
+
+    def _notify(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:
+                pass  # the loop is gone (shutdown)

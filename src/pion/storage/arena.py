@@ -1,0 +1,401 @@
+"""Blob arenas: large immutable byte strings kept in append-only files and read through mmap.
+
+Why: K/V row batches and big values would make the log and the snapshot huge, and reading them
+back would make restart time grow with the bytes cached. Each blob is written once to an arena
+file and referenced by a ``BlobRef``; after a restart the files are mapped, never read, and a
+replayed command gets a ``memoryview`` of the mapping. Arena files are created sparse at a fixed
+capacity and mapped once, so a view never needs a remap (no growing number of mappings).
+
+Threads: ``put``/``view``/``ref_of`` run on the loop thread; ``sync`` (fsync of the files written
+since the last sync) runs on the log writer thread, before the log records that reference them.
+See docs/dev/arena-contract.md for the contract with the engines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ctypes
+import ctypes.util
+import mmap
+import os
+import struct
+import threading
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import crc32c
+import numpy as np
+
+_REF = struct.Struct("<IQQI")
+DEFAULT_ARENA_SIZE = 256 * 1024 * 1024
+_SUFFIX = ".arena"
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRef:
+    """Where a blob lives: arena file id, byte offset, length, crc32c of the bytes."""
+
+    arena_id: int
+    offset: int
+    length: int
+    crc: int
+
+    def pack(self) -> bytes:
+        return _REF.pack(self.arena_id, self.offset, self.length, self.crc)
+
+    @classmethod
+    def unpack(cls, data: bytes | memoryview) -> BlobRef:
+        return cls(*_REF.unpack(data))
+
+
+class ArenaError(OSError):
+    """A ref that points outside its arena, or an arena file that is missing."""
+
+
+class _Arena:
+    __slots__ = ("id", "path", "fd", "capacity", "used", "map", "dirty")
+
+    def __init__(self, arena_id: int, path: str, fd: int, capacity: int, used: int) -> None:
+        self.id = arena_id
+        self.path = path
+        self.fd = fd
+        self.capacity = capacity
+        self.used = used
+        self.map: mmap.mmap | None = mmap.mmap(fd, capacity, access=mmap.ACCESS_READ) if capacity else None
+        self.dirty = False
+
+
+class ArenaStore:
+    """The arena files of one data directory."""
+
+    def __init__(self, directory: str, arena_size: int = DEFAULT_ARENA_SIZE) -> None:
+        self.directory = directory
+        self.arena_size = arena_size
+        self._arenas: dict[int, _Arena] = {}
+        self._current: _Arena | None = None
+        #: (arena_id, offset) -> (length, crc) of every blob put or mapped since start
+        self._index: dict[tuple[int, int], tuple[int, int]] = {}
+        #: id(obj) -> (obj, ref) for objects put() since the journal last asked
+        self.recent: dict[int, tuple[Any, BlobRef]] = {}
+        #: (arena_id, offset) -> weak ref to the numpy array every view of that blob comes from;
+        #: alive means some value still holds a view, so compaction must keep the range
+        self._holders: dict[tuple[int, int], weakref.ref] = {}
+        self._holder_keys: dict[int, tuple[int, int]] = {}
+        self.live_bytes = 0
+        self.reclaimed_bytes = 0
+        #: ranges compaction kept only because a view was still held (an engine skipped pack_blob)
+        self.kept_held = 0
+        self._lock = threading.Lock()
+        os.makedirs(directory, exist_ok=True)
+        for arena_id in self._existing_ids():
+            path = self._path(arena_id)
+            fd = os.open(path, os.O_RDONLY)
+            size = os.fstat(fd).st_size
+            self._arenas[arena_id] = _Arena(arena_id, path, fd, size, size)
+
+    # -- files ---------------------------------------------------------------------------
+
+    def _path(self, arena_id: int) -> str:
+        return os.path.join(self.directory, "%06d%s" % (arena_id, _SUFFIX))
+
+    def _existing_ids(self) -> list[int]:
+        ids = []
+        for name in os.listdir(self.directory):
+            if name.endswith(_SUFFIX) and name[: -len(_SUFFIX)].isdigit():
+                ids.append(int(name[: -len(_SUFFIX)]))
+        return sorted(ids)
+
+    def _new_arena(self, min_size: int) -> _Arena:
+        arena_id = max(self._arenas, default=0) + 1
+        path = self._path(arena_id)
+        capacity = max(self.arena_size, _round_up(min_size, mmap.PAGESIZE))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.ftruncate(fd, capacity)  # sparse: only written blocks use disk
+        arena = _Arena(arena_id, path, fd, capacity, 0)
+        arena.dirty = True
+        with self._lock:
+            self._arenas[arena_id] = arena
+            self._new_files = True
+        self._current = arena
+        return arena
+
+    _new_files = False
+
+    # -- the engine-facing API -------------------------------------------------------------
+
+    def put(self, data: bytes | bytearray | memoryview) -> BlobRef:
+        """Append a blob; durable once the next log record (or snapshot) has been fsynced."""
+        length = len(data) if not isinstance(data, memoryview) else data.nbytes
+        arena = self._current
+        if arena is None or arena.used + length > arena.capacity:
+            arena = self._new_arena(length)
+        offset = arena.used
+        written = 0
+        view = memoryview(data).cast("B") if length else memoryview(b"")
+        while written < length:
+            written += os.pwrite(arena.fd, view[written:], offset + written)
+        arena.used = _round_up(offset + length, 8)
+        with self._lock:
+            arena.dirty = True
+        ref = BlobRef(arena.id, offset, length, crc32c.crc32c(view))
+        self._index[(arena.id, offset)] = (length, ref.crc)
+        self.live_bytes += length
+        self.recent[id(data)] = (data, ref)
+        return ref
+
+    def view(self, ref: BlobRef) -> memoryview:
+        """A read-only view of the blob's bytes in the mapping (no read, no copy)."""
+        arena = self._arenas.get(ref.arena_id)
+        if arena is None or arena.map is None or ref.offset + ref.length > arena.capacity:
+            raise ArenaError(f"blob {ref} is outside arena {ref.arena_id}")
+        key = (ref.arena_id, ref.offset)
+        if key not in self._index:
+            self._index[key] = (ref.length, ref.crc)
+            self.live_bytes += ref.length
+        holder = self._holders.get(key)
+        array = holder() if holder is not None else None
+        if array is None or array.nbytes != ref.length:
+            array = np.frombuffer(arena.map, dtype=np.uint8, count=ref.length, offset=ref.offset)
+            ident = id(array)
+            self._holders[key] = weakref.ref(array, lambda wref: self._holder_gone(key, ident, wref))
+            self._holder_keys[ident] = key
+        return memoryview(array)
+
+    def _holder_gone(self, key: tuple[int, int], ident: int, wref: weakref.ref) -> None:
+        if self._holders.get(key) is wref:
+            del self._holders[key]
+        if self._holder_keys.get(ident) == key:
+            del self._holder_keys[ident]
+
+    def ref_of(self, obj: Any) -> BlobRef | None:
+        """The ref of a view returned by ``view()`` (the whole blob, not a sub-slice), else None."""
+        if obj.__class__ is not memoryview or not obj.nbytes:
+            return None
+        array = obj.obj
+        key = self._holder_keys.get(id(array))
+        if key is None:
+            return None
+        holder = self._holders.get(key)
+        if holder is None or holder() is not array:
+            return None
+        entry = self._index.get(key)
+        if entry is None or entry[0] != obj.nbytes:
+            return None
+        return BlobRef(key[0], key[1], entry[0], entry[1])
+
+    def held(self) -> set[tuple[int, int]]:
+        """Blobs some live object still holds a view of."""
+        return {key for key, holder in self._holders.items() if holder() is not None}
+
+    def verify(self, ref: BlobRef) -> bool:
+        """Whether the blob's bytes still match its crc (reads them: tools and tests only)."""
+        try:
+            return crc32c.crc32c(self.view(ref)) == ref.crc
+        except ArenaError:
+            return False
+
+    def take_recent(self) -> dict[int, tuple[Any, BlobRef]]:
+        """Objects put() since the last call, by id (the journal's rule 2)."""
+        recent, self.recent = self.recent, {}
+        return recent
+
+    # -- durability --------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """fsync the arenas written since the last call (any thread); then the directory."""
+        with self._lock:
+            dirty = [arena for arena in self._arenas.values() if arena.dirty]
+            for arena in dirty:
+                arena.dirty = False
+            new_files, self._new_files = self._new_files, False
+        for arena in dirty:
+            try:
+                os.fsync(arena.fd)
+            except OSError:
+                with self._lock:
+                    arena.dirty = True
+                raise
+        if new_files:
+            fsync_dir(self.directory)
+
+    def close(self) -> None:
+        for arena in self._arenas.values():
+            if arena.map is not None:
+                with contextlib.suppress(BufferError):
+                    arena.map.close()  # views still held keep it alive otherwise
+            with contextlib.suppress(OSError):
+                os.close(arena.fd)
+        self._arenas.clear()
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def arena_ids(self) -> list[int]:
+        return sorted(self._arenas)
+
+    @property
+    def current_id(self) -> int:
+        return self._current.id if self._current is not None else 0
+
+    def reclaim(self, live: Iterable[BlobRef], keep_current: bool = True) -> int:
+        """Release every range no live ref covers; returns the bytes released.
+
+        Whole dead arenas are unlinked; in others, dead ranges are punched out
+        (``fallocate(PUNCH_HOLE)``) where the filesystem supports it.
+        """
+        by_arena: dict[int, list[tuple[int, int]]] = {}
+        for ref in live:
+            by_arena.setdefault(ref.arena_id, []).append((ref.offset, ref.offset + ref.length))
+        live_keys = {(ref.arena_id, ref.offset) for ref in live}
+        for key in self.held() - live_keys:  # held in memory but not in the snapshot: keep it
+            entry = self._index.get(key)
+            if entry is not None:
+                self.kept_held += 1
+                by_arena.setdefault(key[0], []).append((key[1], key[1] + entry[0]))
+        released = 0
+        for arena in list(self._arenas.values()):
+            if keep_current and arena is self._current:
+                continue
+            ranges = sorted(by_arena.get(arena.id, ()))
+            if not ranges:
+                released += self._drop(arena)
+                continue
+            for start, end in _gaps(ranges, arena.capacity):
+                released += _punch(arena.fd, start, end - start)
+            self._forget(arena.id, {start for start, _ in ranges})
+        self.reclaimed_bytes += released
+        return released
+
+    def _drop(self, arena: _Arena) -> int:
+        try:
+            size = os.fstat(arena.fd).st_blocks * 512
+        except OSError:
+            size = arena.used
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(arena.path)
+        del self._arenas[arena.id]
+        self._forget(arena.id, set())
+        if arena.map is not None:
+            with contextlib.suppress(BufferError):
+                arena.map.close()
+        with contextlib.suppress(OSError):
+            os.close(arena.fd)
+        return size
+
+    def _forget(self, arena_id: int, keep_offsets: set[int]) -> None:
+        for key in [k for k in self._index if k[0] == arena_id and k[1] not in keep_offsets]:
+            self.live_bytes -= self._index.pop(key)[0]
+
+    def refs(self) -> Iterator[BlobRef]:
+        """Every blob known since start (put, or mapped on replay / snapshot load)."""
+        for (arena_id, offset), (length, crc) in self._index.items():
+            yield BlobRef(arena_id, offset, length, crc)
+
+    def disk_bytes(self) -> int:
+        """Blocks the arena files occupy on disk (sparse-aware)."""
+        total = 0
+        for arena in self._arenas.values():
+            with contextlib.suppress(OSError):
+                total += os.fstat(arena.fd).st_blocks * 512
+        return total
+
+
+def _round_up(value: int, unit: int) -> int:
+    return (value + unit - 1) // unit * unit
+
+
+def _gaps(ranges: list[tuple[int, int]], end: int) -> Iterator[tuple[int, int]]:
+    pos = 0
+    for start, stop in ranges:
+        if start > pos:
+            yield pos, start
+        pos = max(pos, stop)
+    if pos < end:
+        yield pos, end
+
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc: Any = None
+
+
+def _punch(fd: int, offset: int, length: int) -> int:
+    """Free the blocks of a file range (reads as zeros afterwards); 0 if unsupported."""
+    global _libc
+    start = _round_up(offset, 4096)
+    stop = (offset + length) // 4096 * 4096
+    if stop <= start:
+        return 0
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
+    if _libc.fallocate(fd, mode, start, stop - start) != 0:
+        return 0
+    return stop - start
+
+
+def fsync_dir(path: str) -> None:
+    """Make a created, renamed or deleted directory entry durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- snapshot scope: pack_blob / unpack_blob ---------------------------------------------------
+
+
+class _Scope:
+    __slots__ = ("store", "live")
+
+    def __init__(self, store: ArenaStore) -> None:
+        self.store = store
+        self.live: set[BlobRef] = set()
+
+
+_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("pion_arena_scope", default=None)
+_TOKEN_INLINE = b"\x00"
+_TOKEN_REF = b"\x01"
+
+
+@contextlib.contextmanager
+def snapshot_scope(store: ArenaStore, live: set[BlobRef] | None = None) -> Iterator[set[BlobRef]]:
+    """Within this block ``pack_blob`` turns arena views into refs and records them in ``live``."""
+    scope = _Scope(store)
+    if live is not None:
+        scope.live = live
+    token = _scope.set(scope)
+    try:
+        yield scope.live
+    finally:
+        _scope.reset(token)
+
+
+def pack_blob(buf: bytes | bytearray | memoryview) -> bytes:
+    """A token for a buffer: a 25-byte ref inside a snapshot for arena views, else the bytes."""
+    scope = _scope.get()
+    if scope is not None:
+        ref = scope.store.ref_of(buf)
+        if ref is not None:
+            scope.live.add(ref)
+            return _TOKEN_REF + ref.pack()
+    return _TOKEN_INLINE + bytes(buf)
+
+
+def unpack_blob(token: bytes | memoryview) -> bytes | memoryview:
+    """The buffer a ``pack_blob`` token stands for (a mapped view for refs)."""
+    kind = bytes(token[:1])
+    if kind == _TOKEN_INLINE:
+        return bytes(token[1:])
+    if kind != _TOKEN_REF:
+        raise ValueError("not a blob token")
+    ref = BlobRef.unpack(token[1:])
+    scope = _scope.get()
+    if scope is None:
+        raise ArenaError("an arena ref outside a snapshot load")
+    scope.live.add(ref)
+    return scope.store.view(ref)

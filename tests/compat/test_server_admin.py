@@ -1,0 +1,270 @@
+"""TIME LASTSAVE SHUTDOWN SLOWLOG MEMORY LATENCY MONITOR DEBUG LOLWUT."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from tests.conftest import RawConnection
+
+DEBUG_REFUSED = (
+    "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a "
+    "local connection, otherwise you need to set this option in the configuration file, and then restart the "
+    "server."
+)
+
+
+def text_lines(reply) -> list[str]:
+    return [x.decode() if isinstance(x, bytes) else x for x in reply]
+
+
+def test_time_is_seconds_and_microseconds(rr):
+    seconds, micros = rr.time()
+    assert abs(seconds - time.time()) < 5 and 0 <= micros < 1_000_000
+
+
+def test_time_reply_is_two_bulk_strings(raw):
+    raw.cmd("TIME")
+    data = raw.read_some()
+    assert data.startswith(b"*2\r\n$10\r\n")
+
+
+def test_lastsave_is_the_persistence_engines_time(raw, server):
+    engine = server.server.engines.get("persistence")
+    expected = 0 if engine is None else int(engine.lastsave() if callable(engine.lastsave) else engine.lastsave)
+    raw.cmd("LASTSAVE")
+    assert raw.read_some() == b":%d\r\n" % expected
+
+
+def test_lastsave_is_zero_without_a_persistence_engine(raw, server):
+    engines = server.server.engines
+    saved = server.call(engines.pop, "persistence", None)
+    try:
+        raw.cmd("LASTSAVE")
+        assert raw.read_some() == b":0\r\n"
+    finally:
+        if saved is not None:
+            server.call(engines.__setitem__, "persistence", saved)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("SHUTDOWN", "NOSAVE", "SAVE"), "syntax error"),
+    (("SHUTDOWN", "BOGUS"), "syntax error"),
+    (("SHUTDOWN", "ABORT", "NOW"), "syntax error"),
+    (("SHUTDOWN", "ABORT"), "No shutdown in progress."),
+])
+def test_shutdown_refusals(r, redis_ref, args, message):
+    for client in (r, redis.Redis(port=redis_ref.port)):
+        with pytest.raises(redis.ResponseError) as exc:
+            client.execute_command(*args)
+        assert str(exc.value) == message
+
+
+def test_shutdown_is_refused_inside_multi(raw):
+    raw.cmd("MULTI")
+    raw.cmd("SHUTDOWN")
+    assert raw.read_exactly(b"+OK\r\n-ERR Command not allowed inside a transaction\r\n").endswith(b"transaction\r\n")
+
+
+def test_shutdown_closes_the_connection_and_stops_the_server(raw, server):
+    raw.cmd("SHUTDOWN", "NOSAVE", "NOW")
+    assert raw.is_closed()
+    assert server.server._stopping.is_set()
+    assert server.server.shutdown_mode == "nosave"
+
+
+# -- SLOWLOG ---------------------------------------------------------------------------------------
+
+
+def test_slowlog_records_get_len_reset(r):
+    r.config_set("slowlog-log-slower-than", "0")
+    r.set("a", "1")
+    r.get("a")
+    entries = r.slowlog_get(2)
+    assert len(entries) == 2
+    assert entries[0]["command"].startswith(b"GET") or entries[0]["command"].startswith(b"SET")
+    assert entries[0]["id"] > entries[1]["id"]
+    assert r.slowlog_len() >= 3
+    assert len(r.slowlog_get(-1)) == r.slowlog_len() - 1 or len(r.slowlog_get(-1)) >= 3
+    assert r.slowlog_reset() is True
+    assert r.slowlog_len() == 1  # the RESET itself is slower than 0 µs
+
+
+def test_slowlog_entry_shape(raw, server):
+    raw.cmd("CONFIG", "SET", "slowlog-log-slower-than", "0")
+    raw.read_some()
+    raw.cmd("SLOWLOG", "RESET")
+    raw.read_some()
+    raw.cmd("CLIENT", "SETNAME", "me")
+    raw.read_some()
+    raw.cmd("SLOWLOG", "GET", "1")
+    data = raw.read_some()
+    assert data.startswith(b"*1\r\n*6\r\n:")
+    assert b"*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$2\r\nme\r\n" in data and data.endswith(b"$2\r\nme\r\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("SLOWLOG", "GET", "-2"), "count should be greater than or equal to -1"),
+    (("SLOWLOG", "GET", "x"), "count should be greater than or equal to -1"),
+    (("SLOWLOG", "LEN", "x"), "wrong number of arguments for 'slowlog|len' command"),
+    (("SLOWLOG", "FOO"), "unknown subcommand 'FOO'. Try SLOWLOG HELP."),
+])
+def test_slowlog_errors_match_redis(r, redis_ref, args, message):
+    for client in (r, redis.Redis(port=redis_ref.port)):
+        with pytest.raises(redis.ResponseError) as exc:
+            client.execute_command(*args)
+        assert str(exc.value) == message
+
+
+def test_slowlog_help_matches_redis(r, redis_ref):
+    assert r.execute_command("SLOWLOG", "HELP") == redis.Redis(port=redis_ref.port).execute_command("SLOWLOG", "HELP")
+
+
+# -- MEMORY -----------------------------------------------------------------------------------------
+
+
+def test_memory_usage(rr):
+    assert rr.memory_usage("missing") is None
+    rr.set("small", "x")
+    rr.set("large", "x" * 10_000)
+    small, large = rr.memory_usage("small"), rr.memory_usage("large")
+    assert 0 < small < large and large >= 10_000
+    rr.rpush("list", *range(100))
+    assert rr.memory_usage("list", samples=0) > rr.memory_usage("small")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("MEMORY", "USAGE", "k", "SAMPLES", "x"), "value is not an integer or out of range"),
+    (("MEMORY", "USAGE", "k", "bad"), "syntax error"),
+    (("MEMORY", "USAGE", "k", "SAMPLES", "-1"), "syntax error"),
+    (("MEMORY", "USAGE"), "wrong number of arguments for 'memory|usage' command"),
+])
+def test_memory_usage_errors_match_redis(r, redis_ref, args, message):
+    for client in (r, redis.Redis(port=redis_ref.port)):
+        client.set("k", "v")
+        with pytest.raises(redis.ResponseError) as exc:
+            client.execute_command(*args)
+        assert str(exc.value) == message
+
+
+def test_memory_stats_doctor_purge_malloc_help(rr):
+    rr.set("a", "1")
+    stats = rr.memory_stats()
+    assert stats["keys.count"] == 1 and "db.0" in stats and stats["total.allocated"] > 0
+    doctor = rr.execute_command("MEMORY", "DOCTOR")
+    assert "Sam" in (doctor.decode() if isinstance(doctor, bytes) else doctor)
+    assert rr.memory_purge() in (True, b"OK")
+    assert rr.execute_command("MEMORY", "MALLOC-STATS") == b"Stats not supported for the current allocator"
+    lines = text_lines(rr.execute_command("MEMORY", "HELP"))
+    assert lines[0].startswith("MEMORY <subcommand>") and lines[-1] == "    Prints this help."
+
+
+def test_memory_help_matches_redis(r, redis_ref):
+    assert r.execute_command("MEMORY", "HELP") == redis.Redis(port=redis_ref.port).execute_command("MEMORY", "HELP")
+
+
+# -- LATENCY ------------------------------------------------------------------------------------------
+
+
+def test_latency_as_redis_with_monitoring_off(rr):
+    assert rr.execute_command("LATENCY", "LATEST") == []
+    assert rr.execute_command("LATENCY", "HISTORY", "command") == []
+    assert rr.execute_command("LATENCY", "RESET") == 0
+    assert rr.execute_command("LATENCY", "RESET", "command", "fork") == 0
+    with pytest.raises(redis.ResponseError, match="^No samples available for event 'command'$"):
+        rr.execute_command("LATENCY", "GRAPH", "command")
+    doctor = rr.execute_command("LATENCY", "DOCTOR")
+    assert "Latency monitoring is disabled" in (doctor.decode() if isinstance(doctor, bytes) else doctor)
+    assert rr.execute_command("LATENCY", "HISTOGRAM") in ({}, [])
+
+
+def test_latency_help_matches_redis(r, redis_ref):
+    assert r.execute_command("LATENCY", "HELP") == redis.Redis(port=redis_ref.port).execute_command("LATENCY", "HELP")
+
+
+# -- MONITOR ------------------------------------------------------------------------------------------
+
+
+def test_monitor_streams_other_clients_commands(server, r):
+    monitor = RawConnection(server.port)
+    monitor.cmd("MONITOR")
+    assert monitor.read_exactly(b"+OK\r\n") == b"+OK\r\n"
+    r.set("key", "va lue")
+    line = monitor.read_some()
+    assert line.startswith(b"+") and line.endswith(b'"SET" "key" "va lue"\r\n')
+    assert b" [0 127.0.0.1:" in line
+    assert r.client_list()[0]["flags"] in ("O", "N")
+    flags = {c["flags"] for c in r.client_list()}
+    assert "O" in flags
+    monitor.close()
+
+
+# -- DEBUG ----------------------------------------------------------------------------------------------
+
+
+def test_debug_is_refused_by_default_with_redis_text(r, redis_ref):
+    for client in (r, redis.Redis(port=redis_ref.port)):
+        with pytest.raises(redis.ResponseError) as exc:
+            client.execute_command("DEBUG", "SLEEP", "0")
+        assert str(exc.value) == DEBUG_REFUSED
+
+
+@pytest.fixture
+def debug_client(make_server):
+    srv = make_server(enable_debug_command="yes")
+    client = redis.Redis(port=srv.port)
+    yield client, srv
+    client.close()
+
+
+def test_debug_sleep_object_and_active_expire(debug_client):
+    r, srv = debug_client
+    start = time.monotonic()
+    assert r.execute_command("DEBUG", "SLEEP", "0.2") == b"OK"
+    assert time.monotonic() - start >= 0.19
+    r.set("k", "12345")
+    info = r.execute_command("DEBUG", "OBJECT", "k").decode()
+    assert info.startswith("Value at:0x") and " encoding:int " in info and "lru_seconds_idle:" in info
+    with pytest.raises(redis.ResponseError, match="^no such key$"):
+        r.execute_command("DEBUG", "OBJECT", "missing")
+    assert r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0") == b"OK"
+    assert srv.server.active_expire_enabled is False
+    r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+    assert srv.server.active_expire_enabled is True
+
+
+def test_debug_unknown_and_unavailable_subcommands(debug_client):
+    r, _ = debug_client
+    with pytest.raises(redis.ResponseError, match="^unknown subcommand or wrong number of arguments for 'foo'. "
+                                                  "Try DEBUG HELP.$"):
+        r.execute_command("DEBUG", "foo")
+    with pytest.raises(redis.ResponseError, match="^DEBUG JMAP is not supported"):
+        r.execute_command("DEBUG", "JMAP")
+
+
+def test_debug_hooks_from_engines(debug_client):
+    r, srv = debug_client
+    srv.call(srv.server.debug_hooks.__setitem__, "reload", lambda ctx, argv: b"reloaded")
+    assert r.execute_command("DEBUG", "RELOAD") == b"reloaded"
+    assert "RELOAD" in text_lines(r.execute_command("DEBUG", "HELP"))
+
+
+def test_debug_local_allows_loopback_clients(make_server):
+    srv = make_server(enable_debug_command="local")
+    assert redis.Redis(port=srv.port).execute_command("DEBUG", "SLEEP", "0") == b"OK"
+
+
+# -- LOLWUT -----------------------------------------------------------------------------------------------
+
+
+def test_lolwut(rr):
+    art = rr.execute_command("LOLWUT")
+    text = art.decode() if isinstance(art, bytes) else art
+    from pion import __version__
+
+    assert text.endswith(f"Pion ver. {__version__}\n")
+    assert rr.execute_command("LOLWUT", "VERSION", "5")
+    with pytest.raises(redis.ResponseError, match="^value is not an integer or out of range$"):
+        rr.execute_command("LOLWUT", "VERSION", "x")
