@@ -20,15 +20,18 @@ class RequestReader:
     """Turns a byte stream into argv lists."""
 
     __slots__ = (
-        "_hiredis", "_inline", "_in_hiredis", "_mirror", "_frames_since", "max_bulk_len", "max_multibulk_len",
+        "_hiredis", "_inline", "_in_hiredis", "_chunks", "_chunks_len", "_frames_since",
+        "max_bulk_len", "max_multibulk_len",
     )
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
         self._hiredis = hiredis.Reader()
         self._inline = bytearray()
         self._in_hiredis = False
-        # what hiredis holds, so an inline command pipelined after multibulk frames can be recovered
-        self._mirror = bytearray()
+        # the bytes hiredis holds (as received), so an inline command pipelined after multibulk
+        # frames can be recovered; joined only on that rare path
+        self._chunks: list[bytes] = []
+        self._chunks_len = 0
         self._frames_since = 0
         self.max_bulk_len = max_bulk_len
         self.max_multibulk_len = MAX_MULTIBULK_LEN
@@ -36,9 +39,19 @@ class RequestReader:
     def feed(self, data: bytes) -> None:
         if self._in_hiredis:
             self._hiredis.feed(data)
-            self._mirror += data
+            self._chunks.append(data)
+            self._chunks_len += len(data)
+        elif not self._inline and data[:1] == b"*":  # the common case: straight to hiredis
+            self._enter_hiredis(data)
         else:
             self._inline += data
+
+    def _enter_hiredis(self, data: bytes) -> None:
+        self._in_hiredis = True
+        self._hiredis.feed(data)
+        self._chunks = [data]
+        self._chunks_len = len(data)
+        self._frames_since = 0
 
     def buffered(self) -> int:
         """Bytes held but not yet parsed (for the query-buffer limit)."""
@@ -54,12 +67,9 @@ class RequestReader:
             if not buf:
                 return None
             if buf[0] == 0x2A:  # '*': hand the rest of the buffer to hiredis
-                self._in_hiredis = True
                 data = bytes(buf)
-                self._hiredis.feed(data)
-                self._mirror = bytearray(data)
-                self._frames_since = 0
                 buf.clear()
+                self._enter_hiredis(data)
                 continue
             return self._next_inline()
 
@@ -74,39 +84,50 @@ class RequestReader:
             return None
         if frame.__class__ is not list:
             raise ProtocolError(f"expected '*', got '{_type_byte(frame)}'")
+        max_bulk = self.max_bulk_len
         for arg in frame:
             if arg.__class__ is not bytes:
                 raise ProtocolError("expected '$', got something else")
-            if len(arg) > self.max_bulk_len:
+            if len(arg) > max_bulk:
                 raise ProtocolError("invalid bulk length")
         if len(frame) > self.max_multibulk_len:
             raise ProtocolError("invalid multibulk length")
         if self._hiredis.has_data():
             self._frames_since += 1
-            if len(self._mirror) > 1 << 20:
-                del self._mirror[: skip_frames(self._mirror, self._frames_since)]
-                self._frames_since = 0
-        else:  # a clean boundary: the next frame may be inline again
-            self._leave_hiredis(bytearray())
+            if self._chunks_len > 1 << 20:
+                self._trim_chunks()
+        else:  # a clean boundary: hiredis is empty, the next frame may be inline again
+            self._in_hiredis = False
+            self._chunks = []
+            self._chunks_len = 0
+            self._frames_since = 0
         return frame
+
+    def _joined(self) -> bytes:
+        joined = b"".join(self._chunks)
+        self._chunks = [joined]
+        return joined
+
+    def _trim_chunks(self) -> None:
+        joined = self._joined()
+        rest = joined[skip_frames(joined, self._frames_since) :]
+        self._chunks = [rest]
+        self._chunks_len = len(rest)
+        self._frames_since = 0
 
     def _switch_to_inline(self) -> bool:
         """hiredis met a non-'*' frame: if it is an inline command, go on parsing it by hand."""
-        offset = skip_frames(self._mirror, self._frames_since)
-        rest = self._mirror[offset:]
+        joined = self._joined()
+        rest = joined[skip_frames(joined, self._frames_since) :]
         if not rest or rest[0] == 0x2A:
             return False
-        self._leave_hiredis(rest)
-        return True
-
-    def _leave_hiredis(self, rest: bytearray) -> None:
-        if rest or self._frames_since or self._mirror:
-            self._hiredis = hiredis.Reader()
+        self._hiredis = hiredis.Reader()
         self._in_hiredis = False
-        self._mirror = bytearray()
+        self._chunks = []
+        self._chunks_len = 0
         self._frames_since = 0
-        self._inline = rest + self._inline
-
+        self._inline = bytearray(rest) + self._inline
+        return True
 
     def _next_inline(self) -> list[bytes] | None:
         buf = self._inline
@@ -198,7 +219,7 @@ def _hiredis_message(text: str) -> str:
     return text.removeprefix("Protocol error, ")
 
 
-def skip_frames(buf: bytearray, count: int) -> int:
+def skip_frames(buf: bytes | bytearray, count: int) -> int:
     """Offset just past ``count`` complete multibulk frames at the start of ``buf``."""
     pos = 0
     for _ in range(count):
