@@ -9,6 +9,7 @@ import sys
 #: subcommand -> module under pion.cli with ``add_arguments(parser)`` and ``run(args) -> int``
 SUBCOMMANDS = {
     "demo": "demo",
+    "commands": "commands",
     "check-wal": "check_wal",
 }
 
