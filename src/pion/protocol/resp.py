@@ -131,8 +131,8 @@ def encode(value: Any, proto: int) -> bytes:
 def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one switch
     cls = value.__class__
     if cls is bytes or cls is bytearray or cls is memoryview:
-        out.append(b"$%d\r\n" % len(value))
-        out.append(bytes(value) if cls is memoryview else value)
+        out.append(b"$%d\r\n" % (value.nbytes if cls is memoryview else len(value)))
+        out.append(value)  # join copies memoryviews once; no bytes() first
         out.append(b"\r\n")
     elif cls is int:
         out.append(b":%d\r\n" % value)
