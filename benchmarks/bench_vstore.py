@@ -205,14 +205,31 @@ def bench_shape(shape: str, layers: int, dim: int, tokens: int, codecs: list[str
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| shape | codec | op | fmt | server | payload MB | Pion GB/s | loopback GB/s | redis GB/s "
-             "| Pion/loopback | Pion/redis | fp16-equiv GB/s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """One row per (server, shape, codec): GB/s of each op, then Pion/loopback and Pion/redis."""
+    cells: dict[tuple, dict[str, dict]] = {}
     for r in results:
-        lines.append(f"| {r['shape']} | {r['codec']} | {r['op']} | {r['fmt']} | {r['server']} | "
-                     f"{r['payload_bytes'] / 1e6:.1f} | {r['gbps']} | {r['loopback_gbps']} | {r['redis_gbps']} | "
-                     f"{r['vs_loopback']} | {r['vs_redis']} | {r['fp16_equiv_gbps']} |")
+        cells.setdefault((r["server"], r["shape"], r["codec"]), {})[f"{r['op']} {r['fmt']}"] = r
+    lines = ["| server | shape | codec | store F32 GB/s (xloop, xredis) | fetch NATIVE GB/s (xloop, xredis) "
+             "| fetch RAW GB/s (xloop, xredis) | RAW fp16-equiv GB/s |",
+             "|---|---|---|---|---|---|---|"]
+    for (server, shape, codec), ops in cells.items():
+        parts = []
+        for key in ("store F32", "fetch NATIVE", "fetch RAW"):
+            r = ops.get(key)
+            parts.append("-" if r is None else f"{r['gbps']} ({r['vs_loopback']}, {r['vs_redis']})")
+        raw = ops.get("fetch RAW")
+        lines.append(f"| {server} | {shape} | {codec} | " + " | ".join(parts) + f" | {raw['fp16_equiv_gbps'] if raw else '-'} |")
     return "\n".join(lines)
+
+
+def from_json(path: str) -> list[dict]:
+    """Result lines of an earlier run (``--table-from FILE`` reprints its table)."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
 
 
 def main() -> int:
@@ -223,7 +240,11 @@ def main() -> int:
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--repeat", type=int, default=3, help="best of N")
     parser.add_argument("--durable", action="store_true", help="also run Pion with appendfsync always")
+    parser.add_argument("--table-from", metavar="FILE", help="print the table of an earlier run's JSON lines")
     args = parser.parse_args()
+    if args.table_from:
+        print(table(from_json(args.table_from)))
+        return 0
     if shutil.which("redis-server") is None:
         print("needs redis-server (apt-get install redis-server)", file=sys.stderr)
         return 2

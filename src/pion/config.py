@@ -37,8 +37,21 @@ class Settings:
     # protocol limits
     proto_max_bulk_len: int = 512 * 1024 * 1024
     client_query_buffer_limit: int = 1024 * 1024 * 1024
-    # auth
+    # auth, tenants and TLS (SECURITY.md)
     requirepass: str = ""
+    #: ``NAME:PASSWORD[:quota=1gb]`` specs, one per --tenant (repeatable), never shown by CONFIG
+    tenants: tuple[str, ...] = ()
+    tenants_file: str = ""
+    tls_port: int = 0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_key_file_pass: str = ""
+    tls_ca_cert_file: str = ""
+    tls_ca_cert_dir: str = ""
+    tls_auth_clients: str = "yes"  # yes | no | optional
+    tls_protocols: str = ""
+    tls_ciphers: str = ""
+    tls_ciphersuites: str = ""
     # persistence
     appendonly: bool = True
     appendfsync: str = "always"
@@ -78,6 +91,8 @@ class Settings:
         _check(self.maxmemory >= 0, "maxmemory must be >= 0")
         _check(self.kv_maxmemory >= 0, "kv-maxmemory must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
+        _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
+        _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
 
     def with_changes(self, **changes: object) -> Settings:
         """A validated copy (CONFIG SET); raises ValueError on a bad value."""
@@ -158,6 +173,18 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "proto-max-bulk-len": ("proto_max_bulk_len", parse_memory, str),
     "client-query-buffer-limit": ("client_query_buffer_limit", parse_memory, str),
     "requirepass": ("requirepass", str, str),
+    "tenant": ("tenants", lambda t: (t,), " ".join),  # repeatable: settings_from_pairs appends
+    "tenants-file": ("tenants_file", str, str),
+    "tls-port": ("tls_port", parse_int_value, str),
+    "tls-cert-file": ("tls_cert_file", str, str),
+    "tls-key-file": ("tls_key_file", str, str),
+    "tls-key-file-pass": ("tls_key_file_pass", str, str),
+    "tls-ca-cert-file": ("tls_ca_cert_file", str, str),
+    "tls-ca-cert-dir": ("tls_ca_cert_dir", str, str),
+    "tls-auth-clients": ("tls_auth_clients", str.lower, str),
+    "tls-protocols": ("tls_protocols", str, str),
+    "tls-ciphers": ("tls_ciphers", str, str),
+    "tls-ciphersuites": ("tls_ciphersuites", str, str),
     "appendonly": ("appendonly", parse_bool, format_bool),
     "appendfsync": ("appendfsync", str.lower, str),
     "wal-segment-size": ("wal_segment_size", parse_memory, str),
@@ -178,6 +205,10 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
 }
 
 
+#: parameters that may be given more than once; each occurrence adds to a tuple
+REPEATABLE = frozenset({"tenant"})
+
+
 def settings_from_pairs(pairs: list[tuple[str, str]], base: Settings | None = None) -> Settings:
     """Apply ``(name, raw value)`` pairs in order (a config file, then flags) onto ``base``."""
     changes: dict[str, object] = {}
@@ -190,6 +221,9 @@ def settings_from_pairs(pairs: list[tuple[str, str]], base: Settings | None = No
             continue
         field_name, parse, _ = entry
         try:
+            if key in REPEATABLE:  # --tenant a:x --tenant b:y: each adds one
+                changes[field_name] = changes.get(field_name, getattr(base or Settings(), field_name)) + parse(raw)
+                continue
             changes[field_name] = parse(raw)  # type: ignore[operator]
         except ConfigError as exc:
             raise ConfigError(f"{key}: {exc}") from None

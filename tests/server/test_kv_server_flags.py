@@ -20,7 +20,9 @@ def test_kv_maxmemory_takes_redis_memory_units():
     assert build_settings(["--kv-maxmemory", "500mb"]).kv_maxmemory == 500 * 1024**2
 
 
-@pytest.mark.parametrize("flag", ["--metal-attention", "--metal-attention-fp16", "--cuda-attention", "--xdp", "--iouring"])
+@pytest.mark.parametrize(
+    "flag", ["--metal-attention", "--metal-attention-fp16", "--cuda-attention", "--xdp", "--iouring", "--ns-prefix"]
+)
 def test_flags_we_cannot_honour_are_refused_at_start(flag, capsys):
     assert main([flag, "--port", "0"]) == 2
     err = capsys.readouterr().err

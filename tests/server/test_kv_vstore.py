@@ -288,3 +288,21 @@ def test_stores_are_logged_encoded_as_fmt_raw(server, r):
     assert len(recorder.records) == 2 and recorder.records[0][0][0] == b"V.CREATE"
     assert store[:5] == [b"V.STOREBATCH", b"q", b"0", b"0", b"2"] and store[6:] == [b"FMT", b"RAW"]
     assert bytes(store[5]) == get_codec("turbo2").encode(x)
+
+
+def test_tenants_get_separate_kv_spaces(server, r):
+    """A client with a tenant sees only its tenant's sessions (the engine keeps one space each)."""
+    r.execute_command("V.CREATE", "shared-name", 32)
+    other = redis.Redis(port=server.port)
+    other.execute_command("CLIENT", "SETNAME", "t")
+
+    def make_tenant():
+        for client in server.server.clients.values():
+            if client.name == b"t":
+                client.tenant = "acme"
+
+    server.call(make_tenant)
+    assert err(other, "V.INFO", "shared-name") == "session not found"
+    assert other.execute_command("V.CREATE", "shared-name", 64) == 0
+    assert b"value_dim:32" in r.execute_command("V.INFO", "shared-name")
+    assert set(server.server.engines["kvcache"].spaces) == {b"", b"acme"}

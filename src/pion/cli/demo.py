@@ -1,43 +1,226 @@
-"""Run the demo: start a server on a temp dir and drive a short scripted session through redis-py."""
+"""Show the prompt cache at work: cold vs warm time to first token, across processes and a crash.
+
+``pion demo [--model ID_OR_PATH] [--runtime hf|mlx] [--prefix-tokens 2048] [--url URL]`` starts
+its own ``pion-server`` on a temporary data directory (or uses ``--url``), then measures, on the
+same prompt (a long prefix plus a short question): a plain cold prefill; a warm hit in the same
+process; a warm hit from a separate process; and a warm hit after the server was killed with
+SIGKILL and restarted. It checks that the warm greedy continuation equals the cold one token for
+token. With no ``--model`` it builds the built-in demo model (SmolLM2-135M's shape, random
+weights: its text is meaningless, its timings are real). Nothing is downloaded.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+SUFFIX = " Question: what did the keeper write? Answer:"
+BUILTIN_SUFFIX = " Summary:"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=0, help="port for the demo server (default: a free one)")
+    parser.add_argument("--model", default=None,
+                        help="a local path or hub id (default: the built-in demo model, built locally)")
+    parser.add_argument("--runtime", choices=("hf", "mlx"), default=None,
+                        help="hf = transformers + torch, mlx = mlx-lm (default: hf if installed)")
+    parser.add_argument("--prefix-tokens", type=int, default=2048, help="length of the cached prefix")
+    parser.add_argument("--url", default=None, help="use this Pion server instead of starting one")
+    parser.add_argument("--vquant", default="auto", help="codec of the stored K/V (default auto = exact)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per path (the median is shown)")
+    parser.add_argument("--new-tokens", type=int, default=24, help="greedy tokens compared cold vs warm")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def default_runtime() -> str:
+    import importlib.util
+
+    return "hf" if importlib.util.find_spec("transformers") else "mlx"
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+class DemoServer:
+    """``pion-server`` on a free port and a temporary data directory, killable with SIGKILL."""
+
+    def __init__(self, datadir: str) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.datadir = datadir
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"pion://127.0.0.1:{self.port}"
+
+    def start(self) -> float:
+        started = time.perf_counter()
+        log = open(os.path.join(self.datadir, "server.log"), "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "pion.cli.server_main", "--port", str(self.port),
+                                      "--dir", self.datadir], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"pion-server exited with {self.proc.returncode} (log: {self.datadir}/server.log)")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return (time.perf_counter() - started) * 1000
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError("pion-server did not start listening")
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def prompt_parts(loaded, n_prefix: int) -> tuple[list[int], list[int]]:
+    from pion.client.measure import filler_prompt
+
+    builtin = hasattr(loaded.tokenizer, "pion_fingerprint")
+    return filler_prompt(loaded, n_prefix), loaded.encode(BUILTIN_SUFFIX if builtin else SUFFIX, add_special=False)
+
+
+def warm_runs(pc, prefix, suffix, runs: int, label: str) -> dict:
+    """Timed hits; each must be a hit, else the row says so."""
+    from pion.client.measure import median, warm_ttft
+
+    times, all_hits, first = [], True, None
+    for i in range(runs):
+        progress(f"{label}: run {i + 1}/{runs}")
+        ms, logits, _, hit = warm_ttft(pc, prefix, suffix)
+        times.append(ms)
+        all_hits &= hit
+        first = int(logits.argmax())
+    return {"ms": median(times), "all_hits": all_hits, "first": first}
+
+
+def worker(spec: str) -> int:
+    """The separate process: load the model, warm up, then time hits (prints one JSON line)."""
+    from pion.client import PionPromptCache
+    from pion.client.measure import load
+
+    args = json.loads(spec)
+    loaded = load(args["model"], args["runtime"], progress=lambda m: None)
+    pc = PionPromptCache(loaded.model, url=args["url"], vquant=args["vquant"], tokenizer=loaded.tokenizer,
+                         model_id=loaded.name)
+    row = warm_runs(pc, args["prefix"], args["suffix"], args["runs"], "separate process")
+    print(json.dumps({**row, "stats": pc.stats()}), flush=True)
+    return 0
+
+
+def separate_process(args, url: str, prefix, suffix) -> dict:
+    spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "vquant": args.vquant,
+                       "prefix": prefix, "suffix": suffix, "runs": args.runs})
+    progress("separate process: starting python, loading the model (outside the clock)")
+    out = subprocess.run([sys.executable, "-m", "pion.cli.demo", "--worker", spec], capture_output=True, text=True)
+    sys.stderr.write(out.stderr)
+    if out.returncode != 0:
+        raise RuntimeError(f"the separate process failed with {out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run(args: argparse.Namespace) -> int:
-    import redis
-
-    port = args.port or _free_port()
+    if args.worker:
+        return worker(args.worker)
+    args.runtime = args.runtime or default_runtime()
     with tempfile.TemporaryDirectory(prefix="pion-demo-") as datadir:
-        proc = subprocess.Popen([sys.executable, "-m", "pion.cli.server_main", "--port", str(port), "--dir", datadir])
+        server = None if args.url else DemoServer(datadir)
         try:
-            client = redis.Redis(port=port)
-            for _ in range(200):
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
-            steps = [("SET", "greeting", "hello"), ("GET", "greeting"), ("PING",)]
-            for step in steps:
-                print(f"> {' '.join(step)}\n{client.execute_command(*step)!r}")
+            if server is not None:
+                progress(f"starting pion-server on port {server.port} (data: {datadir})")
+                server.start()
+            return measure_all(args, server, args.url or server.url)
         finally:
-            proc.terminate()
-            proc.wait(10)
-    return 0
+            if server is not None:
+                server.stop()
+
+
+def measure_all(args, server: DemoServer | None, url: str) -> int:
+    from pion.client import PionPromptCache
+    from pion.client.measure import cold_ttft, greedy, load, median, warm_ttft
+
+    progress(f"loading {'the built-in demo model' if args.model is None else args.model} ({args.runtime})")
+    loaded = load(args.model, args.runtime, progress)
+    prefix, suffix = prompt_parts(loaded, args.prefix_tokens)
+    pc = PionPromptCache(loaded.model, url=url, vquant=args.vquant, tokenizer=loaded.tokenizer, model_id=loaded.name)
+    pc.client.kv_drop(pc.namespace(prefix))  # a clean start even on a shared --url server
+    cold_times = []
+    for i in range(args.runs):
+        progress(f"cold prefill of {len(prefix) + len(suffix)} tokens: run {i + 1}/{args.runs}")
+        ms, cold_logits, cold_cache = cold_ttft(pc.adapter, prefix + suffix)
+        cold_times.append(ms)
+    cold_tokens = greedy(pc.adapter, cold_cache, cold_logits, args.new_tokens)
+    progress("storing the prefix in Pion (one miss: prefill + store)")
+    pc.get_or_prefill(prefix)
+    rows = {"cold": {"ms": median(cold_times), "all_hits": True, "first": cold_tokens[0]}}
+    rows["same"] = warm_runs(pc, prefix, suffix, args.runs, "same process")
+    _, warm_logits, warm_cache, _ = warm_ttft(pc, prefix, suffix)
+    warm_tokens = greedy(pc.adapter, warm_cache, warm_logits, args.new_tokens)
+    rows["process"] = separate_process(args, url, prefix, suffix)
+    if server is not None:
+        progress("killing pion-server with SIGKILL and restarting it on the same data directory")
+        server.kill9()
+        rows["restart_ms"] = server.start()
+        rows["crash"] = warm_runs(pc, prefix, suffix, args.runs, "after kill -9")
+    print_report(args, loaded, pc, prefix, suffix, rows, cold_logits, warm_logits, cold_tokens, warm_tokens)
+    ok = all(r["all_hits"] and r["first"] == cold_tokens[0] for k, r in rows.items() if isinstance(r, dict))
+    return 0 if ok and cold_tokens == warm_tokens else 1
+
+
+def print_report(args, loaded, pc, prefix, suffix, rows, cold_logits, warm_logits, cold_tokens, warm_tokens) -> None:
+    cold = rows["cold"]["ms"]
+    codec = ",".join(sorted(set(pc.schema["k"]) | set(pc.schema["v"])))
+    print()
+    print(f"Pion demo: {loaded.name} ({args.runtime}, K/V {pc.adapter.layout.dtype}), "
+          f"{len(prefix):,}-token prefix + {len(suffix)}-token question, codec {args.vquant} ({codec})")
+    print(f"{'path':<42}{'TTFT (median of ' + str(args.runs) + ')':>22}{'speed-up':>10}  hit")
+    labels = [("cold", "cold: plain prefill, no cache"), ("same", "warm: same process"),
+              ("process", "warm: separate process"), ("crash", "warm: after kill -9 + restart")]
+    for key, label in labels:
+        row = rows.get(key)
+        if row is None:
+            print(f"{label:<42}{'skipped (--url: the demo only kills a server it started)':>22}")
+            continue
+        hit = "-" if key == "cold" else ("yes" if row["all_hits"] else "NO")
+        print(f"{label:<42}{row['ms']:>19,.1f} ms{cold / row['ms']:>9.1f}x  {hit}")
+    same = sum(a == b for a, b in zip(cold_tokens, warm_tokens, strict=True))
+    verdict = "identical" if cold_tokens == warm_tokens else f"DIFFERENT ({same}/{len(cold_tokens)} equal)"
+    diff = float(abs(cold_logits - warm_logits).max())
+    print(f"greedy continuation, warm vs cold: {verdict} ({len(cold_tokens)} tokens); "
+          f"max |logit difference| {diff:.2e}")
+    if "restart_ms" in rows:
+        print(f"server restart after kill -9: {rows['restart_ms']:,.0f} ms; stored prefix: "
+              f"{pc.stats()['bytes_fetched'] // max(1, pc.stats()['hits']) / 1e6:,.1f} MB fetched per hit")
+    print(f"continuation text: {loaded.decode(warm_tokens)!r}")
+    if args.model is None:
+        print("(the built-in demo model has random weights: its text is meaningless; pass --model for a real one)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="pion demo")
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

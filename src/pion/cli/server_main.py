@@ -23,7 +23,13 @@ K/V cache: --kv-maxmemory BYTES caps the stored prefixes (0 = no cap; whole pref
 least recently used first, leaves of a chain before their roots, pinned ones never).
 --kvcache is accepted for the reference's scripts and does nothing: the K/V cache is always on.
 Reference flags for hardware Pion does not drive (--metal-attention, --cuda-attention, --gpu,
---xdp, --iouring, --inference, ...) are refused with the reason."""
+--xdp, --iouring, --inference, ...) are refused with the reason.
+
+Security (SECURITY.md): --requirepass-file PATH (or PION_REQUIREPASS, or --requirepass PASS: visible
+in ps) makes every client AUTH first. --tenant NAME:PASSWORD[:quota=1gb] (repeatable) or
+--tenants-file PATH adds users with keyspaces of their own. Binding a non-loopback address without
+a password is refused unless --protected-mode no. TLS: --tls-port N --tls-cert-file F --tls-key-file F
+[--tls-ca-cert-file F] [--tls-auth-clients yes|no|optional]."""
 
 #: flags that are switches (no value): flag -> (parameter, value)
 SWITCHES = {"--enable-debug-command": ("enable-debug-command", "yes"), "--kvcache": ("kvcache", "yes")}
@@ -42,6 +48,7 @@ UNSUPPORTED = {
     "--inference": _NO_MODEL, "--inference-socket": _NO_MODEL, "--inference-emb-model": _NO_MODEL,
     "--inference-llm-model": _NO_MODEL, "--llm-enabled": _NO_MODEL, "--llm-port": _NO_MODEL,
     "--llm-model": _NO_MODEL,
+    "--ns-prefix": "namespace prefixes are not enforced (each tenant gets its own K/V space instead)",
 }
 
 
@@ -88,7 +95,25 @@ def setup_logging(settings: Settings) -> None:
 
 
 def build_settings(argv: list[str]) -> Settings:
-    return settings_from_pairs(parse_argv(argv))
+    return settings_from_pairs(with_secrets(parse_argv(argv)))
+
+
+def with_secrets(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``PION_REQUIREPASS`` (overridden by flags) and ``requirepass-file PATH`` (trailing newline
+    stripped, an empty file refused) become ``requirepass``: a password not shown by ``ps``."""
+    out = [("requirepass", os.environ["PION_REQUIREPASS"])] if os.environ.get("PION_REQUIREPASS") else []
+    for name, value in pairs:
+        if name.lower() == "requirepass-file":
+            with open(value, encoding="utf-8") as handle:
+                secret = handle.read()
+            secret = secret[:-1] if secret.endswith("\n") else secret
+            secret = secret[:-1] if secret.endswith("\r") else secret
+            if not secret:
+                raise ConfigError(f"--requirepass-file {value} is empty")
+            out.append(("requirepass", secret))
+        else:
+            out.append((name, value))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from pion.client import fastread
 from pion.client.errors import CorruptReply, translate
 from pion.client.rows import decode_rows, wire_rows
 
@@ -78,8 +79,14 @@ class PionClient:
         except Exception as exc:
             raise translate(exc) from exc
 
-    def pipeline_execute(self, commands: Iterable[Sequence]) -> list:
-        """Send many commands in one round trip; an error reply is returned in its slot, not raised."""
+    def pipeline_execute(self, commands: Iterable[Sequence], *, fast: bool = False) -> list:
+        """Send many commands in one round trip; an error reply is returned in its slot, not raised.
+
+        ``fast``: read the replies with ``pion.client.fastread`` (bulk strings land in writable
+        ``bytearray``s without intermediate copies): for the large K/V replies of a hit.
+        """
+        if fast:
+            return fastread.pipeline(self.redis, list(commands))
         try:
             pipe = self.redis.pipeline(transaction=False)
             for command in commands:

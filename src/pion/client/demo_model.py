@@ -83,22 +83,31 @@ def cache_root() -> Path:
     return Path(os.environ.get("PION_CACHE_DIR") or Path.home() / ".cache" / "pion")
 
 
-def demo_model_dir() -> Path:
-    return cache_root() / f"demo-model-v{FORMAT_VERSION}-seed{DEMO_SEED}"
+#: other built-in shapes (random weights, byte tokenizer), by name: ``builtin:<name>``
+SHAPES = {
+    "smollm2-135m-shape": DEMO_CONFIG,
+    "llama-3.2-1b-shape": {
+        **DEMO_CONFIG, "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192,
+        "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+        "rope_theta": 500000.0, "max_position_embeddings": 131072, "_name_or_path": "pion-demo/llama-3.2-1b-shape",
+    },
+}
 
 
-def ensure_demo_model(progress=None) -> Path:
-    """The demo model's directory, created (a few seconds, about 215 MB) if it is not there yet."""
-    path = demo_model_dir()
+def demo_model_dir(shape: str = "smollm2-135m-shape") -> Path:
+    return cache_root() / f"{shape}-v{FORMAT_VERSION}-seed{DEMO_SEED}"
+
+
+def ensure_demo_model(progress=None, shape: str = "smollm2-135m-shape") -> Path:
+    """The built-in model's directory, created once (the demo model: a few seconds, about 215 MB)."""
+    path = demo_model_dir(shape)
     if (path / "model.safetensors").exists():
         return path
     if progress:
-        progress("creating the demo model's weights (once, about 215 MB in %s)" % path.parent)
+        progress(f"creating the {shape} weights once, in {path.parent}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".demo-model-", dir=path.parent))
-    (tmp / "config.json").write_text(json.dumps(DEMO_CONFIG, indent=2))
-    (tmp / "pion_tokenizer.json").write_text(json.dumps({"type": "byte", "fingerprint": ByteTokenizer.pion_fingerprint}))
-    write_safetensors(tmp / "model.safetensors", random_llama_weights(DEMO_CONFIG, DEMO_SEED))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{shape}-", dir=path.parent))
+    write_model_dir(tmp, SHAPES[shape], DEMO_SEED)
     try:
         tmp.rename(path)
     except OSError:  # another process won the race; its copy is identical
@@ -106,6 +115,19 @@ def ensure_demo_model(progress=None) -> Path:
             child.unlink()
         tmp.rmdir()
     return path
+
+
+def write_model_dir(path: Path, config: dict, seed: int) -> Path:
+    """A model directory the adapters' ``load_demo`` read: config, random bf16 weights, byte tokenizer."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    (path / "pion_tokenizer.json").write_text(json.dumps({"type": "byte", "fingerprint": ByteTokenizer.pion_fingerprint}))
+    write_safetensors(path / "model.safetensors", random_llama_weights(config, seed))
+    return path
+
+
+def is_demo_format(path) -> bool:
+    return (Path(path) / "pion_tokenizer.json").exists()
 
 
 def llama_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:

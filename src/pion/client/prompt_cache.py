@@ -86,7 +86,7 @@ class PionPromptCache:
         if not ids:
             raise ValueError("prefix_ids is empty")
         ns = namespace or self.namespace(ids)
-        cache = self._try_fetch(ns, ids, len(ids), exact=True)
+        cache, outcome = self._try_fetch(ns, ids, len(ids), exact=True)
         if cache is not None:
             self._counts["hits"] += 1
             return cache
@@ -95,7 +95,9 @@ class PionPromptCache:
         cache = self.adapter.prefill(ids)
         self._ms["last_prefill_ms"] = prefill_ms = (time.perf_counter() - started) * 1000
         self._misses_seen[ns] += 1
-        if self._misses_seen[ns] < self.admission_threshold:
+        if outcome == "mismatch":
+            pass  # the namespace holds another prefix: never overwrite it (the server would refuse anyway)
+        elif self._misses_seen[ns] < self.admission_threshold:
             self._counts["admission_skips"] += 1
         else:
             self.put(ids, cache, namespace=ns, prefill_ms=prefill_ms)
@@ -111,14 +113,14 @@ class PionPromptCache:
         ids = [int(t) for t in token_ids]
         if not ids:
             return None, []
-        cache = self._try_fetch(self.namespace(ids), ids, len(ids), exact=True)
+        cache, _ = self._try_fetch(self.namespace(ids), ids, len(ids), exact=True)
         if cache is not None:
             self._counts["hits"] += 1
             return cache, []
         found = self._match(ids)
         if found is not None:
             ns, used = found
-            cache = self._try_fetch(ns, ids[:used], used, exact=False)
+            cache, _ = self._try_fetch(ns, ids[:used], used, exact=False)
             if cache is not None:
                 self._counts["partial_hits"] += 1
                 return cache, ids[used:]
@@ -170,12 +172,12 @@ class PionPromptCache:
     # -- internals -----------------------------------------------------------------------
 
     def _try_fetch(self, ns: str, ids: list[int], n_tokens: int, *, exact: bool):
-        """The runtime cache for ``ns`` (its first ``n_tokens``), or None on a miss or a mismatch."""
+        """``(runtime cache or None, "hit" | "miss" | "mismatch" | "error")`` for the first ``n_tokens`` of ``ns``."""
         started = time.perf_counter()
         try:
             got = transfer.fetch(self.client, ns, n_tokens, self.adapter.layout, partial=not exact)
             if got is None:
-                return None
+                return None, "miss"
             manifest = parse_manifest(got.manifest)
             why = mismatch(manifest, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema,
                            token_ids=ids if exact else None, min_tokens=n_tokens)
@@ -184,13 +186,13 @@ class PionPromptCache:
             if why is not None:
                 self._counts["manifest_mismatches"] += 1
                 self.last_mismatch = f"{ns}: {why}"
-                return None
+                return None, "mismatch"
             kv = transfer.decode(got, n_tokens, self.schema, self.adapter.layout)
             self._bytes_fetched += got.nbytes
-            return self.adapter.build(kv, got.states)
+            return self.adapter.build(kv, got.states), "hit"
         except PionError as exc:
             self._error("fetch", exc)
-            return None
+            return None, "error"
         finally:
             self._ms["fetch_ms_total"] += (time.perf_counter() - started) * 1000
 

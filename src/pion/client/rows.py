@@ -95,4 +95,4 @@ def wire_rows(rows: np.ndarray) -> tuple[bytes | memoryview, str | None]:
 
 
 def _bytes(arr: np.ndarray) -> memoryview:
-    return memoryview(arr).cast("B")
+    return memoryview(arr.view(np.uint8)).cast("B")

@@ -34,7 +34,7 @@ def encode_layer(rows: np.ndarray, codec: str) -> bytes | memoryview:
     if native is not None:
         if rows.dtype != native:
             rows = rows.astype(native)
-        return memoryview(np.ascontiguousarray(rows)).cast("B")
+        return memoryview(np.ascontiguousarray(rows).view(np.uint8)).cast("B")
     from pion.codecs import get_codec
 
     return get_codec(codec).encode(rows.astype(np.float32, copy=False))
@@ -88,11 +88,11 @@ def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = Fa
         commands.append(["V.FETCH", pk, "BATCH", 0, n_tokens, n_layers, "FMT", "RAW"])
         commands.append(["V.FETCH", pv, "BATCH", 0, n_tokens, n_layers, "FMT", "RAW"])
     commands += [["SSM.PREFIX.FETCH", ns, slot] for slot in layout.state]
-    replies = client.pipeline_execute(commands)
+    replies = client.pipeline_execute(commands, fast=True)
     hit, manifest = replies[0], replies[1]
     if isinstance(hit, PionError):
         raise hit
-    if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes):
+    if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
         return None
     k_raw, v_raw = (replies[2], replies[3]) if n_layers else ([], [])
     state_raw = replies[2 + (2 if n_layers else 0):]

@@ -30,18 +30,25 @@ class LayerSpec:
 class Chunk:
     """Rows ``[start, start+count)``, encoded, at byte ``offset`` of ``base`` (a whole stored blob).
 
-    A chunk never holds a sub-slice of an arena view: it keeps the blob the arena knows by its
-    ref plus an offset, so a snapshot can reference the blob instead of copying it.
+    ``durable`` is the same blob's view in a log arena (or None): a snapshot references it
+    instead of copying the bytes. A live store reads from ``base`` on the heap (first touches of
+    a fresh mapping are slow); after a restart ``base`` is the arena view itself. A chunk never
+    holds a sub-slice of an arena view, only the whole blob and an offset, so the arena can
+    always name it by its ref.
     """
 
-    __slots__ = ("start", "count", "base", "offset", "nbytes")
+    __slots__ = ("start", "count", "base", "offset", "nbytes", "durable")
 
-    def __init__(self, start: int, count: int, base: bytes | memoryview, offset: int = 0, nbytes: int = -1) -> None:
+    def __init__(
+        self, start: int, count: int, base: bytes | memoryview, offset: int = 0, nbytes: int = -1,
+        durable: memoryview | None = None,
+    ) -> None:
         self.start = start
         self.count = count
         self.base = base
         self.offset = offset
         self.nbytes = len(base) - offset if nbytes < 0 else nbytes
+        self.durable = durable
 
     @property
     def end(self) -> int:
@@ -56,7 +63,8 @@ class Chunk:
 
     def part(self, start: int, end: int, row_bytes: int) -> Chunk:
         """Rows ``[start, end)`` of this chunk, sharing its blob."""
-        return Chunk(start, end - start, self.base, self.offset + (start - self.start) * row_bytes, (end - start) * row_bytes)
+        offset = self.offset + (start - self.start) * row_bytes
+        return Chunk(start, end - start, self.base, offset, (end - start) * row_bytes, self.durable)
 
 
 class Layer:
@@ -79,17 +87,20 @@ class Layer:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def store(self, start: int, count: int, data: bytes | memoryview, seq: int = 0) -> int:
+    def store(
+        self, start: int, count: int, data: bytes | memoryview, seq: int = 0, durable: memoryview | None = None,
+    ) -> int:
         """Keep ``count`` encoded rows at ``start``; returns the change in bytes held."""
         before = self.nbytes
         end = start + count
+        chunk = Chunk(start, count, data, durable=durable)
         if not self.chunks or start >= self.chunks[-1].end:
-            self.chunks.append(Chunk(start, count, data))
+            self.chunks.append(chunk)
             self.starts.append(start)
         else:
             self._cut(start, end)
             pos = bisect_right(self.starts, start)
-            self.chunks.insert(pos, Chunk(start, count, data))
+            self.chunks.insert(pos, chunk)
             self.starts.insert(pos, start)
         self.rows += count
         self.nbytes += len(data)

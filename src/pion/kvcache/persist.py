@@ -33,6 +33,10 @@ class _Blobs:
             self.tokens.append(pack_blob(buf))
         return found
 
+    def chunk(self, chunk: Chunk) -> int:
+        """A chunk's blob: by its arena view when it has one (a 25-byte ref in a snapshot)."""
+        return self.add(chunk.durable if chunk.durable is not None else chunk.base)
+
 
 def _spec(spec: LayerSpec) -> tuple:
     return (spec.dim, spec.fmt.encode(), spec.rope)
@@ -47,7 +51,7 @@ def dump_space(space: KVSpace) -> dict:
     sessions = []
     for session in space.vstore.sessions.values():
         layers = [
-            (index, [(c.start, c.count, blobs.add(c.base), c.offset, c.nbytes) for c in layer.chunks])
+            (index, [(c.start, c.count, blobs.chunk(c), c.offset, c.nbytes) for c in layer.chunks])
             for index, layer in session.layers.items()
         ]
         schema = None if session.schema is None else [_spec(s) for s in session.schema]
@@ -58,12 +62,12 @@ def dump_space(space: KVSpace) -> dict:
     # blobs only a V.SNAPSHOT (rollback point, not persisted) still uses: referenced so that the
     # snapshot keeps their arena ranges live through compaction; ignored on load
     rollback = [
-        blobs.add(chunk.base)
+        blobs.chunk(chunk)
         for session in space.vstore.sessions.values()
         for snap in session.snapshots.values()
         for chunks in snap.layers.values()
         for chunk in chunks
-        if chunk.base.__class__ is memoryview
+        if chunk.durable is not None
     ]
     evictor = space.evictor
     return {
@@ -87,7 +91,9 @@ def load_space(space: KVSpace, tree: dict) -> None:
         session = store.create(sid, _unspec(default), None if schema is None else tuple(_unspec(s) for s in schema), index)
         for layer_index, chunks in layers:
             layer = session.layer_for_write(layer_index)
-            layer.replace_chunks([Chunk(start, count, blobs[b], offset, nbytes) for start, count, b, offset, nbytes in chunks])
+            layer.replace_chunks([
+                Chunk(start, count, blobs[b], offset, nbytes, _view(blobs[b])) for start, count, b, offset, nbytes in chunks
+            ])
             session.nbytes += layer.nbytes
             store.nbytes += layer.nbytes
     for item in tree[b"prefixes"]:
@@ -106,6 +112,10 @@ def load_space(space: KVSpace, tree: dict) -> None:
     evictor.clock, evictor.evictions = tree[b"clock"], tree[b"evictions"]
     evictor.pinned = set(tree[b"pinned"])
     space.next_snap_id = tree[b"next_snap"]
+
+
+def _view(blob) -> memoryview | None:
+    return blob if blob.__class__ is memoryview else None
 
 
 def _load_prefix(space: KVSpace, item: tuple) -> None:

@@ -142,8 +142,11 @@ class VStore:
         heapq.heappush(self._free, session.index)
         return True
 
-    def store(self, session: Session, layer: int, start: int, count: int, data: bytes | memoryview, seq: int) -> None:
-        delta = session.layer_for_write(layer).store(start, count, data, seq)
+    def store(
+        self, session: Session, layer: int, start: int, count: int, data: bytes | memoryview, seq: int,
+        durable: memoryview | None = None,
+    ) -> None:
+        delta = session.layer_for_write(layer).store(start, count, data, seq, durable)
         session.nbytes += delta
         self.nbytes += delta
 

@@ -4,6 +4,12 @@ Sans-IO: ``feed`` takes bytes, ``next_command`` returns one argv (``list[bytes]`
 more bytes are needed, or raises ``ProtocolError``. A connection switches to hiredis when a
 frame starts with ``*`` and back to inline parsing only at a clean frame boundary, which is how
 real clients and Redis's own tests mix the two.
+
+Bounded memory: hiredis holds a frame until it is complete, so headers are checked before the
+payload arrives. In ``strict`` mode (a connection that has not authenticated) frames are parsed
+here with Redis's pre-auth caps (10 arguments, 16 KiB per argument); otherwise an incomplete
+frame past 256 KiB has its headers checked against the argument and bulk-length limits (again
+each time it doubles), so an oversize ``$<len>`` is refused before its payload is buffered.
 """
 
 from __future__ import annotations
@@ -14,6 +20,11 @@ from pion.protocol.errors import ProtocolError
 
 MAX_INLINE_SIZE = 64 * 1024
 MAX_MULTIBULK_LEN = 1024 * 1024 * 1024
+#: Redis's caps for a client that has not authenticated yet (processMultibulkBuffer)
+UNAUTH_MAX_ARGS = 10
+UNAUTH_MAX_BULK = 16384
+#: an incomplete frame holding more than this has its headers checked before the rest arrives
+PENDING_CHECK = 256 * 1024
 
 
 class RequestReader:
@@ -21,7 +32,7 @@ class RequestReader:
 
     __slots__ = (
         "_hiredis", "_inline", "_in_hiredis", "_chunks", "_chunks_len", "_frames_since",
-        "max_bulk_len", "max_multibulk_len",
+        "max_bulk_len", "max_multibulk_len", "strict", "_check_at",
     )
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
@@ -35,13 +46,26 @@ class RequestReader:
         self._frames_since = 0
         self.max_bulk_len = max_bulk_len
         self.max_multibulk_len = MAX_MULTIBULK_LEN
+        #: parse with the pre-auth caps (the connection sets it while its client is not authenticated)
+        self.strict = False
+        #: check the pending frame's headers once hiredis holds this many bytes of it
+        self._check_at = PENDING_CHECK
+
+    def set_strict(self, on: bool) -> None:
+        """Switch the pre-auth caps on or off between commands (AUTH, RESET)."""
+        if on == self.strict:
+            return
+        self.strict = on
+        if on and self._in_hiredis:  # take back what hiredis holds: parsed here from now on
+            joined = self._joined()
+            self._leave_hiredis(joined[skip_frames(joined, self._frames_since) :])
 
     def feed(self, data: bytes) -> None:
         if self._in_hiredis:
             self._hiredis.feed(data)
             self._chunks.append(data)
             self._chunks_len += len(data)
-        elif not self._inline and data[:1] == b"*":  # the common case: straight to hiredis
+        elif not self._inline and data[:1] == b"*" and not self.strict:  # the common case: straight to hiredis
             self._enter_hiredis(data)
         else:
             self._inline += data
@@ -66,6 +90,8 @@ class RequestReader:
             buf = self._inline
             if not buf:
                 return None
+            if buf[0] == 0x2A and self.strict:
+                return self._next_strict()
             if buf[0] == 0x2A:  # '*': hand the rest of the buffer to hiredis
                 data = bytes(buf)
                 buf.clear()
@@ -81,7 +107,10 @@ class RequestReader:
                 return None
             raise ProtocolError(_hiredis_message(str(exc))) from None
         if frame is False:
+            if self._chunks_len >= self._check_at:
+                self._check_pending()
             return None
+        self._check_at = PENDING_CHECK
         if frame.__class__ is not list:
             raise ProtocolError(f"expected '*', got '{_type_byte(frame)}'")
         max_bulk = self.max_bulk_len
@@ -121,13 +150,56 @@ class RequestReader:
         rest = joined[skip_frames(joined, self._frames_since) :]
         if not rest or rest[0] == 0x2A:
             return False
+        self._leave_hiredis(rest)
+        return True
+
+    def _leave_hiredis(self, rest: bytes) -> None:
+        """Put the bytes hiredis had not returned back in front of the inline buffer."""
         self._hiredis = hiredis.Reader()
         self._in_hiredis = False
         self._chunks = []
         self._chunks_len = 0
         self._frames_since = 0
+        self._check_at = PENDING_CHECK
         self._inline = bytearray(rest) + self._inline
-        return True
+
+    def _check_pending(self) -> None:
+        """Refuse an argument count or bulk length over the limits while the frame is still
+        arriving; re-checked each time the pending bytes double (amortized linear)."""
+        self._check_at = self._chunks_len * 2
+        joined = self._joined()
+        check_headers(joined, skip_frames(joined, self._frames_since), self.max_multibulk_len, self.max_bulk_len)
+
+    def _next_strict(self) -> list[bytes] | None:
+        """One multibulk frame under the pre-auth caps, parsed here (such frames are small)."""
+        buf = self._inline
+        end = buf.find(b"\r\n")
+        if end < 0:
+            if len(buf) > MAX_INLINE_SIZE:
+                raise ProtocolError("too big mbulk count string")
+            return None
+        count = _header_int(buf, 1, end)
+        if count is None or count > self.max_multibulk_len:
+            raise ProtocolError("invalid multibulk length")
+        if count > UNAUTH_MAX_ARGS:
+            raise ProtocolError("unauthenticated multibulk length")
+        pos = end + 2
+        argv: list[bytes] = []
+        for _ in range(max(count, 0)):
+            if pos >= len(buf):
+                return None
+            end = buf.find(b"\r\n", pos)
+            size = _bulk_header(buf, pos, end, self.max_bulk_len)
+            if size is None:
+                return None
+            if size > UNAUTH_MAX_BULK:
+                raise ProtocolError("unauthenticated bulk length")
+            if len(buf) < end + 4 + size:
+                return None
+            argv.append(bytes(buf[end + 2 : end + 2 + size]))
+            pos = end + 4 + size
+        del buf[:pos]
+        return argv
 
     def _next_inline(self) -> list[bytes] | None:
         buf = self._inline
@@ -201,6 +273,48 @@ def _read_escape(line: bytes, i: int) -> tuple[int, bytes]:
         except ValueError:
             pass
     return i + 2, _ESCAPES.get(nxt, bytes([nxt]))
+
+
+def check_headers(buf: bytes | bytearray, pos: int, max_args: int, max_bulk: int) -> None:
+    """Check the ``*N`` and ``$len`` headers of the (possibly incomplete) frame at ``pos``,
+    skipping payloads by their length; raises ProtocolError with Redis's text."""
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        return
+    count = _header_int(buf, pos + 1, end)
+    if count is None or count > max_args:
+        raise ProtocolError("invalid multibulk length")
+    pos = end + 2
+    for _ in range(count):
+        if pos >= len(buf):
+            return
+        end = buf.find(b"\r\n", pos)
+        size = _bulk_header(buf, pos, end, max_bulk)
+        if size is None:
+            return
+        pos = end + 4 + size
+
+
+def _bulk_header(buf: bytes | bytearray, pos: int, end: int, max_bulk: int) -> int | None:
+    """The length in the ``$len`` header at ``pos`` (line end ``end``, -1 if not there yet)."""
+    if buf[pos] != 0x24:
+        raise ProtocolError(f"expected '$', got '{chr(buf[pos])}'")
+    if end < 0:
+        if len(buf) - pos > MAX_INLINE_SIZE:
+            raise ProtocolError("too big bulk count string")
+        return None
+    size = _header_int(buf, pos + 1, end)
+    if size is None or size < 0 or size > max_bulk:
+        raise ProtocolError("invalid bulk length")
+    return size
+
+
+def _header_int(buf: bytes | bytearray, start: int, end: int) -> int | None:
+    """The decimal number of a ``*N`` / ``$N`` header line, or None if it is not one."""
+    text = bytes(buf[start:end])
+    if not text or len(text) > 20 or not (text.isdigit() or (text[:1] == b"-" and text[1:].isdigit())):
+        return None
+    return int(text)
 
 
 def _type_byte(frame: object) -> str:

@@ -91,11 +91,13 @@ class Server:
         self._stopping: asyncio.Event | None = None
         self._cron_task: asyncio.Task[None] | None = None
         self.replay_client = self._make_replay_client()
+        self._obuf: tuple[Settings, dict[str, tuple[int, int, int]]] | None = None
 
     # -- construction helpers ------------------------------------------------------------
 
-    def _make_db(self, index: int) -> Database:
-        db = Database(index)
+    def _make_db(self, index: int, db_id: int | None = None) -> Database:
+        """A database wired to the server (tenants' databases pass their server-wide ``db_id``)."""
+        db = Database(index, db_id)
         db.on_signal = self._on_key_signal
         db.on_expired = self._on_key_expired
         db.apply_settings(self.settings)
@@ -139,7 +141,7 @@ class Server:
         self.dirty += 1
         self.dispatcher.pending.append((db.id, [b"DEL", key]))
         if self.notify_flags:
-            self.pubsub.notify_keyspace_event("x", "expired", key, db.index)
+            self.pubsub.notify_keyspace_event("x", "expired", key, db.id)  # the id finds a tenant's hub
         if self.dispatcher.depth == 0 and not self.loading:
             self.dispatcher.finish_command(None)
 
@@ -152,6 +154,8 @@ class Server:
             for db in dbs:
                 if db.id == db_id:
                     client.dbs, client.db_index = dbs, db.index
+                    # a tenant's K/V commands replay into its own space
+                    client.tenant = next((name for name, own in self.tenant_dbs.items() if own is dbs), None)
                     return client
         raise KeyError(f"the log names database id {db_id}, which this server does not have")
 
@@ -190,15 +194,28 @@ class Server:
         client.watched_expired = set()
         client.dirty_cas = False
 
-    def output_limit(self, client: Client | None) -> int:
-        """Hard output-buffer limit in bytes (client-output-buffer-limit), 0 for none."""
-        if client is not None and client.subscription_count:
-            return 32 * 1024 * 1024
-        return 0
+    def output_limits(self, client: Client | None) -> tuple[int, int, int]:
+        """(hard bytes, soft bytes, soft seconds) of client-output-buffer-limit for this client's
+        class (``normal 0 0 0``, ``pubsub 32mb 8mb 60`` by default, as Redis)."""
+        cached = self._obuf
+        if cached is None or cached[0] is not self.settings:
+            from pion.server.config_values import OBUF_DEFAULT, check_obuf, parse_obuf
+
+            raw = dict(self.settings.extra).get("client-output-buffer-limit", "")
+            try:
+                limits = parse_obuf(check_obuf(raw, OBUF_DEFAULT) if raw else OBUF_DEFAULT)
+            except (ValueError, IndexError):
+                limits = parse_obuf(OBUF_DEFAULT)
+            cached = self._obuf = (self.settings, limits)
+        kind = "pubsub" if client is not None and client.subscription_count else "normal"
+        return cached[1].get(kind, (0, 0, 0))
 
     def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
         if argv[0].lower() in (b"auth", b"hello", b"acl", b"migrate"):
             return
+        from pion.server.auth import redacted
+
+        argv = redacted(argv)  # CONFIG SET requirepass ...: never show the value
         line = "%.6f [%d %s] %s" % (
             time.time(),
             client.db_index,
@@ -226,6 +243,10 @@ class Server:
             hosts = list(settings.bind) or ["127.0.0.1"]
             server = await loop.create_server(lambda: Connection(self), hosts, settings.port, reuse_address=True, backlog=511)
             self._servers.append(server)
+        if settings.tls_port:
+            from pion.server.tls import listen_tls
+
+            self._servers.append(await listen_tls(self, list(settings.bind) or ["127.0.0.1"]))
         if settings.unixsocket:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(settings.unixsocket)
@@ -294,9 +315,10 @@ class Server:
             for db in dbs:
                 db.lru_clock = now  # the access stamp OBJECT IDLETIME reads
         if not self.loading and self.active_expire_enabled and not self.paused_until:
-            for db in self.dbs:
-                if db.expires:
-                    db.sweep_expired()
+            for dbs in self.all_db_lists():
+                for db in dbs:
+                    if db.expires:
+                        db.sweep_expired()
         if self.settings.timeout:
             cutoff = time.time() - self.settings.timeout
             for client in list(self.clients.values()):

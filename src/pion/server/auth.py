@@ -1,30 +1,310 @@
-"""Authentication: the default user's password (``requirepass``)."""
+"""Authentication: the users (the default user of ``requirepass`` and the ``--tenant`` users),
+AUTH/HELLO credential checks, the cost of a failed guess, the ACL log, redaction of
+credentials in what the server shows, and the checks that refuse an unsafe start.
+
+A failed AUTH holds the connection's replies for a delay that doubles with each recent failure
+from the same connection or address (25 ms up to 2 s): the event loop keeps serving everyone
+else, while a guesser pays for every guess, pipelined or inside MULTI. Passwords are kept only as
+SHA-256 digests (what ACL GETUSER shows) and compared in constant time; they are never logged.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
-from typing import TYPE_CHECKING
+import ipaddress
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 
 if TYPE_CHECKING:
+    from pion.config import Settings
     from pion.server.app import Server
     from pion.server.client import Client
 
+log = logging.getLogger("pion.auth")
 
-def authenticate(server: Server, client: Client, user: bytes, password: bytes) -> None:
-    """Authenticate ``client`` or raise Redis's error; compares in constant time."""
-    required = server.settings.requirepass
-    if not required:
-        if user == b"default":
-            raise ReplyError(
-                "ERR AUTH <password> called without any password configured for the default user. "
-                "Are you sure your configuration is correct?"
-            )
-        raise ReplyError(errors.WRONGPASS)
-    if user == b"default" and hmac.compare_digest(password, required.encode()):
-        client.authenticated = True
-        client.user = "default"
+#: the first failure's delay; each further recent failure doubles it, up to FAIL_DELAY_MAX
+FAIL_DELAY = 0.025
+FAIL_DELAY_MAX = 2.0
+#: failures from an address are forgotten after this long without another one
+FAIL_WINDOW = 60.0
+MAX_TRACKED_HOSTS = 10000
+#: CONFIG SET parameters whose values are credentials (redacted in SLOWLOG and MONITOR)
+SENSITIVE_PARAMS = {b"requirepass", b"masterauth", b"tls-key-file-pass", b"tls-client-key-file-pass"}
+REDACTED = b"(redacted)"
+NO_PASSWORD_ERR = ("ERR AUTH <password> called without any password configured for the default user. "
+                   "Are you sure your configuration is correct?")
+
+
+def digest(password: bytes) -> bytes:
+    return hashlib.sha256(password).digest()
+
+
+@dataclass(slots=True)
+class User:
+    """A user AUTH can select: ``tenant`` is None for the default (admin) user."""
+
+    name: str
+    digest: bytes | None  # None: nopass (the default user while requirepass is empty)
+    tenant: str | None = None
+    quota: int = 0
+
+    def accepts(self, password: bytes) -> bool:
+        if self.digest is None:
+            return True
+        return hmac.compare_digest(digest(password), self.digest)
+
+
+class Users:
+    """``server.engines["acl"]``: the users, the failure counters and the ACL log."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.tenants: dict[str, User] = {}
+        #: host -> [recent failures, time of the last one]
+        self.failures: OrderedDict[str, list[float]] = OrderedDict()
+        self.log = AclLog(server)
+
+    @property
+    def users(self) -> dict[str, User]:
+        """Every user by name, the default first (CLIENT KILL USER, ACL USERS)."""
+        return {"default": self.default, **self.tenants}
+
+    @property
+    def default(self) -> User:
+        required = self.server.settings.requirepass
+        return User("default", digest(required.encode()) if required else None)
+
+    def get(self, name: str) -> User | None:
+        return self.default if name == "default" else self.tenants.get(name)
+
+    def note_failure(self, client: Client) -> int:
+        """Count a failed AUTH; returns how many recent failures this connection or address has."""
+        now = time.monotonic()
+        host = client.addr.rsplit(":", 1)[0]
+        entry = self.failures.pop(host, None)
+        if entry is None or now - entry[1] > FAIL_WINDOW:
+            entry = [0.0, now]
+        entry[0] += 1
+        entry[1] = now
+        self.failures[host] = entry
+        while len(self.failures) > MAX_TRACKED_HOSTS:
+            self.failures.popitem(last=False)
+        conn = client.conn
+        mine = getattr(conn, "auth_failures", 0) + 1
+        if conn is not None:
+            conn.auth_failures = mine
+        return max(mine, int(entry[0]))
+
+
+def users_of(server: Server) -> Users:
+    found = server.engines.get("acl")
+    if found is None:
+        found = server.engines["acl"] = Users(server)
+    return found
+
+
+def authenticate(server: Server, client: Client, user: bytes | None, password: bytes) -> None:
+    """AUTH / HELLO AUTH: select ``user`` (None: the one-argument form) or raise Redis's error."""
+    users = users_of(server)
+    if user is None and not server.settings.requirepass:
+        raise ReplyError(NO_PASSWORD_ERR)
+    name = "default" if user is None else user.decode("utf-8", "replace")
+    found = users.get(name)
+    if found is not None and found.accepts(password):
+        become(server, client, found)
         return
+    _failed(server, users, client, name)
     raise ReplyError(errors.WRONGPASS)
+
+
+def become(server: Server, client: Client, user: User) -> None:
+    """Switch the connection to ``user``; changing tenant drops what belonged to the old view."""
+    if client.tenant != user.tenant:
+        server.pubsub.drop_client(client)
+        server.drop_watches(client)
+        server.monitors.pop(client.id, None)
+        client.dbs = server.tenant_dbs[user.tenant] if user.tenant is not None else server.dbs
+        client.db_index = min(client.db_index, len(client.dbs) - 1)
+    client.user = user.name
+    client.tenant = user.tenant
+    client.authenticated = True
+
+
+def _failed(server: Server, users: Users, client: Client, name: str) -> None:
+    count = users.note_failure(client)
+    delay = min(FAIL_DELAY * 2 ** min(count - 1, 16), FAIL_DELAY_MAX)
+    shown = printable(name)
+    users.log.add(client, "auth", "AUTH", shown)
+    if count <= 10 or count & (count - 1) == 0:  # every failure at first, then at powers of two
+        log.warning("AUTH failed for user '%s' from %s (%d recent failures from this client or address; "
+                    "its replies are delayed %.3f s)", shown, client.addr or "?", count, delay)
+    if client.conn is not None and hasattr(client.conn, "hold"):
+        client.conn.hold(delay)
+
+
+def printable(text: str, limit: int = 64) -> str:
+    """A user-supplied name safe for a log line: printable ASCII, bounded."""
+    cleaned = "".join(ch if 32 < ord(ch) < 127 else "?" for ch in text[:limit])
+    return cleaned + ("..." if len(text) > limit else "")
+
+
+# -- the ACL log ----------------------------------------------------------------------------------
+
+
+class AclLog:
+    """ACL LOG: failed AUTHs and refused commands, newest first, similar entries grouped (60 s)."""
+
+    GROUP_WINDOW_MS = 60000
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.entries: list[dict[str, Any]] = []
+        self.next_id = 0
+
+    def add(self, client: Client, reason: str, obj: str, username: str) -> None:
+        from pion.server.client_info import client_line
+
+        now = int(time.time() * 1000)
+        context = "lua" if client.in_script else ("multi" if client.executing else "toplevel")
+        info = client_line(client, obj.lower()) if client.conn is not None else ""
+        for entry in self.entries:
+            if (entry["reason"], entry["context"], entry["object"], entry["username"]) == (reason, context, obj, username) \
+                    and now - entry["updated"] < self.GROUP_WINDOW_MS:
+                entry["count"] += 1
+                entry["updated"] = now
+                entry["client-info"] = info
+                return
+        self.entries.insert(0, {"count": 1, "reason": reason, "context": context, "object": obj,
+                                "username": username, "created": now, "updated": now, "client-info": info,
+                                "entry-id": self.next_id})
+        self.next_id += 1
+        limit = _int_setting(self.server.settings, "acllog-max-len", 128)
+        del self.entries[max(limit, 0):]
+
+    def reply(self, count: int | None) -> list[dict[bytes, Any]]:
+        now = int(time.time() * 1000)
+        chosen = self.entries if count is None else self.entries[:count]
+        return [{
+            b"count": e["count"], b"reason": e["reason"].encode(), b"context": e["context"].encode(),
+            b"object": e["object"].encode(), b"username": e["username"].encode(),
+            b"age-seconds": (now - e["created"]) / 1000.0, b"client-info": e["client-info"].encode(),
+            b"entry-id": e["entry-id"], b"timestamp-created": e["created"], b"timestamp-last-updated": e["updated"],
+        } for e in chosen]
+
+
+def _int_setting(settings: Settings, name: str, default: int) -> int:
+    raw = dict(settings.extra).get(name, "")
+    return int(raw) if raw.lstrip("-").isdigit() else default
+
+
+# -- redaction ----------------------------------------------------------------------------------
+
+
+def redacted(argv: list[bytes]) -> list[bytes]:
+    """``argv`` with credential values hidden: CONFIG SET of a password parameter."""
+    if len(argv) >= 4 and argv[0].lower() == b"config" and argv[1].lower() == b"set":
+        shown = list(argv)
+        for i in range(2, len(argv) - 1, 2):
+            if argv[i].lower() in SENSITIVE_PARAMS:
+                shown[i + 1] = REDACTED
+        return shown
+    return argv
+
+
+# -- refusing an unsafe start ----------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    """True for loopback bind addresses; raises ValueError for one that does not parse."""
+    bare = host.lstrip("-")
+    if bare == "localhost":
+        return True
+    if bare in ("*", "::*"):
+        return False
+    return ipaddress.ip_address(bare).is_loopback
+
+
+def check_bind(settings: Settings) -> str | None:
+    """Why this bind is refused at start, or None: bad addresses, or exposure without a password."""
+    exposed = []
+    for host in settings.bind or ("127.0.0.1",):
+        try:
+            if not is_loopback(host):
+                exposed.append(host)
+        except ValueError:
+            return f"bind: '{host}' is not a valid IPv4 or IPv6 address"
+    listening = settings.port or settings.tls_port
+    if exposed and listening and settings.protected_mode and not settings.requirepass:
+        return (
+            f"refusing to listen on {', '.join(exposed)} without a password: anyone who can reach it could "
+            "read, change or delete all data. Set a password (--requirepass-file PATH, the PION_REQUIREPASS "
+            "environment variable, or --requirepass), or bind to 127.0.0.1; on a network you trust "
+            "completely, start with --protected-mode no."
+        )
+    return None
+
+
+# -- wiring ------------------------------------------------------------------------------------------
+
+
+def check_startup(settings: Settings) -> list[Any]:
+    """Refuse a start that is unsafe or misconfigured (before the data directory is locked);
+    returns the tenant specs. Raises ``StartupError`` with what to do instead."""
+    from pion.config import ConfigError
+    from pion.server.run import StartupError
+    from pion.server.tenants import load_specs
+    from pion.server.tls import TLSConfigError, make_context
+
+    refusal = check_bind(settings)
+    if refusal is not None:
+        raise StartupError(refusal)
+    try:
+        specs = load_specs(settings)
+        if settings.tls_port:
+            make_context(settings)
+    except (ConfigError, TLSConfigError) as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        raise StartupError(f"cannot read {exc.filename or 'a file'}: {exc.strerror or exc}") from None
+    return specs
+
+
+def install(server: Server, specs: list[Any]) -> Users:
+    """Users, tenants, the tenant guard (NOPERM, quota) and TLS reloads, onto a built server."""
+    from pion.server import tenants, tls
+
+    users = users_of(server)
+    engine = tenants.install(server, specs)
+    previous = server.guard
+
+    def guard(client: Client, spec: Any, argv: list[bytes]) -> ReplyError | None:
+        if client.tenant is not None:
+            if tenants.tenant_denied(spec):
+                return tenants.nopermission(client, spec)
+            refusal = engine.quota_refusal(client, spec)
+            if refusal is not None:
+                return refusal
+        return previous(client, spec, argv) if previous is not None else None
+
+    server.guard = guard
+    if server.settings.tls_port:
+        server.engines["tls"] = tls.make_context(server.settings)
+    server.config_hooks.append(tls.config_changed)
+    server.config_hooks.append(_config_changed)
+    return users
+
+
+def _config_changed(server: Server, old: Settings, new: Settings) -> str | None:
+    """CONFIG SET must not leave the server exposed: the same rules as at start."""
+    if new.requirepass != old.requirepass and server.tenant_dbs and not new.requirepass:
+        return "tenants need requirepass (the admin password); it cannot be removed while tenants exist"
+    if (new.bind, new.requirepass, new.protected_mode) != (old.bind, old.requirepass, old.protected_mode):
+        return check_bind(new)
+    return None

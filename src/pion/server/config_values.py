@@ -232,6 +232,7 @@ def check_activedefrag(value: str, current: str) -> str:
 
 
 def check_tls_port(value: str, current: str) -> str:
-    if value != "0":
-        raise ConfigError("Pion does not serve TLS yet; tls-port must be 0")
+    """The TLS listener opens at start only (``--tls-port``); CONFIG SET cannot move it."""
+    if value != current:
+        raise ConfigError("tls-port can only be set at startup (--tls-port); restart the server to change it")
     return value

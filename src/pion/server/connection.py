@@ -5,6 +5,10 @@ Flow control: when the transport's write buffer passes its high-water mark we st
 this client (``pause_writing``), so a client that does not read its replies cannot make the
 server hold an unbounded backlog; past the hard output limit the client is disconnected.
 Replies to writes are held until the journal reports their record durable.
+
+Security: until its client authenticates, the reader parses with Redis's pre-auth caps
+(``RequestReader.strict``); a failed AUTH holds this connection's replies for a while
+(``hold``) without stopping the loop, so password guessing costs the guesser time.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ class Connection(asyncio.Protocol):
         self.waiting_durable = False
         self.paused_by_writes = False
         self.close_after_flush = False
+        #: loop time until which replies are held and reading is paused (failed AUTH), 0 if none
+        self.held_until = 0.0
+        self._hold_timer: asyncio.TimerHandle | None = None
+        #: when the output buffer first went over the soft limit (client-output-buffer-limit)
+        self.soft_since = 0.0
+        #: failed AUTHs on this connection (each one holds the replies longer)
+        self.auth_failures = 0
 
     # -- asyncio callbacks ---------------------------------------------------------------
 
@@ -69,6 +80,8 @@ class Connection(asyncio.Protocol):
             self.client = None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
         if self.client is not None:
             self.server.drop_client(self.client)
             self.client.closing = True
@@ -109,7 +122,9 @@ class Connection(asyncio.Protocol):
         dispatcher = self.server.dispatcher
         reader = self.reader
         out = self.out
-        while client is not None and client.blocked is None and not client.closing:
+        while client is not None and client.blocked is None and not client.closing and not self.held_until:
+            if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
+                reader.set_strict(not client.authenticated)
             try:
                 argv = reader.next_command()
             except ProtocolError as exc:
@@ -161,11 +176,32 @@ class Connection(asyncio.Protocol):
         if self.client is not None and self.client.blocked is None and not self.client.closing and not self.stalled:
             self.process()
 
+    def hold(self, seconds: float) -> None:
+        """Hold this connection's replies (and stop reading it) for ``seconds`` more; other
+        clients are served meanwhile. Failed AUTHs call it: each guess costs time."""
+        loop = asyncio.get_running_loop()
+        self.held_until = max(loop.time(), self.held_until) + seconds
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+        self._hold_timer = loop.call_at(self.held_until, self._release)
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def _release(self) -> None:
+        self.held_until = 0.0
+        self._hold_timer = None
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self.paused_by_writes:
+            self.transport.resume_reading()
+        self.flush()
+        self._resume()
+
     # -- output ----------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Write buffered replies, unless a write they answer is not durable yet."""
-        if not self.out and not self.close_after_flush:
+        if (not self.out and not self.close_after_flush) or self.held_until:
             return
         journal = self.server.journal
         if self.pending_seq > journal.durable_seq:
@@ -191,13 +227,25 @@ class Connection(asyncio.Protocol):
             self.out.clear()
             self.out_size = 0
             transport.write(data)
-            limit = self.server.output_limit(self.client)
-            if limit and transport.get_write_buffer_size() > limit:
+            if self._over_output_limit(transport.get_write_buffer_size()):
                 log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
                 transport.abort()
                 return
         if self.close_after_flush:
             transport.close()
+
+    def _over_output_limit(self, size: int) -> bool:
+        """client-output-buffer-limit: over the hard limit, or over the soft one for too long."""
+        hard, soft, seconds = self.server.output_limits(self.client)
+        if hard and size > hard:
+            return True
+        if not soft or size <= soft:
+            self.soft_since = 0.0
+            return False
+        now = asyncio.get_running_loop().time()
+        if not self.soft_since:
+            self.soft_since = now
+        return now - self.soft_since > seconds
 
     def close_soon(self) -> None:
         """QUIT/CLIENT KILL: send what is buffered, then close."""

@@ -55,7 +55,7 @@ class Ctx:
     def notify(self, event_type: str, event: str, key: bytes) -> None:
         """Keyspace notification (``notify-keyspace-events``); a no-op unless enabled."""
         if self.server.notify_flags:
-            self.server.pubsub.notify_keyspace_event(event_type, event, key, self.client.db_index)
+            self.server.pubsub.notify_keyspace_event(event_type, event, key, self.db.id)  # id: a tenant's hub
 
     @property
     def can_block(self) -> bool:

@@ -47,6 +47,8 @@ class MemoryManager:
         dbs = server.dbs
         update = self.accounting.update
         for db_index, argv in effects:
+            if db_index >= len(dbs):
+                continue  # a tenant's database: its quota is counted by pion.server.tenants
             name = argv[0]
             spec = table.by_name.get(name) or table.by_name.get(bytes(name).lower())
             if spec is None:

@@ -73,7 +73,7 @@ def load(owner: Persistence) -> None:
     server = owner.server
     replayer = Replayer(owner)
     server.loading = True
-    for db in server.dbs:
+    for db in [db for dbs in server.all_db_lists() for db in dbs]:  # tenants' databases too
         db.loading = True
     try:
         with snapshot_scope(owner.arenas):
@@ -85,7 +85,7 @@ def load(owner: Persistence) -> None:
         raise StartupError(str(exc)) from None
     finally:
         server.loading = False
-        for db in server.dbs:
+        for db in [db for dbs in server.all_db_lists() for db in dbs]:
             db.loading = False
     report = owner.recovery
     owner.snapshot_bytes = _snapshot_size(owner)
@@ -154,9 +154,11 @@ class Replayer:
             )
         zero_copy = "zero_copy" in spec.flags  # type: ignore[union-attr]
         argv = [arg if arg.__class__ is not BlobRef else self._blob(arg, zero_copy) for arg in args]
-        self._db(db_index)
-        client = server.replay_client
-        client.db_index = db_index
+        try:  # a tenant's records name its own databases' server-wide ids
+            client = server.replay_target(db_index)
+        except KeyError as exc:
+            raise RecoveryError(
+                f"{exc.args[0]}; start with the same --tenant list as the server that wrote the log") from None
         try:
             reply = dispatcher.replay(client, argv)
         except ReplyError as exc:

@@ -2,6 +2,11 @@
 
 Messages are pushed to each subscriber's connection (a RESP3 push, or an array in RESP2).
 Keyspace notifications are published through the same hub.
+
+Tenants (``pion.server.tenants``) each get a hub of their own, so their channels, patterns and
+keyspace events never meet another tenant's or the default user's. A tenant's hub is found from
+its databases' server-wide ids (``Database.id >> TENANT_SHIFT`` is non-zero for a tenant), so
+callers that only know a database id (expiry, keyspace events) reach the right hub.
 """
 
 from __future__ import annotations
@@ -16,12 +21,36 @@ if TYPE_CHECKING:
     from pion.server.client import Client
 
 
+#: a tenant database's id is ``(owner << TENANT_SHIFT) | index``; the default databases' owner is 0
+TENANT_SHIFT = 16
+
+
 class PubSubHub:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, tenant: bool = False) -> None:
         self.server = server
+        #: a tenant's hub routes nothing further (only the root hub has ``tenant_hubs``)
+        self.tenant = tenant
         self.channels: dict[bytes, dict[int, Client]] = {}
         self.patterns: dict[bytes, dict[int, Client]] = {}
         self.shard_channels: dict[bytes, dict[int, Client]] = {}
+        #: tenant owner number -> that tenant's hub (only on the server's root hub)
+        self.tenant_hubs: dict[int, PubSubHub] = {}
+
+    # -- tenants -----------------------------------------------------------------------------
+
+    def for_db(self, db_id: int) -> PubSubHub:
+        """The hub of the database with this server-wide id: a tenant's own, or this one."""
+        owner = db_id >> TENANT_SHIFT
+        if not owner or self.tenant:
+            return self
+        hub = self.tenant_hubs.get(owner)
+        if hub is None:
+            hub = self.tenant_hubs[owner] = PubSubHub(self.server, tenant=True)
+        return hub
+
+    def for_client(self, client: Client) -> PubSubHub:
+        """The hub a client's PUBLISH/SUBSCRIBE/PUBSUB use (its tenant's)."""
+        return self.for_db(client.dbs[0].id)
 
     # -- subscriptions ---------------------------------------------------------------------
 
@@ -58,6 +87,10 @@ class PubSubHub:
         return True
 
     def drop_client(self, client: Client) -> None:
+        hub = self.for_client(client)
+        if hub is not self:
+            hub.drop_client(client)
+            return
         for channel in list(client.subscriptions):
             self.unsubscribe(client, channel)
         for channel in list(client.shard_subscriptions):
@@ -85,7 +118,12 @@ class PubSubHub:
         return receivers
 
     def notify_keyspace_event(self, event_type: str, event: str, key: bytes, db_index: int) -> None:
-        """Publish ``__keyspace@db__:key`` / ``__keyevent@db__:event`` as notify-keyspace-events asks."""
+        """Publish ``__keyspace@db__:key`` / ``__keyevent@db__:event`` as notify-keyspace-events asks.
+
+        ``db_index`` may be a ``Database.id``: a tenant's database publishes in its tenant's hub."""
+        if db_index >> TENANT_SHIFT and not self.tenant:
+            self.for_db(db_index).notify_keyspace_event(event_type, event, key, db_index & ((1 << TENANT_SHIFT) - 1))
+            return
         flags = self.server.notify_flags
         if event_type not in flags and not ("A" in flags and event_type in "g$lshzxetd"):
             return

@@ -17,12 +17,19 @@ class StartupError(Exception):
 
 def make_server(settings: Settings) -> Server:
     """The one place that wires the engines onto a core server."""
+    # security first: refuse an exposed or misconfigured start before anything is locked or opened
+    from pion.server.auth import check_startup
+    from pion.server.auth import install as install_security
+
+    tenant_specs = check_startup(settings)
     server = Server(settings)
     # durability first: the data-dir lock, arenas, the log (appendonly), recovery as the first
     # startup hook (before listening), snapshots, maxmemory; other engines find it in engines
     from pion.server.persistence import install as install_persistence
 
     install_persistence(server)
+    # users and tenants (their databases, guard, snapshot extension), TLS
+    install_security(server, tenant_specs)
     # the K/V engine last: it registers a snapshot extension with the persistence engine, if any
     from pion.server.commands.kvcache import install as install_kvcache
 

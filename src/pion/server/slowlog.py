@@ -41,6 +41,9 @@ class SlowLog:
 
 
 def _shown_args(argv: list[bytes]) -> list[bytes]:
+    from pion.server.auth import redacted
+
+    argv = redacted(argv)  # CONFIG SET requirepass ...: the value is a credential
     if argv[0].lower() in REDACTED:
         return [argv[0]] + [b"(redacted)"] * (len(argv) - 1)
     shown = []

@@ -121,7 +121,7 @@ class WalJournal(ObservedJournal):
                 refs.append(ref)
             return ref
 
-        payload = wal.encode_effects(effects, to_ref)
+        payload = wal.encode_effects(effects, to_ref, 0 if recent else min(self.blob_threshold, 4096))
         if len(payload) > MAX_INLINE_PAYLOAD:
             payload = wal.encode_effects(effects, lambda arg: to_ref(arg, 64 * 1024))
         self.refs_since_cut.update(refs)
@@ -220,7 +220,11 @@ class WalJournal(ObservedJournal):
                 del self._marks[conn]
         waiters = self._waiters
         while waiters and waiters[0][0] <= seq:
-            heapq.heappop(waiters)[2]()
+            callback = heapq.heappop(waiters)[2]
+            try:
+                callback()
+            except Exception:  # one broken connection must not keep the others' replies held
+                log.exception("releasing a held reply failed")
 
     def set_policy(self, policy: str) -> None:
         with self._cv:

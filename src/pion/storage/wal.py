@@ -40,19 +40,29 @@ Arg = bytes | memoryview | BlobRef
 # -- payloads ------------------------------------------------------------------------------------
 
 
-def encode_effects(effects: list[tuple[int, list]], to_ref: Callable[[object], BlobRef | None] | None = None) -> bytes:
-    """The payload for one command's effects; ``to_ref(arg)`` may turn an argument into a ref."""
+def encode_effects(
+    effects: list[tuple[int, list]],
+    to_ref: Callable[[object], BlobRef | None] | None = None,
+    inline_below: int = 0,
+) -> bytes:
+    """The payload for one command's effects. ``to_ref(arg)`` may turn an argument into a ref;
+    it is not asked about ``bytes`` shorter than ``inline_below`` (the common, fast case)."""
     out = [b"*%d\r\n" % len(effects)]
+    append = out.append
     for db, argv in effects:
-        out.append(b"*%d\r\n:%d\r\n" % (len(argv) + 1, db))
+        append(b"*%d\r\n:%d\r\n" % (len(argv) + 1, db))
         for arg in argv:
-            ref = arg if arg.__class__ is BlobRef else (to_ref(arg) if to_ref is not None else None)
+            cls = arg.__class__
+            if cls is bytes and len(arg) < inline_below:
+                append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+                continue
+            ref = arg if cls is BlobRef else (to_ref(arg) if to_ref is not None else None)
             if ref is not None:
-                out.append(b"*4\r\n:%d\r\n:%d\r\n:%d\r\n:%d\r\n" % (ref.arena_id, ref.offset, ref.length, ref.crc))
+                append(b"*4\r\n:%d\r\n:%d\r\n:%d\r\n:%d\r\n" % (ref.arena_id, ref.offset, ref.length, ref.crc))
             else:
-                out.append(b"$%d\r\n" % len(arg))
-                out.append(arg if arg.__class__ is bytes else bytes(arg))
-                out.append(b"\r\n")
+                append(b"$%d\r\n" % len(arg))
+                append(arg if cls is bytes else bytes(arg))
+                append(b"\r\n")
     return b"".join(out)
 
 

@@ -17,6 +17,7 @@ from pion.server.client import Client
 from pion.server.client_info import CLIENT_TYPES, client_line, client_type, valid_attr
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.server.tenants import visible_clients
 
 _USER = "noscript loading stale"
 _ADMIN = "admin noscript loading stale"
@@ -104,7 +105,7 @@ def client_info(ctx: Ctx, argv: list[bytes]):
 @command("CLIENT|LIST", -2, _ADMIN, categories=_ADMIN_CATS, group="connection", since="2.4.0")
 def client_list(ctx: Ctx, argv: list[bytes]):
     """CLIENT LIST [TYPE <NORMAL | MASTER | REPLICA | PUBSUB>] [ID client-id [client-id ...]]"""
-    clients = ctx.server.clients
+    clients = visible_clients(ctx)  # a tenant sees only its own connections
     if len(argv) == 2:
         chosen = list(clients.values())
     elif len(argv) == 4 and argv[2].upper() == b"TYPE":
@@ -131,7 +132,7 @@ def client_kill(ctx: Ctx, argv: list[bytes]):
     """CLIENT KILL <ip:port | <[ID client-id] | [TYPE <NORMAL | MASTER | SLAVE | REPLICA | PUBSUB>] |
     [USER username] | [ADDR ip:port] | [LADDR ip:port] | [SKIPME <YES | NO>] | [MAXAGE maxage]>
     [[ID client-id] | ... ]>"""
-    clients = ctx.server.clients
+    clients = visible_clients(ctx)  # a tenant can kill only its own connections
     if len(argv) == 3:
         addr = argv[2].decode("utf-8", "replace")
         target = next((c for c in clients.values() if c.addr == addr), None)

@@ -53,7 +53,7 @@ def auth(ctx: Ctx, argv: list[bytes]):
     """AUTH [username] password"""
     if len(argv) > 3:
         raise ReplyError(errors.SYNTAX)
-    user = argv[1] if len(argv) == 3 else b"default"
+    user = argv[1] if len(argv) == 3 else None  # None: the one-argument form (default user)
     password = argv[-1]
     authenticate(ctx.server, ctx.client, user, password)
     return OK
@@ -123,4 +123,5 @@ def reset(ctx: Ctx, argv: list[bytes]):
     client.authenticated = not server.requires_auth
     client.user = "default"
     client.tenant = None
+    client.dbs = server.dbs  # a tenant's connection goes back to the default user's view
     return Status("RESET")

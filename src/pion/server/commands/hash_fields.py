@@ -110,13 +110,13 @@ def _expire_fields(server, db, key: bytes, value: HashValue, now: int) -> bool:
     server.dispatcher.pending.append((getattr(db, "id", db.index), [b"HDEL", key, *expired]))
     notify = server.pubsub.notify_keyspace_event if server.notify_flags else None
     if notify is not None:
-        notify("h", "hexpired", key, db.index)
+        notify("h", "hexpired", key, db.id)  # the id routes a tenant's events to its hub
     if value.fields:
         db.signal(key)
     else:
         db.delete(key)
         if notify is not None:
-            notify("g", "del", key, db.index)
+            notify("g", "del", key, db.id)
     return True
 
 

@@ -152,4 +152,8 @@ def command_help(ctx: Ctx, argv: list[bytes]):
 def info(ctx: Ctx, argv: list[bytes]):
     """INFO [section [section ...]]"""
     names = [arg.decode("utf-8", "replace") for arg in argv[1:]]
+    if ctx.client.tenant is not None:  # a tenant sees its own usage and keyspace, not the server's
+        from pion.server.tenants import tenant_info
+
+        return Verbatim(tenant_info(ctx, names))
     return Verbatim(render_info(ctx.server, names))

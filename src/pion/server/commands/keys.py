@@ -28,7 +28,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 def notify_in(ctx: Ctx, db_index: int, event: str, key: bytes) -> None:
     """A generic keyspace event in a database other than the client's (MOVE, COPY DB)."""
     if ctx.server.notify_flags:
-        ctx.server.pubsub.notify_keyspace_event("g", event, key, db_index)
+        ctx.server.pubsub.notify_keyspace_event("g", event, key, ctx.client.dbs[db_index].id)  # tenant-aware
 
 
 def parse_db(ctx: Ctx, raw: bytes) -> Database:

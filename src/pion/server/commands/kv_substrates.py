@@ -12,10 +12,10 @@ from pion.kvcache.state import MAX_BUFFER
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK
 from pion.server.commands.kvcache import (
+    arena_view,
     arg,
     engine,
     info_text,
-    keep_blob,
     log_with,
     make_room,
     space,
@@ -36,10 +36,11 @@ def ssm_prefix_store(ctx, argv):
     layer = strict_int(argv[2], 0, 1 << 31, LAYER_ERROR)
     sp = space(ctx)
     effects = make_room(ctx, sp, len(argv[3]), unit_of(sid))
-    logged, kept = keep_blob(ctx, argv[3])
-    sp.ssm.store(sid, layer, kept)
+    blob = argv[3]
+    durable = arena_view(ctx, blob)
+    sp.ssm.store(sid, layer, durable if durable is not None else blob)  # SSM state lives off the heap
     sp.touch(sid)
-    log_with(ctx, effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, logged])
+    log_with(ctx, effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, blob])
     return OK
 
 

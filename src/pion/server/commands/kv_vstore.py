@@ -18,10 +18,10 @@ from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, parse_layer_spe
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK
 from pion.server.commands.kvcache import (
+    arena_view,
     arg,
     engine,
     info_text,
-    keep_blob,
     log_with,
     make_room,
     space,
@@ -154,10 +154,10 @@ def v_storebatch(ctx, argv):
     if start + count > MAX_TOKENS:
         raise ReplyError("ERR V.STOREBATCH failed")
     effects = make_room(ctx, sp, len(encoded), unit_of(sid))
-    logged, kept = keep_blob(ctx, encoded)
-    sp.vstore.store(session, layer_id, start, count, kept, write_seq(ctx))
+    durable = arena_view(ctx, encoded)
+    sp.vstore.store(session, layer_id, start, count, encoded, write_seq(ctx), durable)
     sp.touch(sid)
-    log_with(ctx, effects, [b"V.STOREBATCH", sid, b"%d" % layer_id, b"%d" % start, b"%d" % count, logged, b"FMT", b"RAW"])
+    log_with(ctx, effects, [b"V.STOREBATCH", sid, b"%d" % layer_id, b"%d" % start, b"%d" % count, encoded, b"FMT", b"RAW"])
     return OK
 
 

@@ -18,16 +18,26 @@ MAX_NS = 200
 NS_LENGTH = "ERR ns_key length must be 1..200"
 
 
-def engine(ctx: Ctx) -> KVEngine:
-    found = ctx.server.engines.get("kvcache")
+def engine_of(server) -> KVEngine:
+    found = server.engines.get("kvcache")
     if found is None:
-        found = ctx.server.engines["kvcache"] = KVEngine()
+        found = server.engines["kvcache"] = KVEngine()
     return found
 
 
+def engine(ctx: Ctx) -> KVEngine:
+    """The K/V engine, or a tenant's view of it: its own space and its own PION.STATS ledger."""
+    if ctx.client.tenant is not None:
+        from pion.server.tenants import kv_view
+
+        return kv_view(ctx)  # type: ignore[return-value]
+    return engine_of(ctx.server)
+
+
 def space(ctx: Ctx) -> KVSpace:
-    """The client's space (one per tenant; today every client shares the default one)."""
-    return engine(ctx).space(getattr(ctx.client, "tenant", b"") or b"")
+    """The client's space: the tenant's own (``client.tenant``), else the server's default one."""
+    tenant = getattr(ctx.client, "tenant", None) or b""
+    return engine(ctx).space(tenant.encode() if isinstance(tenant, str) else tenant)
 
 
 def replaying(ctx: Ctx) -> bool:
@@ -87,27 +97,30 @@ def info_text(rows: list[tuple[str, object]]) -> bytes:
     return "".join(f"{key}:{value}\r\n" for key, value in rows).encode()
 
 
-#: blobs at least this large are kept in a log arena (off the heap, logged by reference)
+#: blobs at least this large go to a log arena (logged by reference, snapshotted by reference)
 ARENA_MIN = 4096
 
 
-def keep_blob(ctx: Ctx, blob):
-    """``(object to log, object to keep)`` for a blob a write stores.
+def arena_view(ctx: Ctx, blob) -> memoryview | None:
+    """The durable arena view of a blob a write stores, or None.
 
-    A large live blob is put in an arena and the engine keeps the arena's mapped view; logging
-    the very object that was put lets the journal reference it instead of copying it. On replay
-    (or without arenas) the blob is kept as it came: a replayed blob is already a mapped view.
+    A large live blob is put in an arena now; logging that very object lets the journal
+    reference it instead of writing it twice, and a snapshot references the view. A replayed
+    blob already is a mapped view. Without the log (appendonly no) nothing is put: there is no
+    record to reference it, and the snapshot copies it.
     """
-    if blob.__class__ is memoryview or replaying(ctx) or len(blob) < ARENA_MIN:
-        return blob, blob
+    if blob.__class__ is memoryview:
+        return blob
+    if replaying(ctx) or len(blob) < ARENA_MIN or not ctx.server.settings.appendonly:
+        return None
     arenas = ctx.server.engines.get("arenas")
     if arenas is None:
-        return blob, blob
+        return None
     try:
         ref = arenas.put(blob)
     except OSError as exc:
         raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
-    return blob, arenas.view(ref)
+    return arenas.view(ref)
 
 
 def install(server) -> KVEngine:

@@ -145,10 +145,10 @@ def lindex(ctx: Ctx, argv: list[bytes]):
 @command("LSET", 4, "write denyoom", keys=(1, 1, 1), categories=f"{_W} @slow", group="list")
 def lset(ctx: Ctx, argv: list[bytes]):
     """LSET key index element"""
-    index = parse_int(argv[2])
     lst = ctx.db.get_typed(argv[1], ListValue)
     if lst is None:
         raise ReplyError(errors.NO_SUCH_KEY)
+    index = parse_int(argv[2])
     items = lst.items
     if index < 0:
         index += len(items)

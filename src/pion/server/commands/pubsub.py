@@ -14,6 +14,11 @@ from pion.storage.glob import glob_match
 _SUB_FLAGS = "pubsub noscript loading stale"
 
 
+def _hub(ctx: Ctx):
+    """The client's hub: a tenant's channels are its own (``PubSubHub.for_client``)."""
+    return ctx.server.pubsub.for_client(ctx.client)
+
+
 def _confirm(kind: bytes, name: bytes | None, ctx: Ctx, shard: bool = False) -> Push:
     client = ctx.client
     count = len(client.shard_subscriptions) if shard else len(client.subscriptions) + len(client.patterns)
@@ -23,7 +28,7 @@ def _confirm(kind: bytes, name: bytes | None, ctx: Ctx, shard: bool = False) -> 
 @command("SUBSCRIBE", -2, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def subscribe(ctx: Ctx, argv: list[bytes]):
     """SUBSCRIBE channel [channel ...]"""
-    hub = ctx.server.pubsub
+    hub = _hub(ctx)
     replies = Replies()
     for channel in argv[1:]:
         hub.subscribe(ctx.client, channel)
@@ -34,7 +39,7 @@ def subscribe(ctx: Ctx, argv: list[bytes]):
 @command("UNSUBSCRIBE", -1, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def unsubscribe(ctx: Ctx, argv: list[bytes]):
     """UNSUBSCRIBE [channel [channel ...]]"""
-    hub = ctx.server.pubsub
+    hub = _hub(ctx)
     channels = argv[1:] or sorted(ctx.client.subscriptions)
     if not channels:
         return Replies([_confirm(b"unsubscribe", None, ctx)])
@@ -48,7 +53,7 @@ def unsubscribe(ctx: Ctx, argv: list[bytes]):
 @command("PSUBSCRIBE", -2, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def psubscribe(ctx: Ctx, argv: list[bytes]):
     """PSUBSCRIBE pattern [pattern ...]"""
-    hub = ctx.server.pubsub
+    hub = _hub(ctx)
     replies = Replies()
     for pattern in argv[1:]:
         hub.psubscribe(ctx.client, pattern)
@@ -59,7 +64,7 @@ def psubscribe(ctx: Ctx, argv: list[bytes]):
 @command("PUNSUBSCRIBE", -1, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def punsubscribe(ctx: Ctx, argv: list[bytes]):
     """PUNSUBSCRIBE [pattern [pattern ...]]"""
-    hub = ctx.server.pubsub
+    hub = _hub(ctx)
     patterns = argv[1:] or sorted(ctx.client.patterns)
     if not patterns:
         return Replies([_confirm(b"punsubscribe", None, ctx)])
@@ -73,7 +78,7 @@ def punsubscribe(ctx: Ctx, argv: list[bytes]):
 @command("SSUBSCRIBE", -2, _SUB_FLAGS, keys=(1, -1, 1), categories="@pubsub @slow", group="pubsub", since="7.0.0")
 def ssubscribe(ctx: Ctx, argv: list[bytes]):
     """SSUBSCRIBE shardchannel [shardchannel ...]"""
-    hub = ctx.server.pubsub
+    hub = _hub(ctx)
     replies = Replies()
     for channel in argv[1:]:
         hub.subscribe(ctx.client, channel, shard=True)
@@ -84,7 +89,7 @@ def ssubscribe(ctx: Ctx, argv: list[bytes]):
 @command("SUNSUBSCRIBE", -1, _SUB_FLAGS, keys=(1, -1, 1), categories="@pubsub @slow", group="pubsub", since="7.0.0")
 def sunsubscribe(ctx: Ctx, argv: list[bytes]):
     """SUNSUBSCRIBE [shardchannel [shardchannel ...]]"""
-    hub = ctx.server.pubsub
+    hub = _hub(ctx)
     channels = argv[1:] or sorted(ctx.client.shard_subscriptions)
     if not channels:
         return Replies([_confirm(b"sunsubscribe", None, ctx, shard=True)])
@@ -98,25 +103,25 @@ def sunsubscribe(ctx: Ctx, argv: list[bytes]):
 @command("PUBLISH", 3, "pubsub loading stale fast may_replicate", categories="@pubsub @fast", group="pubsub", since="2.0.0")
 def publish(ctx: Ctx, argv: list[bytes]):
     """PUBLISH channel message"""
-    return ctx.server.pubsub.publish(argv[1], argv[2])
+    return _hub(ctx).publish(argv[1], argv[2])
 
 
 @command("SPUBLISH", 3, "pubsub loading stale fast may_replicate", keys=(1, 1, 1), categories="@pubsub @fast", group="pubsub", since="7.0.0")
 def spublish(ctx: Ctx, argv: list[bytes]):
     """SPUBLISH shardchannel message"""
-    return ctx.server.pubsub.publish(argv[1], argv[2], shard=True)
+    return _hub(ctx).publish(argv[1], argv[2], shard=True)
 
 
 @command("PUBSUB|CHANNELS", -2, "pubsub loading stale", categories="@pubsub @slow", group="pubsub", since="2.8.0")
 def pubsub_channels(ctx: Ctx, argv: list[bytes]):
     """PUBSUB CHANNELS [pattern]"""
-    return _matching(ctx.server.pubsub.channels, argv)
+    return _matching(_hub(ctx).channels, argv)
 
 
 @command("PUBSUB|SHARDCHANNELS", -2, "pubsub loading stale", categories="@pubsub @slow", group="pubsub", since="7.0.0")
 def pubsub_shardchannels(ctx: Ctx, argv: list[bytes]):
     """PUBSUB SHARDCHANNELS [pattern]"""
-    return _matching(ctx.server.pubsub.shard_channels, argv)
+    return _matching(_hub(ctx).shard_channels, argv)
 
 
 def _matching(table: dict, argv: list[bytes]) -> list[bytes]:
@@ -131,13 +136,13 @@ def _matching(table: dict, argv: list[bytes]) -> list[bytes]:
 @command("PUBSUB|NUMSUB", -2, "pubsub loading stale", categories="@pubsub @slow", group="pubsub", since="2.8.0")
 def pubsub_numsub(ctx: Ctx, argv: list[bytes]):
     """PUBSUB NUMSUB [channel [channel ...]]"""
-    return _counts(ctx.server.pubsub.channels, argv[2:])
+    return _counts(_hub(ctx).channels, argv[2:])
 
 
 @command("PUBSUB|SHARDNUMSUB", -2, "pubsub loading stale", categories="@pubsub @slow", group="pubsub", since="7.0.0")
 def pubsub_shardnumsub(ctx: Ctx, argv: list[bytes]):
     """PUBSUB SHARDNUMSUB [shardchannel [shardchannel ...]]"""
-    return _counts(ctx.server.pubsub.shard_channels, argv[2:])
+    return _counts(_hub(ctx).shard_channels, argv[2:])
 
 
 def _counts(table: dict, names: list[bytes]) -> list:
@@ -151,7 +156,7 @@ def _counts(table: dict, names: list[bytes]) -> list:
 @command("PUBSUB|NUMPAT", 2, "pubsub loading stale", categories="@pubsub @slow", group="pubsub", since="2.8.0")
 def pubsub_numpat(ctx: Ctx, argv: list[bytes]):
     """PUBSUB NUMPAT"""
-    return len(ctx.server.pubsub.patterns)
+    return len(_hub(ctx).patterns)
 
 
 @command("PUBSUB|HELP", 2, "loading stale", categories="@slow", group="pubsub", since="6.2.0")

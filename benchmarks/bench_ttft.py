@@ -1,0 +1,302 @@
+"""Cold vs warm time to first token, per prefix length and codec, against two baselines.
+
+For each prompt of N tokens (default 34, 268, 1,035, 2,049: the reference's sweep) the warm
+paths restore the first N-1 tokens and run the last one; the cold path prefills all N. Paths:
+
+- cold: a plain runtime prefill of the same N token ids (one BOS; the model loaded and warmed);
+- floor: an in-process copy of the prefix cache (``copy.deepcopy``), then the last token;
+- redis: what a user would hand-roll: the same K/V as fp16 blobs in Debian's ``redis-server``,
+  one GET per layer and side (pipelined), rebuilt into the runtime's cache;
+- pion (same process) and pion (separate process), per codec: ``PionPromptCache.get_or_prefill``.
+
+Methodology (spec 15.1): medians of ``--runs`` after a warm-up forward; model load outside the
+clock; every Pion run must be a hit, and a lossless run must give the cold first token, else the
+script fails. Prints a table with ratios and writes JSON and a PNG plot (matplotlib).
+
+    python benchmarks/bench_ttft.py                       # demo model, hf runtime, default codecs
+    python benchmarks/bench_ttft.py --runtime mlx --codecs auto,fp16
+    python benchmarks/bench_ttft.py --smoke               # CI-sized: tiny model, two lengths
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+
+from pion.client import PionPromptCache  # noqa: E402
+from pion.client import measure as M  # noqa: E402
+
+LENGTHS = (34, 268, 1035, 2049)
+CODECS = ("auto", "bf16", "fp16", "fp8", "int8", "turbo4")
+TINY = {"vocab_size": 259, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- baselines -------------------------------------------------------------------------------
+
+
+def floor_ttft(adapter, prefix_cache, last: list[int]) -> tuple[float, int]:
+    started = time.perf_counter()
+    cache = adapter.copy_cache(prefix_cache)
+    token = int(np.argmax(adapter.forward(last, cache)))
+    return (time.perf_counter() - started) * 1000, token
+
+
+def redis_store(r, adapter, prefix_cache, tag: str) -> None:
+    kv, _ = adapter.export(prefix_cache)
+    pipe = r.pipeline(transaction=False)
+    for layer, (k, v) in enumerate(kv):
+        pipe.set(f"{tag}:k:{layer}", k.astype(np.float16).tobytes())
+        pipe.set(f"{tag}:v:{layer}", v.astype(np.float16).tobytes())
+    pipe.execute()
+
+
+def redis_ttft(r, adapter, tag: str, n: int, last: list[int]) -> tuple[float, int]:
+    """GET every layer's K and V (pipelined), widen fp16 to the model dtype, build, run the last token."""
+    started = time.perf_counter()
+    layout = adapter.layout
+    pipe = r.pipeline(transaction=False)
+    for layer in range(len(layout.attn)):
+        pipe.get(f"{tag}:k:{layer}")
+        pipe.get(f"{tag}:v:{layer}")
+    blobs = pipe.execute()
+    kv = []
+    for layer in range(len(layout.attn)):
+        k = np.frombuffer(blobs[2 * layer], np.float16).reshape(n, -1)
+        v = np.frombuffer(blobs[2 * layer + 1], np.float16).reshape(n, -1)
+        kv.append((k, v))
+    cache = adapter.build(kv, {})
+    token = int(np.argmax(adapter.forward(last, cache)))
+    return (time.perf_counter() - started) * 1000, token
+
+
+def start_redis(workdir: Path):
+    from tests.support.servers import RedisServer
+
+    if not RedisServer.available():
+        log("redis-server not installed: skipping the plain-Redis baseline")
+        return None
+    return RedisServer(workdir).start()
+
+
+# -- Pion paths ------------------------------------------------------------------------------
+
+
+def pion_runs(pc, prefix: list[int], last: list[int], runs: int) -> dict:
+    times, first, hits = [], None, True
+    for _ in range(runs):
+        ms, logits, _, hit = M.warm_ttft(pc, prefix, last)
+        times.append(ms)
+        hits &= hit
+        first = int(np.argmax(logits))
+    return {"ms": M.median(times), "hits": hits, "first": first}
+
+
+def worker(spec: str) -> int:
+    """Separate process: load and warm the model, then time hits for every length of one codec."""
+    args = json.loads(spec)
+    loaded = M.load(args["model"], args["runtime"], progress=lambda m: None)
+    pc = PionPromptCache(loaded.model, url=args["url"], vquant=args["codec"], tokenizer=loaded.tokenizer,
+                         model_id=loaded.name)
+    out = {}
+    for n in args["lengths"]:
+        prompt = M.filler_prompt(loaded, n)
+        out[str(n)] = pion_runs(pc, prompt[:-1], prompt[-1:], args["runs"])
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def cross_process(args, url: str, codec: str) -> dict:
+    spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "codec": codec,
+                       "lengths": list(args.lengths), "runs": args.runs})
+    out = subprocess.run([sys.executable, __file__, "--worker", spec], capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"cross-process worker failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- one length --------------------------------------------------------------------------------
+
+
+def measure_length(args, loaded, n: int, caches: dict, r) -> dict:
+    adapter = loaded.adapter
+    prompt = M.filler_prompt(loaded, n)
+    prefix, last = prompt[:-1], prompt[-1:]
+    cold = []
+    for i in range(args.runs):
+        log(f"N={n}: cold run {i + 1}/{args.runs}")
+        ms, logits, _ = M.cold_ttft(adapter, prompt)
+        cold.append(ms)
+    row = {"n": n, "cold_ms": M.median(cold), "cold_first": int(np.argmax(logits))}
+    prefix_cache = adapter.prefill(prefix)
+    floor = [floor_ttft(adapter, prefix_cache, last) for _ in range(args.runs)]
+    row["floor_ms"] = M.median([ms for ms, _ in floor])
+    if r is not None:
+        redis_store(r, adapter, prefix_cache, f"bench:{n}")
+        base = [redis_ttft(r, adapter, f"bench:{n}", n - 1, last) for _ in range(args.runs)]
+        row["redis_ms"], row["redis_first"] = M.median([ms for ms, _ in base]), base[-1][1]
+    for codec, pc in caches.items():
+        pc.put(prefix, prefix_cache)
+        row[f"pion_{codec}"] = pion_runs(pc, prefix, last, args.runs)
+        if pc.stats()["errors"]:
+            raise RuntimeError(f"Pion errors while storing/fetching with codec {codec}")
+    return row
+
+
+def check(rows: list[dict], cross: dict, exact: set[str]) -> list[str]:
+    """The methodology's refusals: a miss, or a lossless codec's first token differing from cold."""
+    problems = []
+    for row in rows:
+        results = {f"same/{c}": row[f"pion_{c}"] for c in cross} | {f"cross/{c}": cross[c][str(row["n"])] for c in cross}
+        for label, result in results.items():
+            if not result["hits"]:
+                problems.append(f"N={row['n']} {label}: not a hit")
+            if label.split("/")[1] in exact and result["first"] != row["cold_first"]:
+                problems.append(f"N={row['n']} {label}: first token {result['first']} != cold {row['cold_first']}")
+    return problems
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def print_table(rows: list[dict], cross: dict, codecs: list[str]) -> None:
+    print(f"\n{'N':>6} {'cold ms':>9} {'floor ms':>9} {'redis ms':>9}", end="")
+    for codec in codecs:
+        print(f" {codec + ' same':>13} {codec + ' cross':>13}", end="")
+    print()
+    for row in rows:
+        cold = row["cold_ms"]
+        redis = f"{row['redis_ms']:9.1f}" if "redis_ms" in row else f"{'-':>9}"
+        print(f"{row['n']:>6} {cold:9.1f} {row['floor_ms']:9.1f} {redis}", end="")
+        for codec in codecs:
+            same, other = row[f"pion_{codec}"]["ms"], cross[codec][str(row["n"])]["ms"]
+            print(f" {same:7.1f} {cold / same:4.0f}x {other:7.1f} {cold / other:4.0f}x", end="")
+        print()
+    print("\nratios at the longest prefix:")
+    last = rows[-1]
+    for codec in codecs:
+        other = cross[codec][str(last["n"])]["ms"]
+        same = last[f"pion_{codec}"]["ms"]
+        vs_redis = f", {last['redis_ms'] / other:.2f}x faster than plain Redis" if "redis_ms" in last else ""
+        print(f"  {codec:>7}: cold/cross-process {last['cold_ms'] / other:.1f}x, cross/same-process "
+              f"{other / same:.2f}{vs_redis}, cross/floor {other / last['floor_ms']:.2f}")
+
+
+def plot(rows: list[dict], cross: dict, codecs: list[str], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = [row["n"] for row in rows]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.plot(n, [r["cold_ms"] for r in rows], "k-o", label="cold prefill")
+    ax.plot(n, [r["floor_ms"] for r in rows], "k:", label="in-process copy (floor)")
+    if "redis_ms" in rows[0]:
+        ax.plot(n, [r["redis_ms"] for r in rows], "r--s", label="plain redis-server, fp16 GETs")
+    for codec in codecs:
+        line = ax.plot(n, [r[f"pion_{codec}"]["ms"] for r in rows], "-^", label=f"Pion {codec}, same process")[0]
+        ax.plot(n, [cross[codec][str(x)]["ms"] for x in n], "--v", color=line.get_color(),
+                label=f"Pion {codec}, separate process")
+    ax.set(xlabel="prompt tokens (prefix = all but the last)", ylabel="time to first token (ms)", title=title)
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="model (default: the built-in demo model)")
+    p.add_argument("--runtime", choices=("hf", "mlx"), default="hf")
+    p.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=list(LENGTHS))
+    p.add_argument("--codecs", type=lambda s: s.split(","), default=list(CODECS))
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--url", default=None, help="an existing Pion (default: start one)")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--smoke", action="store_true", help="tiny model, two lengths, one run, two codecs")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.lengths, args.runs, args.codecs = [34, 68], 1, ["auto", "int8"]
+    return args
+
+
+def smoke_model(workdir: Path) -> str:
+    from pion.client.demo_model import DEMO_CONFIG, write_model_dir
+
+    return str(write_model_dir(workdir / "tiny", {**DEMO_CONFIG, **TINY}, 0))
+
+
+def run(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-ttft-") as tmp:
+        workdir = Path(tmp)
+        if args.smoke:
+            args.model = smoke_model(workdir)
+        server = None
+        if args.url is None:
+            from tests.support.servers import ProcessServer
+
+            server = ProcessServer(workdir / "pion").start()
+            args.url = f"pion://127.0.0.1:{server.port}"
+        redis_srv = start_redis(workdir / "redis")
+        try:
+            return bench(args, redis_srv)
+        finally:
+            if redis_srv is not None:
+                redis_srv.stop()
+            if server is not None:
+                server.stop()
+
+
+def bench(args, redis_srv) -> int:
+    import redis
+
+    log(f"loading {args.model or 'the built-in demo model'} ({args.runtime})")
+    loaded = M.load(args.model, args.runtime, log)
+    caches = {c: PionPromptCache(loaded.model, url=args.url, vquant=c, tokenizer=loaded.tokenizer,
+                                 model_id=loaded.name) for c in args.codecs}
+    for pc in caches.values():
+        pc.client.kv_drop(*[pc.namespace(M.filler_prompt(loaded, n)[:-1]) for n in args.lengths])
+    r = redis.Redis(port=redis_srv.port) if redis_srv is not None else None
+    rows = [measure_length(args, loaded, n, caches, r) for n in args.lengths]
+    cross = {}
+    for codec in args.codecs:
+        log(f"separate process, codec {codec}")
+        cross[codec] = cross_process(args, args.url, codec)
+    exact = {c for c, pc in caches.items() if c == "auto"}
+    print_table(rows, cross, args.codecs)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"ttft_{args.runtime}" + ("_smoke" if args.smoke else "")
+    (args.out_dir / f"{stem}.json").write_text(json.dumps({"rows": rows, "cross": cross, "model": loaded.name,
+                                                           "runtime": args.runtime, "runs": args.runs}, indent=1))
+    plot(rows, cross, args.codecs, args.out_dir / f"{stem}.png", f"TTFT, {loaded.name} ({args.runtime})")
+    log(f"wrote {args.out_dir / stem}.json and .png")
+    problems = check(rows, cross, exact)
+    for problem in problems:
+        print("FAIL:", problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    arguments = parse_args(sys.argv[1:])
+    sys.exit(worker(arguments.worker) if arguments.worker else run(arguments))

@@ -1,0 +1,109 @@
+"""TTFT measurement shared by ``pion demo`` and ``benchmarks/``: one method, written once.
+
+The rules are the reference's corrected methodology (spec section 15.1): the model is loaded
+and warmed (one untimed forward) before any clock starts; the cold side is a plain runtime
+prefill of exactly the same token ids (one BOS, no second one), producing logits for the last
+position only; a warm run counts only if it really was a hit and its first token equals the
+cold one. TTFT ends when the first generated token id is known.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    adapter: object
+    tokenizer: object
+    name: str
+    runtime: str
+
+    def encode(self, text: str, add_special: bool) -> list[int]:
+        tok = self.tokenizer
+        if hasattr(tok, "pion_fingerprint"):
+            return tok.encode(text, add_bos=add_special)
+        return list(tok.encode(text, add_special_tokens=add_special))
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(ids)
+
+
+def load(model_arg: str | None, runtime: str, progress=print) -> LoadedModel:
+    """The built-in demo model (``model_arg`` None), another built-in shape (``builtin:<shape>``), a
+    directory written by ``demo_model.write_model_dir``, or a real model, in the asked runtime."""
+    from pion.client import demo_model
+    from pion.client.adapters import adapter_for
+
+    if model_arg is None or model_arg.startswith("builtin:") or demo_model.is_demo_format(model_arg):
+        if model_arg is None or model_arg.startswith("builtin:"):
+            shape = "smollm2-135m-shape" if model_arg is None else model_arg.split(":", 1)[1]
+            path, name = demo_model.ensure_demo_model(progress, shape), f"pion-demo/{shape}"
+        else:
+            path, name = model_arg, model_arg
+        if runtime == "mlx":
+            from pion.client.adapters.mlx_lm import load_demo
+        else:
+            from pion.client.adapters.transformers import load_demo
+        model, tokenizer = load_demo(path), demo_model.ByteTokenizer()
+    elif runtime == "mlx":
+        from pion.client.adapters.mlx_lm import load_model
+
+        (model, tokenizer), name = load_model(model_arg), model_arg
+    else:
+        from pion.client.adapters.transformers import load_model
+
+        (model, tokenizer), name = load_model(model_arg), model_arg
+    adapter = adapter_for(model, model_id=name)
+    adapter.forward([0, 0, 0, 0], adapter.new_cache())  # warm-up, untimed
+    return LoadedModel(model, adapter, tokenizer, name, runtime)
+
+
+def filler_prompt(loaded: LoadedModel, n_tokens: int) -> list[int]:
+    """Exactly ``n_tokens`` ids of document-style text, with the tokenizer's own single BOS."""
+    from pion.client.demo_model import FILLER, demo_prompt
+
+    if hasattr(loaded.tokenizer, "pion_fingerprint"):
+        return demo_prompt(n_tokens)
+    ids = loaded.encode(FILLER, add_special=True)
+    while len(ids) < n_tokens:
+        ids += loaded.encode(FILLER, add_special=False)
+    return ids[:n_tokens]
+
+
+def cold_ttft(adapter, token_ids) -> tuple[float, np.ndarray, object]:
+    """``(ms, logits, cache)``: a plain prefill of ``token_ids`` in a fresh cache."""
+    started = time.perf_counter()
+    cache = adapter.new_cache()
+    logits = adapter.forward(token_ids, cache)
+    int(np.argmax(logits))
+    return (time.perf_counter() - started) * 1000, logits, cache
+
+
+def warm_ttft(prompt_cache, prefix_ids, suffix_ids) -> tuple[float, np.ndarray, object, bool]:
+    """``(ms, logits, cache, was_hit)``: the prefix from Pion, then the suffix run on it."""
+    hits = prompt_cache.stats()["hits"]
+    started = time.perf_counter()
+    cache = prompt_cache.get_or_prefill(prefix_ids)
+    logits = prompt_cache.adapter.forward(suffix_ids, cache)
+    int(np.argmax(logits))
+    elapsed = (time.perf_counter() - started) * 1000
+    return elapsed, logits, cache, prompt_cache.stats()["hits"] == hits + 1
+
+
+def greedy(adapter, cache, logits: np.ndarray, steps: int) -> list[int]:
+    """``steps`` greedy tokens continuing from ``logits`` (the cache is extended in place)."""
+    out = [int(np.argmax(logits))]
+    while len(out) < steps:
+        logits = adapter.forward([out[-1]], cache)
+        out.append(int(np.argmax(logits)))
+    return out
+
+
+def median(values) -> float:
+    return float(statistics.median(values)) if values else float("nan")

@@ -1,0 +1,71 @@
+"""The built-in demo model and ``pion demo`` (on a tiny model of the same format)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pion.client import demo_model
+from pion.client.demo_model import DEMO_CONFIG, ByteTokenizer, demo_prompt, random_llama_weights, write_model_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {**DEMO_CONFIG, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+
+
+def test_demo_config_has_smollm2_135m_shape_and_byte_vocab():
+    cfg = DEMO_CONFIG
+    assert (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (30, 9, 3)
+    assert (cfg["head_dim"], cfg["hidden_size"], cfg["intermediate_size"]) == (64, 576, 1536)
+    assert cfg["vocab_size"] == 256 + 3 and cfg["tie_word_embeddings"]
+    shapes = demo_model.llama_weight_shapes(cfg)
+    params = sum(int(np.prod(s)) for s in shapes.values())
+    assert 100e6 < params < 110e6  # SmolLM2-135M minus its 49k-token embedding
+
+
+def test_weights_are_deterministic_for_a_seed():
+    a = random_llama_weights(TINY, 0)
+    b = random_llama_weights(TINY, 0)
+    c = random_llama_weights(TINY, 1)
+    name = "model.layers.0.self_attn.k_proj.weight"
+    assert np.array_equal(a[name].view(np.uint16), b[name].view(np.uint16))
+    assert not np.array_equal(a[name].view(np.uint16), c[name].view(np.uint16))
+
+
+def test_byte_tokenizer_and_prompt_have_one_bos():
+    tok = ByteTokenizer()
+    assert tok.encode("hi") == [256, 104, 105] and tok.decode([256, 104, 105, 257]) == "hi"
+    ids = demo_prompt(100)
+    assert len(ids) == 100 and ids.count(256) == 1 and ids[0] == 256
+
+
+@pytest.mark.hf
+@pytest.mark.mlx
+def test_both_runtimes_load_the_same_model_and_agree(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("mlx_lm")
+    from pion.client.measure import load
+
+    path = str(write_model_dir(tmp_path / "tiny", TINY, 0))
+    ids = demo_prompt(20)
+    hf, mlx = load(path, "hf"), load(path, "mlx")
+    a = hf.adapter.forward(ids, hf.adapter.new_cache())
+    b = mlx.adapter.forward(ids, mlx.adapter.new_cache())
+    assert np.allclose(a, b, atol=1e-4) and hf.adapter.fingerprint()["config"] != mlx.adapter.fingerprint()["config"]
+
+
+@pytest.mark.hf
+def test_pion_demo_prints_the_table_and_identical_continuations(tmp_path):
+    pytest.importorskip("transformers")
+    path = write_model_dir(tmp_path / "tiny", TINY, 0)
+    out = subprocess.run([sys.executable, "-m", "pion.cli.main", "demo", "--model", str(path), "--prefix-tokens", "48",
+                          "--runs", "1", "--new-tokens", "6"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    for row in ("cold: plain prefill", "warm: same process", "warm: separate process", "warm: after kill -9"):
+        assert row in out.stdout
+    assert "identical (6 tokens)" in out.stdout and " NO" not in out.stdout
+    assert "separate process: run 1/1" in out.stderr  # progress is shown
