@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 APT_PACKAGES := redis-server redis-tools
+# the CPU build of torch lies on disk here; a bare index lookup would pull a multi-GB CUDA build
+PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 .PHONY: demo test test-slow lint venv venv-dev apt bench clean
 
@@ -13,11 +15,11 @@ $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[hf,plot]"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q -e ".[dev,hf,mlx,plot]"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot]"
 	touch $@
 
 venv: $(VENV)/.base
