@@ -143,7 +143,7 @@ def bench_restart(work: Path, sizes: list[int], chunk: int) -> None:
 
 
 def bench_bgsave(work: Path, keys: int) -> None:
-    p = pion(work / "bgsave", "--appendfsync", "everysec")
+    p = pion(work / "bgsave", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0")
     try:
         client = redis.Redis(port=p.port, socket_timeout=600)
         pipe = client.pipeline(transaction=False)
@@ -152,16 +152,20 @@ def bench_bgsave(work: Path, keys: int) -> None:
             if i % 10000 == 9999:
                 pipe.execute()
         pipe.execute()
-        worst = probe_during(client, p.port)
-        info = client.info("persistence")
-        emit(bench="bgsave_pause", keys=keys, probe_max_ping_ms=round(worst * 1000, 2),
-             pion_max_pause_ms=float(info["pion_bgsave_max_pause_ms"]), snapshot_bytes=info["pion_snapshot_bytes"])
+        for load in (False, True):
+            worst, seconds, writes = probe_during(client, p.port, keys, load)
+            info = client.info("persistence")
+            emit(bench="bgsave_pause", keys=keys, concurrent_writes=load, probe_max_ping_ms=round(worst * 1000, 2),
+                 pion_max_pause_ms=float(info["pion_bgsave_last_max_pause_ms"]),
+                 pion_max_pause_cpu_ms=float(info["pion_bgsave_last_max_pause_cpu_ms"]), bgsave_seconds=round(seconds, 2),
+                 writes_during=writes, snapshot_bytes=info["pion_snapshot_bytes"])
     finally:
         p.stop()
 
 
-def probe_during(client: redis.Redis, port: int) -> float:
-    """The longest PING round trip while one BGSAVE runs."""
+def probe_during(client: redis.Redis, port: int, keys: int, load: bool) -> tuple[float, float, int]:
+    """The longest PING round trip while one BGSAVE runs (with 20 clients SETting meanwhile if
+    ``load``); also the BGSAVE's duration and how many writes were served during it."""
     probe = redis.Redis(port=port, socket_timeout=60)
     worst = 0.0
     stop = threading.Event()
@@ -173,14 +177,27 @@ def probe_during(client: redis.Redis, port: int) -> float:
             probe.ping()
             worst = max(worst, time.perf_counter() - start)
 
-    thread = threading.Thread(target=loop)
+    writer = None
+    if load:
+        writer = subprocess.Popen(
+            ["redis-benchmark", "-p", str(port), "-t", "set", "-c", "20", "-n", "100000000",
+             "-r", str(keys), "-d", "32", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+    before = client.info("stats")["total_commands_processed"]
+    started = time.perf_counter()
     client.bgsave()
+    thread = threading.Thread(target=loop)
     thread.start()
     while client.info("persistence")["rdb_bgsave_in_progress"]:
         time.sleep(0.05)
+    seconds = time.perf_counter() - started
     stop.set()
     thread.join()
-    return worst
+    writes = client.info("stats")["total_commands_processed"] - before
+    if writer is not None:
+        writer.kill()
+        writer.wait()
+    return worst, seconds, writes
 
 
 def table() -> None:
@@ -194,10 +211,11 @@ def table() -> None:
             case = f"{row['kind']} {row['cached_bytes'] / 2**20:.0f} MiB"
             print(f"{'restart s':<16} {case:<22} {row['restart_seconds']:>14} {row['recovery_seconds']:>14} {'':>7}")
         elif row["bench"] == "bgsave_pause":
-            print(f"{'bgsave pause ms':<16} {str(row['keys']) + ' keys':<22} {row['probe_max_ping_ms']:>14} "
-                  f"{row['pion_max_pause_ms']:>14} {'':>7}")
+            case = f"{row['keys']} keys" + (" +writes" if row["concurrent_writes"] else "")
+            print(f"{'bgsave pause ms':<16} {case:<22} {row['probe_max_ping_ms']:>14} "
+                  f"{row['pion_max_pause_ms']:>7}/{row['pion_max_pause_cpu_ms']:<6} {'':>7}")
     print("(restart: seconds to accept connections | recovery seconds Pion reports; "
-          "bgsave: longest PING round trip | Pion's own longest slice)")
+          "bgsave: longest PING round trip | Pion's own longest slice, wall/CPU ms)")
 
 
 def main(argv: list[str] | None = None) -> int:

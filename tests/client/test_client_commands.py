@@ -133,3 +133,43 @@ def test_unreachable_server_raises_connection_error():
     with PionClient(f"pion://127.0.0.1:{free_port()}", socket_timeout=2) as c:
         with pytest.raises(errors.PionConnectionError):
             c.ping()
+
+
+def test_password_in_the_url_and_unix_socket_urls(make_server, tmp_path):
+    sock = tmp_path / "pion.sock"
+    srv = make_server(requirepass="s3cret", unixsocket=str(sock), unixsocketperm=0o700)
+    with PionClient(f"pion://:s3cret@127.0.0.1:{srv.port}") as c:
+        assert c.ping()
+    with PionClient(f"pion://127.0.0.1:{srv.port}") as c:
+        with pytest.raises(errors.AuthError):
+            c.kv_info()
+    with PionClient(f"unix://:s3cret@{sock}") as c:
+        c.ssm_store("u", 0, b"x")
+        assert c.pipeline_execute([["SSM.PREFIX.FETCH", "u", 0]], fast=True) == [bytearray(b"x")]
+
+
+def _self_signed(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_pions_url_speaks_tls_including_the_fast_read_path(make_server, tmp_path):
+    from tests.support.servers import free_port
+
+    cert, key = _self_signed(tmp_path)
+    tls_port = free_port()
+    make_server(tls_port=tls_port, tls_cert_file=str(cert), tls_key_file=str(key), tls_auth_clients="no")
+    with PionClient(f"pions://127.0.0.1:{tls_port}", ssl_ca_certs=str(cert)) as c:
+        c.v_create("t", 32, "fp32")
+        data = rows(100, 32)
+        c.v_storebatch("t", 0, 0, data)
+        reply = c.pipeline_execute([["V.FETCH", "t", "BATCH", 0, 100, "FMT", "RAW"]], fast=True)
+        assert bytes(reply[0][0]) == data.tobytes()

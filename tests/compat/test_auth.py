@@ -119,9 +119,8 @@ def test_failed_auth_delay_grows_without_blocking_others(locked):
         times.append(time.perf_counter() - start)
     assert times[0] >= 0.02 and times[3] >= 0.15 and times[3] > times[0]
     raw.cmd("AUTH", "guess")  # held 0.4 s: meanwhile others are served at once
-    start = time.perf_counter()
     assert other.ping() is True
-    assert time.perf_counter() - start < 0.2
+    assert raw.read_some(0.05) == b""  # the guesser is still waiting
     assert raw.read_some(5).startswith(b"-WRONGPASS")
     raw.cmd("AUTH", PW)
     assert raw.read_some(5) == b"+OK\r\n"  # a right password is answered without delay

@@ -208,6 +208,33 @@ def test_blocking_commands_answer_at_once_inside_multi(r):
         assert pipe.execute() == [None, None, None, None]
 
 
+def test_blocking_commands_answer_at_once_inside_scripts(r):
+    try:
+        reply = r.eval("return {redis.call('BLPOP', 'missing', 0), redis.call('BZPOPMIN', 'missing', 0)}", 0)
+    except redis.ResponseError as exc:
+        if "unknown command" in str(exc):
+            pytest.skip("EVAL is not available")
+        assert "not allowed from script" in str(exc)
+        return
+    assert reply == [None, None]  # Redis 7.2; 7.0 refuses them in scripts (noscript)
+
+
+def test_the_waiter_pops_before_the_pusher_is_answered(server):
+    waiter = socket.create_connection(("127.0.0.1", server.port))
+    pusher = socket.create_connection(("127.0.0.1", server.port))
+    waiter.sendall(b"*3\r\n$5\r\nBLPOP\r\n$1\r\nk\r\n$1\r\n0\r\n")
+    wait_blocked(server, 1)
+    pusher.sendall(b"*3\r\n$5\r\nRPUSH\r\n$1\r\nk\r\n$1\r\nv\r\n")
+    pusher.settimeout(5)
+    assert pusher.recv(100) == b":1\r\n"
+    pusher.sendall(b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n")
+    assert pusher.recv(100) == b":0\r\n"  # served within the RPUSH, before its reply
+    waiter.settimeout(5)
+    assert waiter.recv(100) == b"*2\r\n$1\r\nk\r\n$1\r\nv\r\n"
+    waiter.close()
+    pusher.close()
+
+
 def test_a_push_undone_in_the_same_transaction_serves_nobody(server, pool):
     waiter = client(server)
     future = pool.submit(waiter.blpop, ["k"], 0)

@@ -141,7 +141,7 @@ def test_scores_positions_and_hashes_equal_the_reference(both):
     for command in ("GEOPOS", "GEOHASH"):
         assert mine.execute_command(command, "g", *members) == ref.execute_command(command, "g", *members)
     for unit in ("m", "km", "ft", "mi"):
-        for a, b in zip(members, reversed(members)):
+        for a, b in zip(members, reversed(members), strict=True):
             assert mine.geodist("g", a, b, unit) == ref.geodist("g", a, b, unit)
 
 

@@ -318,3 +318,30 @@ def test_dump_restore_round_trip(r):
     assert r.lrange("copy", 0, -1) == [b"a", b"b", b""]
     value = load_value(dump_value(ListValue([b"x"], quick=True)))
     assert list(value.items) == [b"x"] and value.quick
+
+
+def test_listpack_size_bookkeeping_stays_exact(server, r):
+    r.rpush("l", *[b"v%d" % i for i in range(50)], 7, -300, "x" * 100)
+    r.lpush("l", "head")
+    r.lset("l", 3, "y" * 70)
+    r.linsert("l", "AFTER", "v10", "12345")
+    r.lrem("l", -2, "v20")
+    r.ltrim("l", 2, -3)
+    r.lpop("l", 3)
+    r.lmove("l", "l", "LEFT", "RIGHT")
+
+    def check():
+        value = server.server.dbs[0].data[b"l"]
+        expected = 7 + sum(entry_size(item) for item in value.items)
+        return value.nbytes, expected
+
+    actual, expected = server.call(check)
+    assert actual == expected
+
+
+def test_copy_makes_an_independent_list(r):
+    r.rpush("l", "a", "b")
+    assert r.copy("l", "c") is True
+    r.rpush("c", "x")
+    r.lpop("l")
+    assert r.lrange("l", 0, -1) == [b"b"] and r.lrange("c", 0, -1) == [b"a", b"b", b"x"]

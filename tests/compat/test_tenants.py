@@ -348,5 +348,10 @@ def test_tenant_data_survives_a_restart(tmp_path):
         proc.kill9()
         proc.start()
         assert connect(proc, "alice", "apw").get("k") == b"v"
+        proc.stop()
+        proc.extra = ["--requirepass", ADMIN_PW]  # alice forgotten: her logged data must not be dropped
+        with pytest.raises(RuntimeError, match="exited with 1"):
+            proc.start(timeout=20)
+        assert "start with the same --tenant list" in proc.log()
     finally:
         proc.stop()

@@ -82,6 +82,7 @@ ZSET_COMMANDS = st.one_of(
     cmd("ZMPOP", "2", key, key, st.sampled_from(["MIN", "max", "mid"]), some("COUNT 2", max_size=1)),
     cmd(st.sampled_from(["BZPOPMIN", "BZPOPMAX"]), key, "0.01"),
     cmd("ZSCAN", key, "0", some("MATCH a*", "COUNT 5", max_size=1)),
+    cmd("ZRANDMEMBER", key, st.sampled_from(["0", "x", "1 foo", "-9223372036854775808"]).map(str.split)),
     cmd("SET", key, member),
     cmd("APPEND", key, member),
 )
@@ -110,7 +111,11 @@ def contents(client: redis.Redis) -> dict:
         if kind == b"list":
             state[name] = client.execute_command("LRANGE", name, 0, -1)
         elif kind == b"zset":
-            state[name] = client.execute_command("ZRANGE", name, 0, -1, "WITHSCORES")
+            state[name] = (
+                client.execute_command("ZRANGE", name, 0, -1, "WITHSCORES"),
+                client.execute_command("OBJECT", "ENCODING", name),
+                sorted(client.execute_command("ZSCAN", name, 0, "COUNT", 1000)[1]),
+            )
         elif kind == b"string":
             state[name] = client.execute_command("GET", name)
         else:
@@ -118,11 +123,16 @@ def contents(client: redis.Redis) -> dict:
     return state
 
 
-@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+@pytest.fixture(params=[(2, 128), (3, 3)], ids=["resp2", "resp3-small-listpacks"])
 def pair(request, server, redis_ref):
-    mine = raw_client(server.port, request.param)
-    ref = raw_client(redis_ref.port, request.param)
+    """Both servers, one protocol; the second variant makes sets turn into skiplists early."""
+    protocol, entries = request.param
+    mine = raw_client(server.port, protocol)
+    ref = raw_client(redis_ref.port, protocol)
+    for client in (mine, ref):
+        client.execute_command("CONFIG", "SET", "zset-max-listpack-entries", entries)
     yield mine, ref
+    ref.execute_command("CONFIG", "SET", "zset-max-listpack-entries", 128)
     mine.close()
     ref.close()
 

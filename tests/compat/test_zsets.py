@@ -349,3 +349,11 @@ def test_dump_restore_round_trip(r):
     value = ZSetValue.from_pairs([(b"x", 2.0)], (128, 64))
     loaded = load_value(dump_value(value))
     assert loaded.scores == {b"x": 2.0} and list(loaded.order) == [(2.0, b"x")]
+
+
+def test_copy_makes_an_independent_set(r):
+    r.zadd("z", {"a": 1, "b": 2})
+    assert r.copy("z", "c") is True
+    r.zadd("c", {"x": 3})
+    r.zrem("z", "a")
+    assert r.zrange("z", 0, -1) == [b"b"] and r.zrange("c", 0, -1) == [b"a", b"b", b"x"]

@@ -183,7 +183,7 @@ def test_group_commit_uses_fewer_fsyncs_than_writes(node):
         try:
             c = node.client()
             pipe = c.pipeline(transaction=False)
-            for i in range(50):
+            for _ in range(50):
                 pipe.incr("shared")
             pipe.execute()
         except Exception as exc:  # reported below

@@ -61,6 +61,8 @@ class PionPromptCache:
         self.admission_threshold = admission_threshold
         self.block_size = block_size
         layout = self.adapter.layout
+        if len(set(layout.k_dims) | set(layout.v_dims)) > 1:
+            raise NotImplementedError("layers of different K/V widths cannot be registered as one prefix yet")
         self.layout = layout.describe()
         self.schema = make_schema(len(layout.attn), layout.dtype, self.vquant, boundary_protect)
         check_schema(self.schema, layout.k_dims, layout.v_dims)

@@ -74,19 +74,20 @@ class Fetched(NamedTuple):
     nbytes: int
 
 
-def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = False) -> Fetched | None:
+def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = False,
+          form: str = "range") -> Fetched | None:
     """Manifest, encoded K and V rows ``[0, n_tokens)`` and state blobs of ``ns``; None on a miss.
 
     ``partial``: only the head of the prefix is used, so the server's receipt credits
-    ``n_tokens`` (``LOOKUP ... TOKENS``) rather than the whole prefix.
+    ``n_tokens`` (``LOOKUP ... TOKENS``) rather than the whole prefix. ``form``: ``"range"``
+    asks for each layer with its own ``V.FETCH ... RANGE`` (all in the same pipeline, so still
+    one round trip), which lets the server start sending layer 0 while it renders the rest;
+    ``"batch"`` asks with one ``V.FETCH ... BATCH`` per side (measured slower for large
+    prefixes: the whole side is rendered before the first byte leaves).
     """
-    pk, pv = sides(ns)
     n_layers = len(layout.attn)
     lookup = ["KV.PREFIX.LOOKUP", ns] + (["TOKENS", n_tokens] if partial else [])
-    commands: list[list] = [lookup, ["KV.PREFIX.MANIFEST", ns]]
-    if n_layers:
-        commands.append(["V.FETCH", pk, "BATCH", 0, n_tokens, n_layers, "FMT", "RAW"])
-        commands.append(["V.FETCH", pv, "BATCH", 0, n_tokens, n_layers, "FMT", "RAW"])
+    commands: list[list] = [lookup, ["KV.PREFIX.MANIFEST", ns], *row_commands(ns, n_tokens, n_layers, form)]
     commands += [["SSM.PREFIX.FETCH", ns, slot] for slot in layout.state]
     replies = client.pipeline_execute(commands, fast=True)
     hit, manifest = replies[0], replies[1]
@@ -94,12 +95,21 @@ def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = Fa
         raise hit
     if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
         return None
-    k_raw, v_raw = (replies[2], replies[3]) if n_layers else ([], [])
-    state_raw = replies[2 + (2 if n_layers else 0):]
-    if any(isinstance(r, PionError) or r is None for r in (k_raw, v_raw, *state_raw)):
+    row_count = 0 if not n_layers else 2 if form == "batch" else 2 * n_layers
+    rows, state_raw = replies[2:2 + row_count], replies[2 + row_count:]
+    if any(isinstance(r, PionError) or r is None for r in (*rows, *state_raw)):
         return None  # dropped or evicted between LOOKUP and FETCH: a miss
+    k_raw, v_raw = (rows[0], rows[1]) if form == "batch" and n_layers else (rows[:n_layers], rows[n_layers:])
     nbytes = sum(len(x) for x in (*k_raw, *v_raw, *state_raw) if x is not None)
     return Fetched(manifest, k_raw, v_raw, dict(zip(layout.state, state_raw, strict=True)), nbytes)
+
+
+def row_commands(ns: str, n_tokens: int, n_layers: int, form: str) -> list[list]:
+    if not n_layers:
+        return []
+    if form == "batch":
+        return [["V.FETCH", sid, "BATCH", 0, n_tokens, n_layers, "FMT", "RAW"] for sid in sides(ns)]
+    return [["V.FETCH", sid, layer, "RANGE", 0, n_tokens, "FMT", "RAW"] for sid in sides(ns) for layer in range(n_layers)]
 
 
 def _text(value) -> str:

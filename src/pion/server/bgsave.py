@@ -31,6 +31,8 @@ log = logging.getLogger("pion.snapshot")
 
 #: serialize for at most this long per loop iteration
 SLICE_SECONDS = 0.002
+#: the slice grows up to this while writers keep re-dirtying keys faster than they are saved
+MAX_SLICE_SECONDS = 0.02
 #: when fewer changed keys than this remain, finish in one iteration
 FINAL_DIRTY = 2000
 _RESTARTING = frozenset({b"flushall", b"flushdb", b"swapdb"})
@@ -49,6 +51,7 @@ class SaveJob:
         self.kind = kind  # "bgsave" | "rewrite" | "save"
         self.started = time.time()
         self.max_pause = 0.0
+        self.max_pause_cpu = 0.0
         self.keys_done = 0
         self.keys_total = 0
         self.restarts = 0
@@ -191,22 +194,28 @@ class SaveJob:
             for db in server.dbs:
                 if db.data:
                     await self._dump_db(loop, enc, file, db)
-            rounds = 0
-            while sum(len(d) for d in self._dirty) > FINAL_DIRTY and rounds < 20:
-                rounds += 1
+            budget = SLICE_SECONDS
+            while sum(len(d) for d in self._dirty) > FINAL_DIRTY:
+                if self._restart:
+                    raise SaveAborted
+                mark, cpu = time.perf_counter(), time.thread_time()
                 out: list[bytes] = []
                 with snapshot_scope(self.owner.arenas, self.live):
-                    self._encode_dirty(enc, out, SLICE_SECONDS)
+                    self._encode_dirty(enc, out, budget)
+                self._note_pause(time.perf_counter() - mark, time.thread_time() - cpu)
                 self._submit(loop, file, out)
                 await self._yield()
+                # writers faster than the save: give the save a growing share of the loop so it
+                # converges (clients slow down a little instead of one long final pause)
+                budget = min(budget * 1.25, MAX_SLICE_SECONDS)
             if self._restart:
                 raise SaveAborted
-            mark = time.perf_counter()
+            mark, cpu = time.perf_counter(), time.thread_time()
             out = []
             with snapshot_scope(self.owner.arenas, self.live):
                 base = self._final(enc, out)
             self._untrack()
-            self._note_pause(time.perf_counter() - mark)
+            self._note_pause(time.perf_counter() - mark, time.thread_time() - cpu)
             self._submit(loop, file, out)
             await asyncio.gather(*self._pending)
             header = enc.header(base, int(time.time() * 1000))
@@ -225,9 +234,9 @@ class SaveJob:
         file.commit(header)
 
     async def _dump_db(self, loop: asyncio.AbstractEventLoop, enc: SnapshotEncoder, file: SnapshotFile, db: Any) -> None:
-        mark = time.perf_counter()
+        mark, cpu = time.perf_counter(), time.thread_time()
         keys = list(db.data)
-        self._note_pause(time.perf_counter() - mark)
+        self._note_pause(time.perf_counter() - mark, time.thread_time() - cpu)
         self.keys_total += len(keys)
         dirty = self._dirty[db.index]
         position = 0
@@ -236,7 +245,7 @@ class SaveJob:
                 raise SaveAborted
             if db is not self.server.dbs[db.index]:
                 raise SaveAborted
-            mark = time.perf_counter()
+            mark, cpu = time.perf_counter(), time.thread_time()
             out: list[bytes] = []
             with snapshot_scope(self.owner.arenas, self.live):
                 while position < len(keys):
@@ -249,7 +258,7 @@ class SaveJob:
                     if position % 32 == 0 and time.perf_counter() - mark > SLICE_SECONDS:
                         break
             self.keys_done = position
-            self._note_pause(time.perf_counter() - mark)
+            self._note_pause(time.perf_counter() - mark, time.thread_time() - cpu)
             self._submit(loop, file, out)
             await self._yield()
 
@@ -267,5 +276,8 @@ class SaveJob:
         if len(self._pending) > 32:  # the disk is behind: let it catch up without holding the loop
             await asyncio.gather(*self._pending[:-16])
 
-    def _note_pause(self, seconds: float) -> None:
+    def _note_pause(self, seconds: float, cpu: float) -> None:
+        """Wall time includes the loop thread being descheduled on a busy machine; the thread's
+        CPU time is the work the save itself did in one go."""
         self.max_pause = max(self.max_pause, seconds)
+        self.max_pause_cpu = max(self.max_pause_cpu, cpu)

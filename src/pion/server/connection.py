@@ -105,7 +105,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused_by_writes = False
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing() and not self.held_until:
             self.transport.resume_reading()
             self._unstall()
 
@@ -195,6 +195,7 @@ class Connection(asyncio.Protocol):
         if not self.paused_by_writes:
             self.transport.resume_reading()
         self.flush()
+        self._unstall()  # a pipeline stalled by write pressure meanwhile goes on too
         self._resume()
 
     # -- output ----------------------------------------------------------------------------

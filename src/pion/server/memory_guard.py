@@ -32,44 +32,86 @@ class MemoryManager:
         self.accounting = Accounting(len(server.dbs))
         self.evictor = Evictor()
         self.evictions = 0
+        #: per-key accounting runs only while maxmemory is set (it costs ~1 us per write)
+        self.active = False
+        self._kinds: dict[bytes, tuple[int, Any]] = {}
+        self._journal: Any = None
 
     def used_memory(self) -> int:
-        """Dataset estimate: keys, values, and the arena bytes values hold views of."""
-        return self.accounting.used
+        """Dataset estimate (keys, values, arena bytes values hold views of) while maxmemory is
+        set; otherwise the process's resident size."""
+        if self.active:
+            return self.accounting.used
+        from pion.server.info import rss_bytes
+
+        return rss_bytes()
+
+    def follow_settings(self, journal: Any) -> None:
+        """Start (with one full scan) or stop per-key accounting as maxmemory is set or cleared."""
+        want = bool(self.server.settings.maxmemory)
+        if journal is not self._journal and self._journal is not None and self.observe in self._journal.observers:
+            self._journal.observers.remove(self.observe)
+            self.active = False
+        self._journal = journal
+        if want and not self.active:
+            self.rescan()
+            journal.observers.append(self.observe)
+            self.active = True
+        elif not want and self.active:
+            journal.observers.remove(self.observe)
+            self.active = False
+            self.accounting = Accounting(len(self.server.dbs))
 
     def rescan(self) -> None:
         self.accounting.rescan(self.server.dbs)
 
     def observe(self, effects: list[tuple[int, list[bytes]]]) -> None:
         """A journal observer: refresh the estimate of every key a write touched."""
-        server = self.server
-        table = server.table
-        dbs = server.dbs
+        dbs = self.server.dbs
         update = self.accounting.update
+        kinds = self._kinds
         for db_index, argv in effects:
             if db_index >= len(dbs):
-                continue  # a tenant's database: its quota is counted by pion.server.tenants
-            name = argv[0]
-            spec = table.by_name.get(name) or table.by_name.get(bytes(name).lower())
-            if spec is None:
-                continue
-            if spec.subcommands:
-                if len(argv) < 2:
-                    continue
-                spec = spec.subcommands.get(bytes(argv[1]).lower(), spec)
-            positions = spec.key_positions(argv)
-            if not positions:
-                if bytes(name).lower() in _RESCAN:
-                    self.rescan()
-                continue
-            db = dbs[db_index]
-            for position in positions:
-                update(db, argv[position])
-            if spec.name in ("move", "copy"):  # the key may land in another database
-                moved = argv[1] if spec.name == "move" else argv[2]
-                for other in dbs:
-                    if other is not db:
-                        update(other, moved)
+                continue  # a tenant's database (server-wide id): its quota is counted by pion.server.tenants
+            kind = kinds.get(argv[0])
+            if kind is None:
+                kind = kinds[argv[0]] = self._kind(argv[0])
+            code, spec = kind
+            if code == 0:
+                update(dbs[db_index], argv[1])
+            elif code == 1:
+                self._update_general(dbs, db_index, spec, argv)
+            elif code == 2:
+                self.rescan()
+
+    def _kind(self, name: Any) -> tuple[int, Any]:
+        """0: one key at argv[1]; 1: look the keys up; 2: rescan (FLUSH*/SWAPDB); 3: no keys."""
+        table = self.server.table
+        raw = bytes(name)
+        spec = table.by_name.get(raw) or table.by_name.get(raw.lower())
+        if raw.lower() in _RESCAN:
+            return 2, spec
+        if spec is None:
+            return 3, None
+        if not spec.subcommands and spec.key_finder is None and spec.first_key == spec.last_key == 1 \
+                and spec.name not in ("move", "copy"):
+            return 0, spec
+        return 1, spec
+
+    def _update_general(self, dbs: list[Any], db_index: int, spec: Any, argv: list[bytes]) -> None:
+        update = self.accounting.update
+        if spec.subcommands:
+            if len(argv) < 2:
+                return
+            spec = spec.subcommands.get(bytes(argv[1]).lower(), spec)
+        db = dbs[db_index]
+        for position in spec.key_positions(argv):
+            update(db, argv[position])
+        if spec.name in ("move", "copy") and len(argv) > 2:  # the key may land in another database
+            moved = argv[1] if spec.name == "move" else argv[2]
+            for other in dbs:
+                if other is not db:
+                    update(other, moved)
 
     # -- the guard ------------------------------------------------------------------------------
 

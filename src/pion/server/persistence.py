@@ -81,6 +81,7 @@ class Persistence:
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = -1
         self.max_pause_ms = 0.0
+        self.max_pause_cpu_ms = 0.0
         self.snapshot_bytes = 0
         self.recovery: Any = None
         self.started = False
@@ -101,7 +102,6 @@ class Persistence:
             self.journal = WalJournal(self.wal_dir, self.arenas, self._next_segment(), settings)
         else:
             self.journal = ObservedJournal(self.arenas)
-        self.journal.observers.append(self.memory.observe)
         self.server.journal = self.journal
 
     def _next_segment(self) -> int:
@@ -163,7 +163,8 @@ class Persistence:
         self.server.dirty = max(0, self.server.dirty - dirty_before)
         self.lastsave = int(time.time())
         self.snapshot_bytes = size
-        self.max_pause_ms = max(self.max_pause_ms, job.max_pause * 1000)
+        self.max_pause_ms = job.max_pause * 1000  # the last save's longest slice
+        self.max_pause_cpu_ms = job.max_pause_cpu * 1000
         if job.kind == "rewrite":
             self.rewrites += 1
             self.last_rewrite_ok = True
@@ -299,7 +300,8 @@ class Persistence:
             "pion_arena_disk_bytes": self.arenas.disk_bytes() if self.arenas else 0,
             "pion_arena_reclaimed_bytes": self.arenas.reclaimed_bytes if self.arenas else 0,
             "pion_snapshot_bytes": self.snapshot_bytes,
-            "pion_bgsave_max_pause_ms": "%.2f" % self.max_pause_ms,
+            "pion_bgsave_last_max_pause_ms": "%.2f" % self.max_pause_ms,
+            "pion_bgsave_last_max_pause_cpu_ms": "%.2f" % self.max_pause_cpu_ms,
             "pion_recovery_seconds": "%.3f" % (report.seconds if report else 0.0),
             "pion_recovery_records": report.records if report else 0,
             "pion_recovery_truncated_tails": len(report.truncated) if report else 0,
@@ -317,6 +319,7 @@ class Persistence:
         if isinstance(self.journal, WalJournal):
             self.journal.blob_threshold = new.blob_threshold
             self.journal.segment_size = new.wal_segment_size
+        self.memory.follow_settings(self.journal)
         return None
 
     def set_appendonly(self, on: bool) -> None:

@@ -89,7 +89,9 @@ def load(owner: Persistence) -> None:
             db.loading = False
     report = owner.recovery
     owner.snapshot_bytes = _snapshot_size(owner)
-    owner.memory.rescan()
+    owner.memory.follow_settings(owner.journal)
+    if owner.memory.active:
+        owner.memory.rescan()
     if replayer.failed:
         log.warning("%d logged commands failed again on replay (first: %s)", replayer.failed, replayer.first_failure)
     log.info(
@@ -163,6 +165,8 @@ class Replayer:
             reply = dispatcher.replay(client, argv)
         except ReplyError as exc:
             reply = exc
+        finally:
+            client.ctx.effects = None  # do not keep the last record's blob views alive
         if isinstance(reply, ReplyError):
             self.failed += 1
             if not self.first_failure:

@@ -56,7 +56,7 @@ class ArenaError(OSError):
 
 
 class _Arena:
-    __slots__ = ("id", "path", "fd", "capacity", "used", "map", "dirty")
+    __slots__ = ("id", "path", "fd", "capacity", "used", "map", "dirty", "dropped")
 
     def __init__(self, arena_id: int, path: str, fd: int, capacity: int, used: int) -> None:
         self.id = arena_id
@@ -66,6 +66,7 @@ class _Arena:
         self.used = used
         self.map: mmap.mmap | None = mmap.mmap(fd, capacity, access=mmap.ACCESS_READ) if capacity else None
         self.dirty = False
+        self.dropped = False
 
 
 class ArenaStore:
@@ -216,6 +217,8 @@ class ArenaStore:
                 os.fsync(arena.fd)
             except OSError:
                 with self._lock:
+                    if arena.dropped:  # compacted away meanwhile: nothing left to make durable
+                        continue
                     arena.dirty = True
                 raise
         if new_files:
@@ -275,7 +278,9 @@ class ArenaStore:
             size = arena.used
         with contextlib.suppress(FileNotFoundError):
             os.unlink(arena.path)
-        del self._arenas[arena.id]
+        with self._lock:
+            del self._arenas[arena.id]
+            arena.dropped = True
         self._forget(arena.id, set())
         if arena.map is not None:
             with contextlib.suppress(BufferError):

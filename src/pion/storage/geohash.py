@@ -196,9 +196,9 @@ def _neighbor(bits: int, step: int, dx: int, dy: int) -> int:
 _CELLS = ((0, 0), (0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, 1), (1, -1), (-1, -1))
 
 
-def search_cells(shape: Shape) -> list[tuple[int, int]]:
-    """The (bits, step) cells, in Redis's order, to scan for ``shape``; useless ones dropped."""
-    min_lon, min_lat, max_lon, max_lat = _bounding_box(shape)
+def _centre_cell(shape: Shape, bounds: tuple[float, float, float, float]) -> tuple[int, int]:
+    """The cell holding the centre, one step coarser when a neighbour misses the box's edge."""
+    min_lon, min_lat, max_lon, max_lat = bounds
     if shape.is_box:
         radius = math.sqrt((shape.width / 2) * (shape.width / 2) + (shape.height / 2) * (shape.height / 2))
     else:
@@ -214,6 +214,14 @@ def search_cells(shape: Shape) -> list[tuple[int, int]]:
     ):
         steps -= 1
         bits = encode(shape.lon, shape.lat, steps) or 0
+    return bits, steps
+
+
+def search_cells(shape: Shape) -> list[tuple[int, int]]:
+    """The (bits, step) cells, in Redis's order, to scan for ``shape``; useless ones dropped."""
+    bounds = _bounding_box(shape)
+    min_lon, min_lat, max_lon, max_lat = bounds
+    bits, steps = _centre_cell(shape, bounds)
     area = decode_area(bits, steps)
     dropped: set[tuple[int, int]] = set()
     if steps >= 2:

@@ -8,11 +8,13 @@ so ``quick`` flips at the same points. Handlers pass the live fill setting to ``
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Iterable
 
 from pion.storage.encodings import register_encoding, threshold
 from pion.storage.keyspace import register_type
+from pion.storage.memory import register_sizer
 from pion.storage.serialize import PayloadError, pack_tree, register_codec, unpack_tree
 
 #: listpack size limits for list-max-listpack-size -1 .. -5 (quicklist.c optimization_level)
@@ -80,6 +82,12 @@ class ListValue:
     def __iter__(self):
         return iter(self.items)
 
+    def dup(self) -> ListValue:
+        """COPY: an independent list (elements are immutable bytes, so a shallow copy)."""
+        copy = ListValue.__new__(ListValue)
+        copy.items, copy.nbytes, copy.quick = deque(self.items), self.nbytes, self.quick
+        return copy
+
     def push(self, values: list[bytes], left: bool, fill: int) -> int:
         """LPUSH/RPUSH: the list converts before the push if the push would overflow it."""
         if not self.quick and _exceeds(fill, self.nbytes + sum(map(len, values)), len(self.items) + len(values)):
@@ -97,8 +105,13 @@ class ListValue:
         return value
 
     def grew(self, fill: int) -> None:
-        """After LINSERT/LSET: recount, and convert if the listpack would now be too big."""
+        """For a list built in one go (SORT STORE): recount, convert if too big for a listpack."""
         self.recount()
+        self.adjust(0, fill)
+
+    def adjust(self, delta: int, fill: int) -> None:
+        """After an edit in place that changed the listpack size by ``delta`` bytes."""
+        self.nbytes += delta
         if not self.quick and _exceeds(fill, self.nbytes, len(self.items)):
             self.quick = True
 
@@ -142,6 +155,16 @@ def _load(body: bytes) -> ListValue:
     return ListValue(tree[0], bool(tree[1]))
 
 
+def _size(value: ListValue) -> int:
+    """MEMORY USAGE: deque blocks (a pointer an element) plus sampled element sizes."""
+    items = value.items
+    if not items:
+        return 120
+    sample = (items[0], items[-1], items[len(items) // 2])
+    return 120 + len(items) * (8 + sum(map(sys.getsizeof, sample)) // 3)
+
+
 register_type(ListValue, "list")
+register_sizer(ListValue, _size)
 register_encoding(ListValue, _encoding)
 register_codec(ListValue, 3, _dump, _load)

@@ -129,14 +129,21 @@ class Evictor:
         self.pool: list[tuple[float, int, bytes]] = []
 
     def choose(self, dbs: list[Any], policy: str, samples: int) -> tuple[int, bytes] | None:
+        """The next victim, or None when no key qualifies (a sample may miss: try a few times)."""
         volatile = policy.startswith("volatile-")
+        if not any(db.expires if volatile else db.data for db in dbs):
+            return None
+        for _ in range(8):
+            found = self._choose_once(dbs, policy, samples, volatile)
+            if found is not None:
+                return found
+        return None
+
+    def _choose_once(self, dbs: list[Any], policy: str, samples: int, volatile: bool) -> tuple[int, bytes] | None:
         if policy.endswith("-random"):
-            candidates = [db for db in dbs if (db.expires if volatile else db.data)]
-            if not candidates:
-                return None
-            db = random.choice(candidates)
+            db = random.choice([db for db in dbs if (db.expires if volatile else db.data)])
             keys = _sample(db, volatile, 1)
-            return (db.index, keys[0]) if keys else None
+            return (db.index, keys[0]) if keys and keys[0] in db.data else None
         for db in dbs:
             if db.expires if volatile else db.data:
                 for key in _sample(db, volatile, samples):

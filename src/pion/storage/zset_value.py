@@ -10,12 +10,14 @@ rule: listpack until ``zset-max-listpack-entries``/``-value`` is passed, then sk
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Iterator
 
 from sortedcontainers import SortedList
 
 from pion.storage.encodings import register_encoding, threshold
 from pion.storage.keyspace import register_type
+from pion.storage.memory import register_sizer
 from pion.storage.serialize import PayloadError, pack_tree, register_codec, unpack_tree
 from pion.storage.set_value import ScanIndex
 
@@ -102,6 +104,14 @@ class ZSetValue:
 
     def __len__(self) -> int:
         return len(self.scores)
+
+    def dup(self) -> ZSetValue:
+        """COPY: an independent set sharing only the immutable members and scores."""
+        copy = ZSetValue()
+        copy.scores = dict(self.scores)
+        copy.order = self.order.copy()
+        copy.skiplist = self.skiplist
+        return copy
 
     def __iter__(self) -> Iterator[tuple[float, bytes]]:
         return iter(self.order)
@@ -293,6 +303,17 @@ def _load(body: bytes) -> ZSetValue:
     return zset
 
 
+def _size(value: ZSetValue) -> int:
+    """MEMORY USAGE: the member -> score dict, plus per pair a tuple, a float and list slots."""
+    count = len(value.scores)
+    if not count:
+        return 200
+    sample = [member for _, member in value.order.islice(0, 5)]
+    member_bytes = sum(map(sys.getsizeof, sample)) // len(sample)
+    return 200 + sys.getsizeof(value.scores) + count * (member_bytes + 24 + 56 + 16)
+
+
 register_type(ZSetValue, "zset")
+register_sizer(ZSetValue, _size)
 register_encoding(ZSetValue, _encoding)
 register_codec(ZSetValue, 5, _dump, _load)

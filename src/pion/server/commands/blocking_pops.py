@@ -2,7 +2,8 @@
 
 Each tries its non-blocking form first. With nothing to pop it returns a ``BlockRequest``
 (clients are then served first come, first served when a push signals a key), or, inside
-MULTI and scripts, answers at once as a timeout would. A pop that is served, now or later, is
+MULTI (and scripts, for BLMPOP/BZMPOP: the others carry Redis 7.0's ``noscript`` flag),
+answers at once as a timeout would. A pop that is served, now or later, is
 logged as its non-blocking form (BLPOP -> LPOP, BLMOVE -> LMOVE, BZMPOP -> ZPOPMIN ...),
 never as the blocking command. While blocked, a key holding another type keeps the client
 waiting (Redis 7.0); the first attempt answers WRONGTYPE.
@@ -75,13 +76,13 @@ def _bpop(ctx: Ctx, argv: list[bytes], left: bool):
     return _wait(ctx, keys, timeout, attempt, NULL_ARRAY)
 
 
-@command("BLPOP", -3, "write blocking", keys=(1, -2, 1), categories=_LIST, group="list", since="2.0.0")
+@command("BLPOP", -3, "write noscript blocking", keys=(1, -2, 1), categories=_LIST, group="list", since="2.0.0")
 def blpop(ctx: Ctx, argv: list[bytes]):
     """BLPOP key [key ...] timeout"""
     return _bpop(ctx, argv, True)
 
 
-@command("BRPOP", -3, "write blocking", keys=(1, -2, 1), categories=_LIST, group="list", since="2.0.0")
+@command("BRPOP", -3, "write noscript blocking", keys=(1, -2, 1), categories=_LIST, group="list", since="2.0.0")
 def brpop(ctx: Ctx, argv: list[bytes]):
     """BRPOP key [key ...] timeout"""
     return _bpop(ctx, argv, False)
@@ -103,14 +104,14 @@ def _bmove(ctx: Ctx, argv: list[bytes], left_from: bool, left_to: bool, timeout_
     return _wait(ctx, [src], timeout, attempt, None)
 
 
-@command("BLMOVE", 6, "write denyoom blocking", keys=(1, 2, 1), categories=_LIST, group="list", since="6.2.0")
+@command("BLMOVE", 6, "write denyoom noscript blocking", keys=(1, 2, 1), categories=_LIST, group="list", since="6.2.0")
 def blmove(ctx: Ctx, argv: list[bytes]):
     """BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout"""
     left_from, left_to = where_arg(argv[3]), where_arg(argv[4])
     return _bmove(ctx, argv, left_from, left_to, argv[5])
 
 
-@command("BRPOPLPUSH", 4, "write denyoom blocking", keys=(1, 2, 1), categories=_LIST, group="list",
+@command("BRPOPLPUSH", 4, "write denyoom noscript blocking", keys=(1, 2, 1), categories=_LIST, group="list",
          since="2.2.0")
 def brpoplpush(ctx: Ctx, argv: list[bytes]):
     """BRPOPLPUSH source destination timeout"""
@@ -154,14 +155,14 @@ def _bzpop(ctx: Ctx, argv: list[bytes], highest: bool):
     return _wait(ctx, keys, timeout, attempt, NULL_ARRAY)
 
 
-@command("BZPOPMIN", -3, "write blocking fast", keys=(1, -2, 1), categories=_ZSET, group="sorted_set",
+@command("BZPOPMIN", -3, "write noscript blocking fast", keys=(1, -2, 1), categories=_ZSET, group="sorted_set",
          since="5.0.0")
 def bzpopmin(ctx: Ctx, argv: list[bytes]):
     """BZPOPMIN key [key ...] timeout"""
     return _bzpop(ctx, argv, False)
 
 
-@command("BZPOPMAX", -3, "write blocking fast", keys=(1, -2, 1), categories=_ZSET, group="sorted_set",
+@command("BZPOPMAX", -3, "write noscript blocking fast", keys=(1, -2, 1), categories=_ZSET, group="sorted_set",
          since="5.0.0")
 def bzpopmax(ctx: Ctx, argv: list[bytes]):
     """BZPOPMAX key [key ...] timeout"""

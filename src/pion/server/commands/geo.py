@@ -285,7 +285,7 @@ def _store_keys(argv: list[bytes]) -> list[int]:
     return keys
 
 
-_RW = dict(categories="@write @geo @slow", group="geo", key_finder=_store_keys)
+_RW = dict(keys=(1, 1, 1), categories="@write @geo @slow", group="geo", key_finder=_store_keys)
 _RO = dict(keys=(1, 1, 1), categories="@read @geo @slow", group="geo")
 
 

@@ -16,7 +16,7 @@ from pion.server.args import parse_int
 from pion.server.commands.zparse import parse_count, parse_mpop_tail, parse_numkeys
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.storage.list_value import ListValue, list_fill
+from pion.storage.list_value import ListValue, entry_size, list_fill
 
 _W = "@write @list"
 
@@ -154,8 +154,8 @@ def lset(ctx: Ctx, argv: list[bytes]):
         index += len(items)
     if not 0 <= index < len(items):
         raise ReplyError(errors.OUT_OF_RANGE)
-    items[index] = argv[3]
-    lst.grew(list_fill(ctx.server.settings))
+    old, items[index] = items[index], argv[3]
+    lst.adjust(entry_size(argv[3]) - entry_size(old), list_fill(ctx.server.settings))
     ctx.db.signal(argv[1])
     ctx.notify("l", "lset", argv[1])
     ctx.dirty()
@@ -176,7 +176,7 @@ def linsert(ctx: Ctx, argv: list[bytes]):
     except ValueError:
         return -1
     lst.items.insert(index + (where == b"after"), argv[4])
-    lst.grew(list_fill(ctx.server.settings))
+    lst.adjust(entry_size(argv[4]), list_fill(ctx.server.settings))
     ctx.db.signal(argv[1])
     ctx.notify("l", "linsert", argv[1])
     ctx.dirty()
@@ -201,7 +201,7 @@ def lrem(ctx: Ctx, argv: list[bytes]):
             kept.append(item)
     if removed:
         lst.items = type(items)(kept if count >= 0 else reversed(kept))
-        lst.recount()
+        lst.nbytes -= removed * entry_size(target)
         ctx.notify("l", "lrem", argv[1])
         after_shrink(ctx, argv[1], lst)
         ctx.dirty(removed)
@@ -227,14 +227,14 @@ def ltrim(ctx: Ctx, argv: list[bytes]):
     lst = ctx.db.get_typed(argv[1], ListValue)
     if lst is None:
         return OK
-    items = lst.items
-    window = rank_window(start, end, len(items))
-    removed = len(items) - (0 if window is None else window[1] - window[0] + 1)
-    if window is None:
-        items.clear()
-    elif removed:
-        lst.items = type(items)(islice(items, window[0], window[1] + 1))
-    lst.recount()
+    size = len(lst.items)
+    window = rank_window(start, end, size)
+    head, tail = (size, 0) if window is None else (window[0], size - 1 - window[1])
+    for _ in range(head):
+        lst.pop(True)
+    for _ in range(tail):
+        lst.pop(False)
+    removed = head + tail
     ctx.notify("l", "ltrim", argv[1])
     after_shrink(ctx, argv[1], lst)
     ctx.dirty(removed)

@@ -136,7 +136,7 @@ def _store_keys(argv: list[bytes]) -> list[int]:
 
 
 _RD = dict(categories="@read @sortedset @slow", group="sorted_set", key_finder=lambda argv: _numkeys_keys(argv, 1))
-_ST = dict(categories="@write @sortedset @slow", group="sorted_set", key_finder=_store_keys)
+_ST = dict(keys=(1, 1, 1), categories="@write @sortedset @slow", group="sorted_set", key_finder=_store_keys)
 
 
 @command("ZUNION", -3, "readonly", since="6.2.0", **_RD)

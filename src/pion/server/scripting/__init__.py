@@ -1,0 +1,1 @@
+"""Lua scripting (EVAL, SCRIPT, FUNCTION, FCALL) as Redis 7: see docs/scripting.md."""

@@ -1,0 +1,175 @@
+"""One sandboxed Lua 5.1 state (lupa): the EVAL state or the FUNCTION state.
+
+``LuaState`` builds the state from the prelude, gives it the Python bridge (``redis.call`` goes to
+the running ``ScriptRun``, which hands the command to the server's loop thread), compiles scripts,
+and runs them: ``execute`` returns the script's reply already converted, or the error reply in
+Redis's format (``... script: <sha>, on @user_script:1.``). Python objects never reach user code:
+the bridge lives in upvalues and attribute access to Python objects is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from lupa import lua51
+
+from pion.protocol.errors import ReplyError
+from pion.server.scripting.cjson_lua import CJSON
+from pion.server.scripting.convert import ToLua, ToReply, error_reply
+from pion.server.scripting.libs import make_bit, make_struct
+from pion.server.scripting.msgpack_lib import make_cmsgpack
+from pion.server.scripting.prelude import PRELUDE
+
+if TYPE_CHECKING:
+    from pion.server.scripting.busy import ScriptRun
+
+log = logging.getLogger("pion.script")
+
+_LOG_LEVELS = (logging.DEBUG, logging.DEBUG, logging.INFO, logging.WARNING)
+_LUA_MAX = 0x7FFFFFFF
+
+
+def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
+    raise AttributeError("access to Python attributes is not allowed from scripts")
+
+
+class Rand48:
+    """Redis's redisLrand48/redisSrand48: one sequence for the whole server, as in Redis."""
+
+    def __init__(self) -> None:
+        self.state = 0x1234ABCD330E
+
+    def random(self) -> float:
+        self.state = (0x5DEECE66D * self.state + 0xB) & 0xFFFFFFFFFFFF
+        return ((self.state >> 17) % _LUA_MAX) / _LUA_MAX
+
+    def seed(self, value: float) -> None:
+        seed = int(value) & 0xFFFFFFFF
+        self.state = ((seed & 0xFFFFFFFF) << 16) | 0x330E
+
+
+class LuaState:
+    """A Lua state in ``mode`` "eval" or "function", with Redis's globals and API."""
+
+    def __init__(self, mode: str, rand: Rand48, version: str, version_num: int, acl: Any) -> None:
+        self.mode = mode
+        self.rand = rand
+        self.acl = acl
+        #: the script running now (set on the thread that runs it)
+        self.run: ScriptRun | None = None
+        self.lua = lua51.LuaRuntime(
+            encoding=None, register_eval=False, register_builtins=False,
+            unpack_returned_tuples=True, attribute_filter=_deny_attributes,
+        )
+        self.to_lua = ToLua(self.lua)
+        bridge = self.lua.table_from({
+            b"call": self._call, b"acl": self._acl, b"log": self._log, b"sha1": _sha1,
+            b"random": rand.random, b"seed": rand.seed, b"killed": self._killed,
+            b"setresp": self._setresp, b"now": time.monotonic,
+            b"bit": self.lua.table_from(make_bit()), b"struct": self.lua.table_from(make_struct()),
+            b"cmsgpack": self.lua.table_from(make_cmsgpack(self.lua)),
+        })
+        loader = self.lua.eval(b"function(src, name) return assert(loadstring(src, name)) end")
+        prelude = loader(PRELUDE.encode(), b"=pion")
+        self.api = prelude(bridge, mode.encode(), version.encode(), version_num, CJSON.encode())
+        self.to_reply = ToReply(self.api)
+        self._run_fn = self.api.run
+        self._error_fields = self.api.error_fields
+
+    # -- the bridge (called from Lua, on the script's thread) ----------------------------------
+
+    def _call(self, *args: Any) -> tuple[Any, bool]:
+        argv = self._argv(args)
+        if argv.__class__ is ReplyError:
+            return self.to_lua.error(argv.message), True
+        run = self.run
+        if run is None:
+            return self.to_lua.error("ERR redis.call/pcall can only be called inside a script invocation"), True
+        reply = run.request(argv)
+        failed = isinstance(reply, ReplyError)
+        return self.to_lua.convert(reply, run.resp), failed
+
+    def _acl(self, *args: Any) -> tuple[Any, bool]:
+        argv = self._argv(args)
+        if argv.__class__ is ReplyError:
+            return self.to_lua.error(argv.message), True
+        if not self.acl(argv):
+            return self.to_lua.error("ERR Invalid command passed to redis.acl_check_cmd()"), True
+        return True, False
+
+    @staticmethod
+    def _argv(args: tuple) -> list[bytes] | ReplyError:
+        if not args:
+            return ReplyError("ERR Please specify at least one argument for this redis lib call")
+        argv = []
+        for arg in args:
+            cls = arg.__class__
+            if cls is bytes:
+                argv.append(arg)
+            elif cls is int or cls is float:
+                argv.append(b"%.17g" % arg)
+            else:
+                return ReplyError("ERR Lua redis lib command arguments must be strings or integers")
+        return argv
+
+    def _log(self, level: int, message: bytes) -> None:
+        log.log(_LOG_LEVELS[int(level)], "%s", message.decode("utf-8", "replace"))
+
+    def _killed(self) -> bool:
+        run = self.run
+        return run is not None and run.killed
+
+    def _setresp(self, resp: float) -> None:
+        if self.run is not None:
+            self.run.resp = int(resp)
+
+    # -- compiling and running ------------------------------------------------------------------
+
+    def compile(self, body: bytes, chunkname: bytes) -> tuple[Any, str | None]:
+        """The compiled chunk, or (None, Lua's error message)."""
+        result = self.api.compile(body, chunkname)
+        if isinstance(result, tuple):
+            return None, (result[1] or b"").decode("utf-8", "replace")
+        return result, None
+
+    def table(self, items: list[bytes]) -> Any:
+        return self.lua.table_from(items)
+
+    def execute(self, run: ScriptRun, fn: Any, keys: list[bytes], args: list[bytes]) -> Any:
+        """Run ``fn`` for ``run`` on this thread; returns the reply (or the error reply)."""
+        self.run = run
+        try:
+            result = self._run_fn(fn, self.lua.table_from(keys), self.lua.table_from(args), run.kind == "function")
+            ok, value = result if isinstance(result, tuple) else (result, None)
+            if ok:
+                return self.to_reply.convert(value, run.resp)
+            if lua51.lua_type(value) == "table":
+                return error_reply(self._error_fields(value), run.name)
+            return ReplyError(f"ERR Error running script {run.name}, {str(value)[:100]}")
+        finally:
+            self.run = None
+
+    def load_library(self, fn: Any, deadline: float) -> tuple[bool, Any]:
+        """Run a library's body in the load environment; (True, registered) or (False, message)."""
+        result = self.api.load_library(fn, deadline)
+        ok, value = result
+        if ok:
+            entries = []
+            for entry in value.values():
+                flags = [flag.decode() for flag in entry[b"flags"].values()]
+                desc = entry[b"desc"]
+                entries.append((entry[b"name"], entry[b"fn"], flags, desc))
+            return True, entries
+        message = self._error_fields(value)[0] if lua51.lua_type(value) == "table" else None
+        return False, message.decode("utf-8", "replace") if isinstance(message, bytes) else "ERR unknown error"
+
+
+def _sha1(data: bytes) -> bytes:
+    return hashlib.sha1(data).hexdigest().encode()
+
+
+def sha1hex(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()

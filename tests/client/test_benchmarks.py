@@ -1,0 +1,31 @@
+"""The benchmark scripts run end to end in their CI-sized mode (slow: they start servers and processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.hf]
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
+    pytest.importorskip("transformers")
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_bench_ttft_smoke_writes_its_table_json_and_plot(tmp_path):
+    out = run("bench_ttft.py", "--out-dir", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "ratios at the longest prefix" in out.stdout
+    assert (tmp_path / "ttft_hf_smoke.png").stat().st_size > 0 and (tmp_path / "ttft_hf_smoke.json").exists()
+
+
+def test_bench_fidelity_smoke_finds_auto_exact():
+    out = run("bench_fidelity.py")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "auto" in out.stdout and "FAIL" not in out.stdout
