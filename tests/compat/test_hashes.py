@@ -440,3 +440,12 @@ def test_the_cron_expires_fields_of_untouched_hashes(server, r):
     assert r.dbsize() == 1
     assert [b"HDEL", b"h", b"a"] in [e for effects in records for e in effects]
     assert r.hgetall("h") == {b"b": b"2"}
+
+
+def test_hincrbyfloat_refuses_a_nul_inside_the_value_or_the_increment(r):
+    r.hset("h", "f", b"1\x002")
+    with pytest.raises(redis.ResponseError, match="hash value is not a float"):
+        r.hincrbyfloat("h", "f", 1)
+    with pytest.raises(redis.ResponseError, match="value is not a valid float"):
+        r.hincrbyfloat("h", "g", b"1\x002")
+    assert r.hget("h", "f") == b"1\x002" and not r.hexists("h", "g")

@@ -263,8 +263,47 @@ def test_lolwut(rr):
     art = rr.execute_command("LOLWUT")
     text = art.decode() if isinstance(art, bytes) else art
     from pion import __version__
+    from pion.server.info import REDIS_VERSION
 
-    assert text.endswith(f"Pion ver. {__version__}\n")
+    assert text.endswith(f"Pion ver. {__version__} - Redis ver. {REDIS_VERSION}\n")
     assert rr.execute_command("LOLWUT", "VERSION", "5")
     with pytest.raises(redis.ResponseError, match="^value is not an integer or out of range$"):
         rr.execute_command("LOLWUT", "VERSION", "x")
+
+
+# -- found by redis-py's own suite (docs/clients.md) ------------------------------------------------------
+
+
+def test_lolwut_names_the_redis_version_it_speaks(r):
+    text = r.execute_command("LOLWUT").decode()
+    assert "Redis ver. " in text and "Pion ver. " in text
+
+
+def test_role_is_a_master_without_replicas(rr):
+    assert rr.role() == [b"master", 0, []]
+
+
+def test_replicaof_no_one_is_accepted_and_following_a_master_is_refused(r):
+    assert r.replicaof("NO", "ONE")
+    assert r.execute_command("SLAVEOF", "no", "one")
+    with pytest.raises(redis.ResponseError, match="^wrong number of arguments for 'replicaof' command$"):
+        r.replicaof("NO ONE")
+    with pytest.raises(redis.ResponseError, match="^REPLICAOF is not supported by Pion: it has no replication$"):
+        r.replicaof("127.0.0.1", 6379)
+
+
+def test_module_list_is_empty_and_loading_is_refused(rr):
+    assert rr.module_list() == []
+    with pytest.raises(redis.ResponseError, match="^MODULE LOAD is not supported by Pion"):
+        rr.module_load("/tmp/none.so")
+    assert "LIST" in text_lines(rr.execute_command("MODULE", "HELP"))
+
+
+def test_debug_error_answers_with_the_given_error(make_server):
+    """Client suites fake server states with it: redis-py maps the prefixes to its exceptions."""
+    r = redis.Redis(port=make_server(enable_debug_command="yes").port)
+    with pytest.raises(redis.BusyLoadingError):
+        r.execute_command("DEBUG", "ERROR", "LOADING fake message")
+    with pytest.raises(redis.ReadOnlyError):
+        r.execute_command("DEBUG", "ERROR", "READONLY fake\r\nmessage")
+    assert r.ping()

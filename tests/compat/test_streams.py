@@ -169,3 +169,152 @@ def test_xreadgroup_is_logged_as_xclaim_and_setid(server, r):
     r.xreadgroup("g", "c", {"lg": ">"})
     names = [argv[0] + b" " + argv[1] for _, argv in records[0]]
     assert names == [b"XGROUP CREATECONSUMER", b"XCLAIM lg", b"XGROUP SETID"]
+
+
+# -- found by redis-py's own suite (docs/clients.md) ----------------------------------------------
+
+
+GROUP_COUNTERS = [
+    [("XADD", "s", "1-1", "a", "1"), ("XGROUP", "CREATE", "s", "g", "0")],
+    [("XADD", "s", "1-1", "a", "1"), ("XGROUP", "CREATE", "s", "g", "$")],
+    [("XADD", "s", "1-1", "a", "1"), ("XGROUP", "CREATE", "s", "g", "0"),
+     ("XGROUP", "SETID", "s", "g", "1-1", "ENTRIESREAD", "2")],
+    [("XADD", "s", "1-1", "a", "1"), ("XADD", "s", "2-1", "a", "1"), ("XADD", "s", "3-1", "a", "1"),
+     ("XGROUP", "CREATE", "s", "g", "0"), ("XDEL", "s", "2-1"), ("XREADGROUP", "GROUP", "g", "c", "COUNT", "1",
+                                                                 "STREAMS", "s", ">")],
+    [("XADD", "s", "1-1", "a", "1"), ("XADD", "s", "2-1", "a", "1"), ("XADD", "s", "3-1", "a", "1"),
+     ("XGROUP", "CREATE", "s", "g", "0"), ("XDEL", "s", "2-1"), ("XREADGROUP", "GROUP", "g", "c",
+                                                                 "STREAMS", "s", ">")],
+]
+
+
+@pytest.mark.parametrize("script", GROUP_COUNTERS)
+def test_xinfo_groups_entries_read_is_the_raw_counter_and_lag_as_redis(r, ref, script):
+    """entries-read is the group's own counter (null until known, not an estimate); lag is not clamped."""
+    for cmd in script:
+        _both(r, ref, *cmd)
+    assert r.xinfo_groups("s") == ref.xinfo_groups("s")
+
+
+def test_xinfo_groups_lag_counts_the_stream_when_the_group_is_before_its_first_entry(r):
+    """A group behind the first entry (and no tombstone after it) lags by the stream's length, even
+    with an ENTRIESREAD past entries-added (newer Redis; what redis-py's suite expects)."""
+    r.xadd("s", {"foo": "bar"})
+    r.xgroup_create("s", "g", 0, entries_read=7)
+    [group] = r.xinfo_groups("s")
+    assert group["entries-read"] == 7 and group["lag"] == 1
+
+
+def test_xtrim_approximate_removes_whole_nodes_only(r):
+    for _ in range(4):
+        r.xadd("t", {"foo": "bar"})
+    assert r.xtrim("t", 3, approximate=True, limit=2) == 0  # the node holds 4 > LIMIT
+    assert r.xtrim("t", 3, approximate=True) == 0  # the node is not all surplus
+    assert r.xtrim("t", 0, approximate=True) == 4 and r.xlen("t") == 0
+
+
+# -- found by Redis's own test suite (docs/redis-test-suite.md) -------------------------------------
+
+
+def test_xtrim_approximate_follows_node_boundaries_after_exact_trims(r):
+    """Exact trims leave the head node partly deleted; ``~`` then drops that node whole."""
+    r.config_set("stream-node-max-entries", 100)
+    for j in range(1000):
+        r.xadd("s", {"x": j}, id=f"{j + 1}-0")
+    r.xtrim("s", 666, approximate=False)
+    r.xtrim("s", 555, approximate=False)
+    assert r.xlen("s") == 555
+    assert r.xtrim("s", 444, approximate=True) == 55 and r.xlen("s") == 500
+    assert r.xtrim("s", 400, approximate=True) == 100 and r.xlen("s") == 400
+
+
+def test_xadd_maxlen_approximate_keeps_whole_nodes(r):
+    r.config_set("stream-node-max-entries", 100)
+    for j in range(1000):
+        r.xadd("s", {"x": j}, maxlen=555, approximate=True)
+    assert r.xlen("s") == 600
+    r.delete("s")
+    for j in range(10):
+        r.xadd("s", {"x": j})
+    r.config_set("stream-node-max-entries", 3)  # later nodes hold 3; LIMIT counts whole nodes
+    for j in range(9):
+        r.xadd("s", {"x": j})
+    assert r.xtrim("s", 0, approximate=True, limit=12) == 10 and r.xlen("s") == 9
+
+
+def test_xrange_exclusive_bound_past_the_last_possible_id_is_an_error(r):
+    r.xadd("s", {"f": "v"}, id="5-0")
+    with pytest.raises(redis.ResponseError, match="invalid start ID for the interval"):
+        r.xrange("s", "(18446744073709551615-18446744073709551615", "+")
+    with pytest.raises(redis.ResponseError, match="invalid end ID for the interval"):
+        r.xrange("s", "-", "(0-0")
+    with pytest.raises(redis.ResponseError, match="invalid end ID for the interval"):
+        r.xrevrange("s", "(0-0", "-")
+
+
+def test_blocked_xread_waits_through_the_key_turning_into_a_list(server, r):
+    result = {}
+
+    def reader():
+        result["got"] = redis.Redis(port=server.port).xread({"s1": "$"}, block=5000)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    deadline = time.time() + 3
+    while r.info("clients")["blocked_clients"] < 1 and time.time() < deadline:
+        time.sleep(0.01)
+    with r.pipeline(transaction=True) as pipe:
+        pipe.xadd("s1", {"old": "x"}).delete("s1").lpush("s1", "a").execute()
+    r.delete("s1")
+    r.xadd("s1", {"new": "y"}, id="7-0")
+    t.join(5)
+    assert result["got"] == [[b"s1", [(b"7-0", {b"new": b"y"})]]]
+
+
+def test_xgroup_setid_takes_dash_and_plus_but_create_does_not(r):
+    r.xadd("s", {"f": "v"}, id="5-0")
+    with pytest.raises(redis.ResponseError, match="Invalid stream ID"):
+        r.xgroup_create("s", "g", "-")
+    r.xgroup_create("s", "g", "0")
+    assert r.xgroup_setid("s", "g", "+")
+    assert r.xinfo_groups("s")[0]["last-delivered-id"] == b"18446744073709551615-18446744073709551615"
+    assert r.xgroup_setid("s", "g", "-")
+    assert r.xinfo_groups("s")[0]["last-delivered-id"] == b"0-0"
+
+
+def test_xautoclaim_deleted_entries_count_against_count_and_options_come_first(r):
+    with pytest.raises(redis.ResponseError, match="COUNT must be > 0"):
+        r.execute_command("XAUTOCLAIM", "nokey", "g", "c", "0", "-", "COUNT", "0")
+    with pytest.raises(redis.ResponseError, match="COUNT must be > 0"):
+        r.execute_command("XAUTOCLAIM", "nokey", "g", "c", "0", "-", "COUNT", "x")
+    for n in (1, 2, 3):
+        r.xadd("x", {"f": "v"}, id=f"{n}-0")
+    r.xgroup_create("x", "grp", "0")
+    r.xreadgroup("grp", "Alice", {"x": ">"})
+    r.xdel("x", "1-0")
+    assert r.execute_command("XAUTOCLAIM", "x", "grp", "Bob", "0", "0-0", "COUNT", "1") == [b"2-0", [], [b"1-0"]]
+
+
+def test_a_blocked_command_unblocked_with_an_error_counts_as_failed(server, r):
+    r.xgroup_create("s", "g", "$", mkstream=True)
+    r.config_resetstat()
+    result = {}
+
+    def reader():
+        try:
+            redis.Redis(port=server.port).xreadgroup("g", "Alice", {"s": ">"}, block=0)
+        except redis.ResponseError as exc:
+            result["err"] = str(exc)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    deadline = time.time() + 3
+    while r.info("clients")["blocked_clients"] < 1 and time.time() < deadline:
+        time.sleep(0.01)
+    r.xgroup_destroy("s", "g")
+    t.join(5)
+    assert "the consumer group this client was blocked on no longer exists" in result["err"]
+    assert r.info("errorstats")["errorstat_NOGROUP"]["count"] == 1
+    assert r.info("commandstats")["cmdstat_xreadgroup"]["failed_calls"] == 1
+    other = r.info("errorstats").get("errorstat_ERR", {}).get("count", 0)  # the clients' handshakes
+    assert r.info("stats")["total_error_replies"] == 1 + other

@@ -3,6 +3,7 @@ arenas, snapshots, torn tails, corruption, MISCONF, LOADING, the lock."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -416,3 +417,26 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("condition not met in time")
+
+
+@pytest.mark.parametrize("command", [("FLUSHALL",), ("SWAPDB", "0", "1")])
+def test_a_flush_or_swap_during_bgsave_restarts_it_and_the_result_is_exact(node, command, caplog):
+    caplog.set_level(logging.INFO, logger="pion.snapshot")
+    node.start()
+    r = node.client()
+    pipe = r.pipeline(transaction=False)
+    for i in range(30000):
+        pipe.set(f"k{i}", "v")
+    pipe.execute()
+    r.execute_command("SELECT", 1)
+    r.set("in-db1", "x")
+    r.execute_command("SELECT", 0)
+    persistence = node.server.engines["persistence"]
+    r.bgsave()
+    r.execute_command(*command)
+    r.set("after", "1")
+    wait_for(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0, 30)
+    live = full_dump(r, databases=2)
+    assert persistence.saves == 1 and "snapshot restarted" in caplog.text
+    node.restart()
+    assert full_dump(node.client(), databases=2) == live

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -108,6 +110,42 @@ def test_strict_mode_switches_mid_stream_without_losing_bytes():
     assert reader.next_command() == [b"PING"]
 
 
+ATHERIS_HARNESS = """
+import sys
+import atheris
+with atheris.instrument_imports():
+    from pion.protocol.errors import ProtocolError
+    from pion.protocol.reader import RequestReader
+
+def one(data):
+    fdp = atheris.FuzzedDataProvider(data)
+    strict, cut = fdp.ConsumeBool(), fdp.ConsumeIntInRange(0, 64)
+    body = fdp.ConsumeBytes(fdp.remaining_bytes())
+    reader = RequestReader(1 << 20)
+    reader.set_strict(strict)
+    try:
+        for part in (body[:cut], body[cut:]):
+            reader.feed(part)
+            while reader.next_command() is not None:
+                pass
+    except ProtocolError:
+        pass
+
+atheris.Setup([sys.argv[0], "-runs=" + sys.argv[1], "-max_len=512"], one)
+atheris.Fuzz()
+"""
+
+
+@pytest.mark.parametrize("runs", [pytest.param(5000, id="short"),
+                                  pytest.param(2_000_000, id="long", marks=pytest.mark.slow)])
+def test_reader_under_atheris(runs):
+    """Coverage-guided fuzzing of the reader (optional: only if atheris is installed)."""
+    pytest.importorskip("atheris")
+    done = subprocess.run([sys.executable, "-c", ATHERIS_HARNESS, str(runs)], capture_output=True, text=True,
+                          timeout=3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 # -- the server -----------------------------------------------------------------------------------
 
 
@@ -123,7 +161,8 @@ class Fuzzed:
         self.names = sorted(
             {s.full_name.replace("|", " ").encode() for top in table for s in [top, *top.subcommands.values()]
              if s.handler is not None} - {b"shutdown", b"debug", b"monitor", b"client pause", b"save",
-                                          b"bgsave", b"bgrewriteaof", b"flushall", b"kv.prefix.save"})
+                                          b"bgsave", b"bgrewriteaof", b"flushall", b"kv.prefix.save",
+                                          b"config set", b"config rewrite", b"client kill"})
 
     def _handler(self, loop, context) -> None:
         exc = context.get("exception")

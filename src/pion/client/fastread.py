@@ -4,8 +4,9 @@ Why: a warm prompt-cache hit moves tens of megabytes of K/V rows. Through redis-
 string is received in ``socket_read_size`` chunks, copied into hiredis's buffer, then copied
 again into a read-only ``bytes``, which the runtime must copy once more to get writable
 tensors. Here each bulk payload is received with ``recv_into`` directly into a ``bytearray``
-of its exact size: one copy (the kernel's), and the arrays built on it are writable, so a
-transformers cache can use them without another copy.
+of its exact size (a ``bytearray``, or from 1 MiB on an uninitialised ``uint8`` numpy array, so
+no zero-fill pass either): one copy (the kernel's), and the arrays built on it are writable, so
+a transformers cache can use them without another copy.
 
 Only the reply parsing is ours: redis-py still owns the connection (pool, TLS, auth, timeouts)
 and sends the commands. The connection comes from the pool after redis-py checked it holds no
@@ -18,9 +19,13 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 
+import numpy as np
+
 from pion.client.errors import CorruptReply, PionConnectionError, PionTimeoutError, classify
 
 _CHUNK = 1 << 16
+#: bulk strings from this size on are returned as uint8 numpy arrays (buffer protocol, len(), bytes())
+_LARGE = 1 << 20
 
 
 class Status(str):
@@ -53,10 +58,12 @@ class RespReader:
                 return line
             self._fill()
 
-    def _bulk(self, size: int) -> bytearray:
-        out = bytearray(size)
+    def _bulk(self, size: int):
+        # large payloads land in uninitialised numpy memory: no zero-fill pass over megabytes
+        out = np.empty(size, np.uint8) if size >= _LARGE else bytearray(size)
         have = min(size, len(self.buf) - self.pos)
-        out[:have] = self.buf[self.pos:self.pos + have]
+        out[:have] = np.frombuffer(self.buf, np.uint8, have, self.pos) if have and size >= _LARGE else \
+            self.buf[self.pos:self.pos + have]
         self.pos += have
         view = memoryview(out)
         while have < size:

@@ -55,7 +55,7 @@ def unpack_state(blob: bytes) -> tuple[str, list[tuple[str, np.ndarray | None]],
     magic, version, header_len = _HEAD.unpack_from(blob)
     if magic != MAGIC or version != VERSION:
         raise ValueError(f"not a Pion state blob (magic {magic!r}, version {version})")
-    header = json.loads(blob[_HEAD.size:_HEAD.size + header_len])
+    header = json.loads(bytes(blob[_HEAD.size:_HEAD.size + header_len]))
     offset = _HEAD.size + header_len
     arrays: list[tuple[str, np.ndarray | None]] = []
     for name, dtype_name, shape in header["arrays"]:

@@ -10,12 +10,18 @@ payload arrives. In ``strict`` mode (a connection that has not authenticated) fr
 here with Redis's pre-auth caps (10 arguments, 16 KiB per argument); otherwise an incomplete
 frame past 256 KiB has its headers checked against the argument and bulk-length limits (again
 each time it doubles), so an oversize ``$<len>`` is refused before its payload is buffered.
+
+Large arguments: when that check finds the frame in the middle of an argument of ``BIG_ARG``
+bytes or more, the frame is taken back from hiredis and finished by ``BigFrame``, which receives
+each large argument straight into a buffer of its size (one copy instead of hiredis's several)
+and, for the commands named in ``zero_copy``, hands it to the handler as a memoryview.
 """
 
 from __future__ import annotations
 
 import hiredis
 
+from pion.protocol.bigframe import BIG_ARG, BigFrame
 from pion.protocol.errors import ProtocolError
 
 MAX_INLINE_SIZE = 64 * 1024
@@ -32,7 +38,7 @@ class RequestReader:
 
     __slots__ = (
         "_hiredis", "_inline", "_in_hiredis", "_chunks", "_chunks_len", "_frames_since",
-        "max_bulk_len", "max_multibulk_len", "strict", "_check_at",
+        "max_bulk_len", "max_multibulk_len", "strict", "_check_at", "_big", "_after", "zero_copy",
     )
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
@@ -50,18 +56,30 @@ class RequestReader:
         self.strict = False
         #: check the pending frame's headers once hiredis holds this many bytes of it
         self._check_at = PENDING_CHECK
+        #: a frame with a large argument, parsed outside hiredis; bytes that came after it
+        self._big: BigFrame | None = None
+        self._after: list[bytes] = []
+        #: lower-case names of commands whose large arguments may stay memoryviews
+        self.zero_copy: frozenset[bytes] = frozenset()
 
     def set_strict(self, on: bool) -> None:
         """Switch the pre-auth caps on or off between commands (AUTH, RESET)."""
         if on == self.strict:
             return
         self.strict = on
+        if on and self._big is not None:  # its large argument is over the pre-auth cap anyway
+            raise ProtocolError("unauthenticated bulk length")
         if on and self._in_hiredis:  # take back what hiredis holds: parsed here from now on
             joined = self._joined()
             self._leave_hiredis(joined[skip_frames(joined, self._frames_since) :])
 
     def feed(self, data: bytes) -> None:
-        if self._in_hiredis:
+        if self._big is not None:
+            if self._big.done:
+                self._after.append(data)
+            else:
+                self._feed_big(data)
+        elif self._in_hiredis:
             self._hiredis.feed(data)
             self._chunks.append(data)
             self._chunks_len += len(data)
@@ -79,9 +97,14 @@ class RequestReader:
 
     def buffered(self) -> int:
         """Bytes held but not yet parsed (for the query-buffer limit)."""
-        return len(self._inline) + (self._hiredis.len() if self._in_hiredis else 0)
+        held = len(self._inline) + (self._hiredis.len() if self._in_hiredis else 0)
+        if self._big is not None:
+            held += self._big.held + sum(len(data) for data in self._after)
+        return held
 
     def next_command(self) -> list[bytes] | None:
+        if self._big is not None:
+            return self._take_big()
         while True:
             if self._in_hiredis:
                 frame = self._next_multibulk()
@@ -168,7 +191,49 @@ class RequestReader:
         arriving; re-checked each time the pending bytes double (amortized linear)."""
         self._check_at = self._chunks_len * 2
         joined = self._joined()
-        check_headers(joined, skip_frames(joined, self._frames_since), self.max_multibulk_len, self.max_bulk_len)
+        start = skip_frames(joined, self._frames_since)
+        receiving = check_headers(joined, start, self.max_multibulk_len, self.max_bulk_len)
+        if receiving >= BIG_ARG:
+            self._start_big(joined[start:])
+
+    # -- frames with large arguments -------------------------------------------------------
+
+    def _start_big(self, pending: bytes) -> None:
+        """Take the frame in progress back from hiredis and finish it with ``BigFrame``."""
+        self._hiredis = hiredis.Reader()
+        self._in_hiredis = False
+        self._chunks = []
+        self._chunks_len = 0
+        self._frames_since = 0
+        self._check_at = PENDING_CHECK
+        self._big = BigFrame(self.max_multibulk_len, self.max_bulk_len)
+        self._feed_big(pending)
+
+    def _feed_big(self, data: bytes) -> None:
+        big = self._big
+        used = big.feed(data)  # type: ignore[union-attr]
+        if used < len(data):
+            self._after.append(data[used:])
+
+    def recv_target(self) -> memoryview | None:
+        """Where the next bytes from the socket may be received directly (the rest of a large
+        argument), or None: then ``feed`` them."""
+        return self._big.recv_target() if self._big is not None else None
+
+    def received(self, count: int) -> None:
+        """``count`` bytes were received into ``recv_target()``."""
+        self._big.received(count)  # type: ignore[union-attr]
+
+    def _take_big(self) -> list[bytes] | None:
+        big = self._big
+        if not big.done:  # type: ignore[union-attr]
+            return None
+        self._big = None
+        argv = big.argv(self.zero_copy)  # type: ignore[union-attr]
+        after, self._after = self._after, []
+        for data in after:
+            self.feed(data)
+        return argv
 
     def _next_strict(self) -> list[bytes] | None:
         """One multibulk frame under the pre-auth caps, parsed here (such frames are small)."""
@@ -275,24 +340,28 @@ def _read_escape(line: bytes, i: int) -> tuple[int, bytes]:
     return i + 2, _ESCAPES.get(nxt, bytes([nxt]))
 
 
-def check_headers(buf: bytes | bytearray, pos: int, max_args: int, max_bulk: int) -> None:
+def check_headers(buf: bytes | bytearray, pos: int, max_args: int, max_bulk: int) -> int:
     """Check the ``*N`` and ``$len`` headers of the (possibly incomplete) frame at ``pos``,
-    skipping payloads by their length; raises ProtocolError with Redis's text."""
+    skipping payloads by their length; raises ProtocolError with Redis's text. Returns the
+    length of the argument whose payload is still arriving, else -1."""
     end = buf.find(b"\r\n", pos)
     if end < 0:
-        return
+        return -1
     count = _header_int(buf, pos + 1, end)
     if count is None or count > max_args:
         raise ProtocolError("invalid multibulk length")
     pos = end + 2
     for _ in range(count):
         if pos >= len(buf):
-            return
+            return -1
         end = buf.find(b"\r\n", pos)
         size = _bulk_header(buf, pos, end, max_bulk)
         if size is None:
-            return
+            return -1
         pos = end + 4 + size
+        if pos > len(buf):
+            return size
+    return -1
 
 
 def _bulk_header(buf: bytes | bytearray, pos: int, end: int, max_bulk: int) -> int | None:

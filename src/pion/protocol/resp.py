@@ -13,7 +13,12 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     Replies -> several replies back to back (SUBSCRIBE confirms each channel)
     KeyedArrays -> RESP3 map, RESP2 array of [key, value] pairs (XREAD)
     HumanDouble -> RESP3 double with the given digits, RESP2 bulk (GEOPOS coordinates)
+    BulkParts -> one bulk string made of several buffers (never joined)
     ReplyError -> error
+
+``encode_vectored`` is what a connection uses: a reply carrying large payloads (a K/V batch
+fetch) comes back as a list of buffers, the payloads themselves, for ``transport.writelines``,
+instead of one joined copy.
 """
 
 from __future__ import annotations
@@ -81,6 +86,23 @@ class Replies(list):
     __slots__ = ()
 
 
+class BulkParts(list):
+    """One bulk string given as several buffers (a batch decoded in slices): encoded as one
+    ``$<total>`` header and the buffers as they are."""
+
+    __slots__ = ()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(_size(part) for part in self)
+
+
+class Vectored(list):
+    """An encoded reply as its buffers (``encode_vectored``); ``nbytes`` is their total size."""
+
+    nbytes = 0
+
+
 class _NullArray:
     __slots__ = ()
 
@@ -128,11 +150,62 @@ def encode(value: Any, proto: int) -> bytes:
     return b"".join(out)
 
 
+#: a reply with at least this many bytes is written as its buffers, not joined into one
+VECTORED_MIN = 256 * 1024
+#: pieces at least this large are never copied into a joined run of small pieces
+_BIG_PIECE = 64 * 1024
+
+
+def encode_vectored(value: Any, proto: int) -> bytes | Vectored:
+    """``encode``, except that a reply of ``VECTORED_MIN`` bytes or more comes back as a
+    ``Vectored`` list: small pieces joined, large payloads as they are (zero copy)."""
+    cls = value.__class__
+    if cls is bytes:
+        if len(value) < VECTORED_MIN:
+            return b"$%d\r\n%s\r\n" % (len(value), value)
+    elif cls is not list and cls is not memoryview and cls is not BulkParts and cls is not bytearray:
+        return encode(value, proto)
+    out: list = []
+    _encode_into(value, proto, out)
+    return gather(out)
+
+
+def gather(pieces: list) -> bytes | Vectored:
+    """Join runs of small pieces; keep large ones; one ``bytes`` if the whole is small."""
+    total = 0
+    runs = Vectored()
+    run: list = []
+    for piece in pieces:
+        size = _size(piece)
+        total += size
+        if size < _BIG_PIECE:
+            run.append(piece)
+            continue
+        if run:
+            runs.append(b"".join(run))
+            run = []
+        runs.append(piece)
+    if total < VECTORED_MIN:
+        return b"".join(pieces)
+    if run:
+        runs.append(b"".join(run))
+    runs.nbytes = total
+    return runs
+
+
+def _size(buf: Any) -> int:
+    return buf.nbytes if buf.__class__ is memoryview else len(buf)
+
+
 def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one switch
     cls = value.__class__
     if cls is bytes or cls is bytearray or cls is memoryview:
         out.append(b"$%d\r\n" % (value.nbytes if cls is memoryview else len(value)))
         out.append(value)  # join copies memoryviews once; no bytes() first
+        out.append(b"\r\n")
+    elif cls is BulkParts:
+        out.append(b"$%d\r\n" % value.nbytes)
+        out.extend(value)
         out.append(b"\r\n")
     elif cls is int:
         out.append(b":%d\r\n" % value)

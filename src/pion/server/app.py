@@ -246,7 +246,8 @@ class Server:
         if settings.tls_port:
             from pion.server.tls import listen_tls
 
-            self._servers.append(await listen_tls(self, list(settings.bind) or ["127.0.0.1"]))
+            self.engines["tls_listener"] = await listen_tls(self, list(settings.bind) or ["127.0.0.1"])
+            self._servers.append(self.engines["tls_listener"])
         if settings.unixsocket:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(settings.unixsocket)
@@ -310,6 +311,8 @@ class Server:
                 log.exception("cron failed")
 
     def cron_once(self) -> None:
+        if self.dispatcher.busy is not None:
+            return  # a script runs past busy-reply-threshold: no expiry, no save rules meanwhile
         now = int(time.time() * 1000)
         for dbs in self.all_db_lists():
             for db in dbs:

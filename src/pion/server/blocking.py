@@ -91,6 +91,8 @@ class BlockingManager:
         if request is None:
             return
         self._forget(client, request)
+        if isinstance(reply, ReplyError):
+            self.server.dispatcher.count_unblocked_error(request.argv, reply)
         if client.conn is not None:
             client.conn.resume_with(reply)
 

@@ -4,7 +4,8 @@ coalesced replies of each read in one ``write``.
 Flow control: when the transport's write buffer passes its high-water mark we stop reading
 this client (``pause_writing``), so a client that does not read its replies cannot make the
 server hold an unbounded backlog; past the hard output limit the client is disconnected.
-Replies to writes are held until the journal reports their record durable.
+Replies to writes are held until the journal reports their record durable. A large reply (a
+K/V batch fetch) stays a list of its buffers and goes out with ``writelines`` (no joined copy).
 
 Security: until its client authenticates, the reader parses with Redis's pre-auth caps
 (``RequestReader.strict``); a failed AUTH holds this connection's replies for a while
@@ -16,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ProtocolError
 from pion.protocol.reader import RequestReader
-from pion.protocol.resp import encode, encode_error
+from pion.protocol.resp import VECTORED_MIN, Push, Replies, Vectored, encode, encode_error, encode_vectored
 from pion.server.client import Client
 from pion.server.context import Ctx
 from pion.server.dispatch import BLOCKED
@@ -39,6 +41,7 @@ class Connection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.reader = RequestReader(server.settings.proto_max_bulk_len)
+        self.reader.zero_copy = zero_copy_names(server.table)
         self.client: Client | None = None
         self.out: list[bytes] = []
         self.out_size = 0
@@ -46,6 +49,9 @@ class Connection(asyncio.Protocol):
         self.stalled = False
         self.pending_seq = 0
         self.waiting_durable = False
+        #: a command of this client is finishing in the worker pool (pion.server.deferred): run
+        #: nothing more from its pipeline until it has answered
+        self.deferred = False
         self.paused_by_writes = False
         self.close_after_flush = False
         #: loop time until which replies are held and reading is paused (failed AUTH), 0 if none
@@ -122,7 +128,7 @@ class Connection(asyncio.Protocol):
         dispatcher = self.server.dispatcher
         reader = self.reader
         out = self.out
-        while client is not None and client.blocked is None and not client.closing and not self.held_until:
+        while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until:
             if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
                 reader.set_strict(not client.authenticated)
             try:
@@ -150,11 +156,13 @@ class Connection(asyncio.Protocol):
     def _append_reply(self, reply: Any) -> None:
         client = self.client
         mode = client.reply_mode  # type: ignore[union-attr]
-        if mode == "on":
-            data = encode(reply, client.proto)  # type: ignore[union-attr]
+        if mode == "on" or _is_push(reply):  # pub/sub confirmations go out even with REPLY OFF
+            data = encode_vectored(reply, client.proto)  # type: ignore[union-attr]
             self.out.append(data)
-            self.out_size += len(data)
-        elif mode == "skip":
+            self.out_size += len(data) if data.__class__ is bytes else data.nbytes
+        if mode == "on":
+            return
+        if mode == "skip":
             client.reply_mode = "on"  # type: ignore[union-attr]
         elif mode == "skip_next":  # CLIENT REPLY SKIP: no reply to it, nor to the next command
             client.reply_mode = "skip"  # type: ignore[union-attr]
@@ -173,7 +181,8 @@ class Connection(asyncio.Protocol):
         asyncio.get_running_loop().call_soon(self._resume)
 
     def _resume(self) -> None:
-        if self.client is not None and self.client.blocked is None and not self.client.closing and not self.stalled:
+        client = self.client
+        if client is not None and client.blocked is None and not self.deferred and not client.closing and not self.stalled:
             self.process()
 
     def hold(self, seconds: float) -> None:
@@ -224,10 +233,13 @@ class Connection(asyncio.Protocol):
             self.out_size = 0
             return
         if self.out:
-            data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
+            out = self.out
+            if self.out_size >= VECTORED_MIN:  # a Vectored reply is in there: write its buffers as they are
+                transport.writelines(_buffers(out))
+            else:
+                transport.write(out[0] if len(out) == 1 else b"".join(out))
             self.out.clear()
             self.out_size = 0
-            transport.write(data)
             if self._over_output_limit(transport.get_write_buffer_size()):
                 log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
                 transport.abort()
@@ -261,6 +273,35 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+def _buffers(out: list) -> list:
+    """The buffers of encoded replies, some of them ``Vectored``: small runs joined, big ones kept."""
+    buffers: list = []
+    run: list = []
+    for data in out:
+        if data.__class__ is Vectored:
+            if run:
+                buffers.append(b"".join(run))
+                run = []
+            buffers.extend(data)
+        else:
+            run.append(data)
+    if run:
+        buffers.append(b"".join(run))
+    return buffers
+
+
+_ZERO_COPY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def zero_copy_names(table: Any) -> frozenset[bytes]:
+    """Lower-case names of the commands flagged ``zero_copy`` (their large arguments may stay
+    memoryviews: ``RequestReader.zero_copy``)."""
+    names = _ZERO_COPY.get(table)
+    if names is None:
+        names = _ZERO_COPY[table] = frozenset(spec.name.encode() for spec in table if "zero_copy" in spec.flags)
+    return names
+
+
 def _addr(info: Any) -> str:
     if isinstance(info, tuple) and len(info) >= 2:
         host = info[0]
@@ -268,3 +309,10 @@ def _addr(info: Any) -> str:
     if isinstance(info, str):
         return f"{info}:0"
     return ""
+
+
+def _is_push(reply: Any) -> bool:
+    """(P|S)(UN)SUBSCRIBE confirmations: Redis sends them whatever CLIENT REPLY says."""
+    if reply.__class__ is Push:
+        return True
+    return reply.__class__ is Replies and bool(reply) and all(part.__class__ is Push for part in reply)

@@ -1,7 +1,8 @@
 """The dispatcher: one place that turns an argv into a reply.
 
 It looks the command up, checks arity, auth, MULTI queueing, the RESP2 subscribed-mode subset,
-loading, write refusal and memory, runs the handler, counts stats, parks blocking commands,
+loading, write refusal and memory, runs the handler, counts stats, parks blocking commands
+and deferred ones (``pion.server.deferred``: work in the thread pool, finished later on the loop),
 and hands the write's effects to the journal as one record per top-level command.
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import QUEUED
+from pion.server import deferred
 from pion.server.blocking import NOT_READY, BlockRequest
 from pion.server.registry import CommandSpec, CommandTable
 
@@ -39,6 +41,9 @@ class Dispatcher:
         self.pending: list[tuple[int, list[bytes]]] = []
         #: full command name -> [calls, usec, rejected_calls, failed_calls]
         self.stats: dict[str, list[int]] = {}
+        #: set while a script runs past busy-reply-threshold: refuses all but allow_busy commands
+        #: with -BUSY (pion.server.scripting.busy); None otherwise
+        self.busy: Any = None
 
     # -- lookup ------------------------------------------------------------------------
 
@@ -104,6 +109,10 @@ class Dispatcher:
             return ReplyError("ERR Command not allowed inside a transaction")
         if server.loading and "loading" not in flags:
             return ReplyError(errors.LOADING)
+        if self.busy is not None:
+            refusal = self.busy(client, spec, argv)
+            if refusal is not None:
+                return refusal
         if server.guard is not None:
             return server.guard(client, spec, argv)
         return None
@@ -143,6 +152,10 @@ class Dispatcher:
         if reply.__class__ is BlockRequest:
             reply.argv = argv
             server.blocking.block(client, reply)
+            reply = BLOCKED
+        elif reply.__class__ is deferred.Deferred:
+            reply.argv = argv
+            deferred.start(server, client, reply)
             reply = BLOCKED
         if self.depth == 0:
             self.finish_command(client)
@@ -192,6 +205,28 @@ class Dispatcher:
                 self.server.journal.note_reply(client, seq)
         return reply
 
+    def run_deferred(self, client: Client, request: deferred.Deferred, results: list) -> Any:
+        """Finish a deferred command on the loop, in its client's context: its effects are
+        logged now as its own record, then clients blocked on keys it touched are served."""
+        ctx = client.ctx
+        ctx.effects = None
+        ctx.rewritten = False
+        dirty_before = self.server.dirty
+        self.depth += 1
+        try:
+            reply = request.finish(ctx, results)
+        except ReplyError as exc:
+            reply = exc
+        finally:
+            self.depth -= 1
+        db_id = client.dbs[client.db_index].id
+        if ctx.rewritten:
+            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
+        elif self.server.dirty != dirty_before:
+            self.pending.append((db_id, request.argv))
+        self.finish_command(client)
+        return reply
+
     def replay(self, client: Client, argv: list[bytes]) -> Any:
         """Apply a logged command during recovery: no checks, no logging, no stats."""
         spec = self.lookup(argv)
@@ -226,6 +261,16 @@ class Dispatcher:
 
     def _count_rejected(self, argv: list[bytes]) -> None:
         self.server.stat_rejected += 1
+
+    def count_unblocked_error(self, argv: list[bytes] | None, error: ReplyError) -> None:
+        """A blocked command that ends in an error (its group destroyed, CLIENT UNBLOCK ERROR):
+        a failed call and an error reply in the stats, as Redis's updateStatsOnUnblock does."""
+        self.count_error(error)
+        spec = self.lookup(argv) if argv else None
+        entry = self.stats.get(spec.full_name) if isinstance(spec, CommandSpec) else None
+        if entry is not None:
+            entry[3] += 1
+            self.server.stat_failed += 1
 
     def count_error(self, error: ReplyError) -> None:
         """INFO errorstats: error replies by their prefix (the first word, as Redis)."""

@@ -226,7 +226,7 @@ def debug_reload(owner: Persistence, argv: list[bytes]) -> Any:
 
 def debug_panic(owner: Persistence) -> Any:
     """DEBUG PANIC: the crash line (time, cause, last command), then abort as Redis does."""
-    owner.crash.crash("panic: DEBUG PANIC")
+    owner.crash.crash("panic: DEBUG PANIC", command="debug|panic")
     os.abort()
 
 

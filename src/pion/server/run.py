@@ -30,6 +30,10 @@ def make_server(settings: Settings) -> Server:
     install_persistence(server)
     # users and tenants (their databases, guard, snapshot extension), TLS
     install_security(server, tenant_specs)
+    # Lua scripting: its function libraries are a snapshot extension
+    from pion.server.scripting.engine import install as install_scripting
+
+    install_scripting(server)
     # the K/V engine last: it registers a snapshot extension with the persistence engine, if any
     from pion.server.commands.kvcache import install as install_kvcache
 

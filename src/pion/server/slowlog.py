@@ -51,7 +51,7 @@ def _shown_args(argv: list[bytes]) -> list[bytes]:
         if i == MAX_ARGS - 1 and len(argv) > MAX_ARGS:
             shown.append(b"... (%d more arguments)" % (len(argv) - MAX_ARGS + 1))
             break
-        if len(arg) > MAX_ARG_LEN:
-            arg = arg[:MAX_ARG_LEN] + b"... (%d more bytes)" % (len(arg) - MAX_ARG_LEN)
+        if len(arg) > MAX_ARG_LEN:  # bytes() too: a large argument may be a memoryview (zero_copy)
+            arg = bytes(arg[:MAX_ARG_LEN]) + b"... (%d more bytes)" % (len(arg) - MAX_ARG_LEN)
         shown.append(arg)
     return shown

@@ -154,9 +154,11 @@ class CrashLog:
                 with contextlib.suppress(OSError, ValueError):
                     signal.signal(number, self._on_signal)
 
-    def crash(self, cause: str) -> None:
-        self.line(f"PION CRASH: {cause} pid={os.getpid()} uptime_s={int(time.time() - self.server.start_time)} "
-                  f"last_command={last_command(self.server)} rss_bytes={rss_bytes()}")
+    def crash(self, cause: str, command: str | None = None) -> None:
+        """The crash line; ``command`` is the one running, if the caller knows it."""
+        running = f" command={command}" if command else ""
+        self.line(f"PION CRASH: {cause} pid={os.getpid()} uptime_s={int(time.time() - self.server.start_time)}"
+                  f"{running} last_command={last_command(self.server)} rss_bytes={rss_bytes()}")
 
     def _excepthook(self, exc_type: type, exc: BaseException, tb: Any) -> None:
         if not issubclass(exc_type, KeyboardInterrupt):

@@ -95,6 +95,7 @@ async def listen_tls(server: Server, hosts: list[str]) -> asyncio.AbstractServer
     if context is None:
         context = server.engines["tls"] = make_context(server.settings)
     loop = asyncio.get_running_loop()
+    hosts = [{"*": "0.0.0.0", "::*": "::"}.get(host.lstrip("-"), host.lstrip("-")) for host in hosts]
     return await loop.create_server(lambda: Connection(server), hosts, server.settings.tls_port, ssl=context,
                                     reuse_address=True, backlog=511, ssl_handshake_timeout=10.0)
 

@@ -93,7 +93,7 @@ class ArenaStore:
         os.makedirs(directory, exist_ok=True)
         for arena_id in self._existing_ids():
             path = self._path(arena_id)
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDWR)  # read-write: compaction punches holes
             size = os.fstat(fd).st_size
             self._arenas[arena_id] = _Arena(arena_id, path, fd, size, size)
 

@@ -183,9 +183,9 @@ def round_long_double(value: Fraction) -> Fraction | str:
 
 
 def parse_long_double(raw: bytes) -> Fraction | str | None:
-    """Redis's string2ld: strtold over the whole string; None if invalid, 'inf'/'-inf' allowed."""
-    raw = raw.split(b"\x00", 1)[0] if b"\x00" in raw else raw
-    if not raw or len(raw) >= 5120 or raw[:1].isspace():
+    """Redis's string2ld: strtold over the whole string; None if invalid, 'inf'/'-inf' allowed.
+    A NUL inside refuses the whole value (strtold would stop there, short of the length)."""
+    if not raw or len(raw) >= 5120 or raw[:1].isspace() or b"\x00" in raw:
         return None
     special = _SPECIAL.fullmatch(raw)
     if special:

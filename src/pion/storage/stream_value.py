@@ -102,9 +102,14 @@ def now_ms() -> int:
 
 
 class Stream:
-    """A stream value. ``entries`` maps ID -> flat [field, value, ...] list."""
+    """A stream value. ``entries`` maps ID -> flat [field, value, ...] list.
 
-    __slots__ = ("entries", "last_id", "max_deleted_id", "entries_added", "groups")
+    ``nodes`` models Redis's listpack nodes (first ID -> [inserted, live, last inserted ID]),
+    because ``MAXLEN ~``/``MINID ~`` trimming is observable at node granularity: a node takes
+    stream-node-max-entries appends, deletions inside it only lower its live count, and it goes
+    away when its last live entry does. (stream-node-max-bytes is not modelled.)"""
+
+    __slots__ = ("entries", "last_id", "max_deleted_id", "entries_added", "groups", "nodes")
 
     def __init__(self) -> None:
         self.entries: SortedDict = SortedDict()
@@ -112,6 +117,7 @@ class Stream:
         self.max_deleted_id: StreamID = MIN_ID
         self.entries_added = 0
         self.groups: dict[bytes, ConsumerGroup] = {}
+        self.nodes: SortedDict = SortedDict()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -120,14 +126,34 @@ class Stream:
     def first_id(self) -> StreamID:
         return self.entries.peekitem(0)[0] if self.entries else MIN_ID
 
-    def add(self, sid: StreamID, fields: list[bytes]) -> None:
+    def add(self, sid: StreamID, fields: list[bytes], node_max: int = 100) -> None:
         self.entries[sid] = fields
         self.last_id = sid
         self.entries_added += 1
+        self._append_to_node(sid, node_max)
+
+    def _append_to_node(self, sid: StreamID, node_max: int) -> None:
+        if self.nodes:
+            node = self.nodes.peekitem(-1)[1]
+            if node_max <= 0 or node[0] < node_max:
+                node[0] += 1
+                node[1] += 1
+                node[2] = sid
+                return
+        self.nodes[sid] = [1, 1, sid]
+
+    def _node_lost(self, sid: StreamID) -> None:
+        index = self.nodes.bisect_right(sid) - 1
+        if index >= 0:
+            start, node = self.nodes.peekitem(index)
+            node[1] -= 1
+            if node[1] <= 0:
+                del self.nodes[start]
 
     def delete(self, sid: StreamID) -> bool:
         if self.entries.pop(sid, None) is None:
             return False
+        self._node_lost(sid)
         if sid > self.max_deleted_id:
             self.max_deleted_id = sid
         return True
@@ -142,40 +168,86 @@ class Stream:
                 break
         return out
 
-    def trim_maxlen(self, maxlen: int, limit: int | None = None) -> int:
-        removed = 0
-        while len(self.entries) > maxlen and (limit is None or removed < limit):
-            sid, _ = self.entries.popitem(0)
-            self.max_deleted_id = max(self.max_deleted_id, sid)
-            removed += 1
-        return removed
+    def trim(self, threshold: int | StreamID, by_minid: bool, approx: bool, limit: int = 0) -> int:
+        """Redis's streamTrim: drop whole head nodes while the stream stays at or above MAXLEN
+        (or the node's last ID is below MINID) and LIMIT (0: none) allows; then, unless ``approx``,
+        single entries of the next node. Returns how many entries went."""
+        deleted = 0
+        while self.nodes:
+            if not by_minid and len(self.entries) <= threshold:  # type: ignore[operator]
+                break
+            start, (_, live, last) = self.nodes.peekitem(0)
+            if limit and deleted + live > limit:
+                break
+            whole = last < threshold if by_minid else len(self.entries) - live >= threshold  # type: ignore[operator]
+            if whole:
+                for sid in list(self.entries.irange(start, last)):
+                    del self.entries[sid]
+                self.max_deleted_id = max(self.max_deleted_id, last)
+                del self.nodes[start]
+                deleted += live
+                continue
+            if approx:
+                break
+            while self.entries and (not limit or deleted < limit) and (
+                    self.entries.peekitem(0)[0] < threshold if by_minid
+                    else len(self.entries) > threshold):  # type: ignore[operator]
+                sid, _ = self.entries.popitem(0)
+                self._node_lost(sid)
+                self.max_deleted_id = max(self.max_deleted_id, sid)
+                deleted += 1
+            break
+        return deleted
 
-    def trim_minid(self, minid: StreamID, limit: int | None = None) -> int:
-        removed = 0
-        while self.entries and self.entries.peekitem(0)[0] < minid and (limit is None or removed < limit):
-            sid, _ = self.entries.popitem(0)
-            self.max_deleted_id = max(self.max_deleted_id, sid)
-            removed += 1
-        return removed
+    def rebuild_nodes(self, node_max: int = 100) -> None:
+        """Pack the live entries into fresh nodes (after a load, where node history is not kept)."""
+        self.nodes = SortedDict()
+        for sid in self.entries:
+            self._append_to_node(sid, node_max)
 
-    def entries_read_estimate(self, group: ConsumerGroup) -> int | None:
-        """Redis's lag bookkeeping (streamEstimateDistanceFromFirstEverEntry), simplified."""
-        if group.entries_read is not None and not self._has_tombstone_after(group.last_id):
-            return group.entries_read
-        if group.last_id >= self.last_id and self.entries_added:
+    def estimate_distance(self, sid: StreamID) -> int | None:
+        """The logical read counter of ``sid`` (Redis's streamEstimateDistanceFromFirstEverEntry);
+        None when tombstones make it unknowable."""
+        if not self.entries_added:
+            return 0
+        if sid == self.last_id or (not self.entries and sid < self.last_id):
             return self.entries_added
-        if group.last_id < self.first_id and self.max_deleted_id < self.first_id:
-            return self.entries_added - len(self.entries)
+        if sid > self.last_id:
+            return None
+        first = self.first_id
+        if self.max_deleted_id == MIN_ID or self.max_deleted_id < first:
+            if sid < first:
+                return self.entries_added - len(self.entries)
+            if sid == first:
+                return self.entries_added - len(self.entries) + 1
         return None
 
     def _has_tombstone_after(self, sid: StreamID) -> bool:
         return self.max_deleted_id != MIN_ID and self.max_deleted_id >= sid and bool(self.entries)
 
+    def note_delivered(self, group: ConsumerGroup, sid: StreamID) -> None:
+        """Advance ``group`` past ``sid`` keeping its read counter as Redis does: count on while no
+        tombstone lies ahead, else re-estimate (which may make it unknown)."""
+        if sid <= group.last_id:
+            return
+        if group.entries_read is not None and not self._has_tombstone_after(sid):
+            group.entries_read += 1
+        elif self.entries_added:
+            group.entries_read = self.estimate_distance(sid)
+        group.last_id = sid
+
     def lag(self, group: ConsumerGroup) -> int | None:
-        if not self.entries_added:
+        """Entries not yet delivered to ``group`` (Redis's streamReplyWithCGLag); None when unknown.
+        Not clamped: a counter set past entries_added gives a negative lag, as in Redis."""
+        if not self.entries_added or not self.entries:
             return 0
-        read = self.entries_read_estimate(group)
-        return None if read is None else max(self.entries_added - read, 0)
+        first = self.first_id
+        if group.last_id < first and self.max_deleted_id < first:
+            return len(self.entries)
+        if group.entries_read is not None and not self._has_tombstone_after(group.last_id):
+            return self.entries_added - group.entries_read
+        read = self.estimate_distance(group.last_id)
+        return None if read is None else self.entries_added - read
 
 
 register_type(Stream, "stream")
@@ -198,6 +270,7 @@ def _load(body: bytes) -> Stream:
     for sid, fields in entries:
         stream.entries[tuple(sid)] = fields
     stream.last_id, stream.max_deleted_id, stream.entries_added = tuple(last_id), tuple(max_deleted), added
+    stream.rebuild_nodes()
     for name, group_last, entries_read, pel, consumers in groups:
         group = ConsumerGroup(name, tuple(group_last), entries_read)
         for cname, seen, active in consumers:

@@ -46,6 +46,7 @@ FAMILIES = (
     "kv_prefix",
     "kv_substrates",
     "scripting",
+    "functions_cmds",
     "acl",
 )
 

@@ -165,12 +165,18 @@ def v_storebatch(ctx, argv):
 
 
 def render(layer: Layer, data, rows: int, fmt: bytes):
-    """Encoded rows in the fetch format asked for."""
+    """Encoded rows in the fetch format asked for: the stored bytes (or a view of them) as they
+    are, or the decoded array's own buffer (the encoder writes views without copying them)."""
     stored = layer.spec.fmt
     if fmt == b"RAW" or (fmt, stored) in ((b"NATIVE", "fp16"), (b"F16", "fp16"), (b"F32", "fp32"), (b"NATIVE", "fp32")):
-        return data if data.__class__ is bytes else bytes(data)
+        return data
     values = layer.codec.decode(data, (rows, layer.spec.dim))
-    return values.astype("<f2" if fmt == b"F16" else "<f4").tobytes()
+    return as_bulk(values.astype("<f2") if fmt == b"F16" else values)
+
+
+def as_bulk(values: np.ndarray) -> memoryview:
+    """An array's bytes as a flat byte view (no copy when it is contiguous)."""
+    return memoryview(np.ascontiguousarray(values)).cast("B")
 
 
 def fetch_fmt(words: list[bytes]) -> tuple[list[bytes], bytes]:
@@ -233,7 +239,7 @@ def fetch_ids(ctx, sp, layer: Layer | None, ids: list[bytes], fmt: bytes):
     positions = [strict_int(i, 0, MAX_TOKENS, "ERR invalid token id") for i in ids]
     if layer is None or layer.rows == 0:
         return None
-    data = b"".join(bytes(layer.read(p, p + 1)) for p in positions)
+    data = b"".join([layer.read(p, p + 1) for p in positions])
     payload = render(layer, data, len(positions), fmt)
     account(ctx, sp, [payload], len(positions))
     return payload

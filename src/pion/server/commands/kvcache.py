@@ -104,18 +104,19 @@ ARENA_MIN = 4096
 def arena_view(ctx: Ctx, blob) -> memoryview | None:
     """The durable arena view of a blob a write stores, or None.
 
-    A large live blob is put in an arena now; logging that very object lets the journal
-    reference it instead of writing it twice, and a snapshot references the view. A replayed
-    blob already is a mapped view. Without the log (appendonly no) nothing is put: there is no
-    record to reference it, and the snapshot copies it.
+    A large live blob (``bytes``, or the memoryview a large argument arrives as) is put in an
+    arena now; logging that very object lets the journal reference it instead of writing it
+    twice, and a snapshot references the view. A replayed blob already is a mapped view.
+    Without the log (appendonly no) nothing is put: there is no record to reference it, and the
+    snapshot copies it.
     """
-    if blob.__class__ is memoryview:
-        return blob
-    if replaying(ctx) or len(blob) < ARENA_MIN or not ctx.server.settings.appendonly:
-        return None
+    if replaying(ctx):
+        return blob if blob.__class__ is memoryview else None
     arenas = ctx.server.engines.get("arenas")
-    if arenas is None:
+    if arenas is None or len(blob) < ARENA_MIN or not ctx.server.settings.appendonly:
         return None
+    if blob.__class__ is memoryview and arenas.ref_of(blob) is not None:
+        return blob
     try:
         ref = arenas.put(blob)
     except OSError as exc:

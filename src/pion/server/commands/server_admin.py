@@ -1,4 +1,5 @@
-"""Server administration: TIME LASTSAVE SHUTDOWN SLOWLOG LATENCY MONITOR LOLWUT.
+"""Server administration: TIME LASTSAVE SHUTDOWN SLOWLOG LATENCY MONITOR LOLWUT ROLE REPLICAOF
+MODULE.
 
 MEMORY and DEBUG live in ``server_debug``. LATENCY answers as Redis does with latency monitoring
 off (Pion does not sample event latencies): LATEST and HISTORY are empty.
@@ -15,6 +16,7 @@ from pion.protocol.resp import OK, Status, Verbatim
 from pion.server.args import parse_int
 from pion.server.commands.client_cmds import syntax_error_for
 from pion.server.context import Ctx
+from pion.server.info import REDIS_VERSION
 from pion.server.registry import command
 
 _ADMIN = "admin noscript loading stale"
@@ -234,4 +236,86 @@ def lolwut(ctx: Ctx, argv: list[bytes]):
     """
     if len(argv) >= 3 and argv[1].upper() == b"VERSION":
         parse_int(argv[2])
-    return Verbatim(PAWN.lstrip("\n") + f"\nPion ver. {__version__}\n")
+    return Verbatim(PAWN.lstrip("\n") + f"\nPion ver. {__version__} - Redis ver. {REDIS_VERSION}\n")
+
+
+# -- ROLE, REPLICAOF: Pion is always a master without replicas ----------------------------------------
+
+
+@command("ROLE", 1, "noscript loading stale fast", categories="@admin @fast @dangerous", group="server", since="2.8.12")
+def role(ctx: Ctx, argv: list[bytes]):
+    """ROLE
+
+    A master at replication offset 0 with no replicas: Pion has no replication.
+    """
+    return [b"master", 0, []]
+
+
+@command("REPLICAOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="5.0.0")
+def replicaof(ctx: Ctx, argv: list[bytes]):
+    """REPLICAOF host port | NO ONE
+
+    NO ONE is a no-op (Pion is already a master); following a master is refused with the reason.
+    """
+    if argv[1].upper() == b"NO" and argv[2].upper() == b"ONE":
+        return OK
+    raise ReplyError(f"ERR {argv[0].decode(errors='replace').upper()} is not supported by Pion: it has no replication")
+
+
+@command("SLAVEOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="1.0.0")
+def slaveof(ctx: Ctx, argv: list[bytes]):
+    """SLAVEOF host port | NO ONE
+
+    The old name of REPLICAOF.
+    """
+    return replicaof(ctx, argv)
+
+
+# -- MODULE: Pion loads no Redis modules ------------------------------------------------------------------
+
+MODULE_HELP = [
+    "MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "LIST", "    Return a list of loaded modules.",
+    "LOAD <path> [<arg> ...]", "    Load a module library from <path>, passing to it any optional arguments.",
+    "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+    "    Load a module library from <path>, while passing it module configurations and optional arguments.",
+    "UNLOAD <name>", "    Unload a module.",
+]
+
+
+@command("MODULE|LIST", 2, "admin noscript", categories=_ADMIN_CATS, group="server", since="4.0.0")
+def module_list(ctx: Ctx, argv: list[bytes]):
+    """MODULE LIST
+
+    Always empty: Pion's engines are built in, not Redis modules.
+    """
+    return []
+
+
+def _no_modules(ctx: Ctx, argv: list[bytes]):
+    raise ReplyError(f"ERR MODULE {argv[1].decode(errors='replace').upper()} is not supported by Pion: "
+                     "it cannot load Redis modules")
+
+
+@command("MODULE|LOAD", -3, "admin noscript no_async_loading", categories=_ADMIN_CATS, group="server", since="4.0.0")
+def module_load(ctx: Ctx, argv: list[bytes]):
+    """MODULE LOAD path [arg [arg ...]]"""
+    return _no_modules(ctx, argv)
+
+
+@command("MODULE|LOADEX", -3, "admin noscript no_async_loading", categories=_ADMIN_CATS, group="server", since="7.0.0")
+def module_loadex(ctx: Ctx, argv: list[bytes]):
+    """MODULE LOADEX path [CONFIG name value [CONFIG name value ...]] [ARGS args [args ...]]"""
+    return _no_modules(ctx, argv)
+
+
+@command("MODULE|UNLOAD", 3, "admin noscript no_async_loading", categories=_ADMIN_CATS, group="server", since="4.0.0")
+def module_unload(ctx: Ctx, argv: list[bytes]):
+    """MODULE UNLOAD name"""
+    return _no_modules(ctx, argv)
+
+
+@command("MODULE|HELP", 2, "loading stale", categories="@slow", group="server", since="5.0.0")
+def module_help(ctx: Ctx, argv: list[bytes]):
+    """MODULE HELP"""
+    return help_lines(MODULE_HELP)

@@ -148,6 +148,9 @@ DEBUG_REFUSED = (
 )
 DEBUG_HELP = [
     "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ERROR <string>",
+    "    Return a Redis protocol error with <string> as message. Useful for clients",
+    "    unit tests to simulate Redis errors.",
     "OBJECT <key>",
     "    Show low level info about `key` and associated value.",
     "SET-ACTIVE-EXPIRE <0|1>",
@@ -222,6 +225,12 @@ def _serialized_length(value) -> int:
         return len(value) if isinstance(value, bytes) else 0
 
 
+def _debug_error(ctx: Ctx, argv: list[bytes]):
+    """The argument verbatim as an error reply (newlines blanked): client test suites use it to
+    fake LOADING, READONLY, OOM ... answers."""
+    return ReplyError(argv[2].decode("utf-8", "replace").replace("\r", " ").replace("\n", " "))
+
+
 def _debug_set_active_expire(ctx: Ctx, argv: list[bytes]):
     ctx.server.active_expire_enabled = parse_int(argv[2]) != 0
     return OK
@@ -232,5 +241,6 @@ _DEBUG = {
     ("help", 2): _debug_help,
     ("sleep", 3): _debug_sleep,
     ("object", 3): _debug_object,
+    ("error", 3): _debug_error,
     ("set-active-expire", 3): _debug_set_active_expire,
 }

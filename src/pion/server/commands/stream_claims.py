@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import islice
+
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import Status
@@ -99,41 +101,32 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
 def xautoclaim(ctx: Ctx, argv: list[bytes]):
     """XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]"""
     key, consumer = argv[1], argv[3]
-    stream, group = _group(ctx, key, argv[2])
     min_idle = max(parse_int(argv[4], "ERR Invalid min-idle-time argument for XAUTOCLAIM"), 0)
     start = _start_id(argv[5])
-    count, justid, i = 100, False, 6
-    while i < len(argv):
-        option = argv[i].upper()
-        if option == b"COUNT" and i + 1 < len(argv):
-            count = parse_int(argv[i + 1])
-            if count < 1 or count > 2**62 // 10:
-                raise ReplyError("ERR COUNT must be > 0")
-            i += 2
-        elif option == b"JUSTID":
-            justid, i = True, i + 1
-        else:
-            raise ReplyError(errors.SYNTAX)
+    count, justid = _autoclaim_options(argv)
+    stream, group = _group(ctx, key, argv[2])
     now = now_ms()
     claimed, deleted, effects = [], [], []
     cursor: StreamID = MIN_ID
     attempts = count * 10
-    scanned = list(group.pel.irange(start, MAX_ID))
+    scanned = list(islice(group.pel.irange(start, MAX_ID), attempts + 1))
     index = 0
-    while index < len(scanned) and len(claimed) < count and attempts > 0:
+    while index < len(scanned) and count > 0 and attempts > 0:
         sid = scanned[index]
         index += 1
         attempts -= 1
-        if sid not in stream.entries:
+        if sid not in stream.entries:  # a deleted entry leaves the PEL and counts against COUNT
             _forget(group, sid)
             deleted.append(sid)
             effects.append([b"XACK", key, group.name, format_id(sid)])
+            count -= 1
             continue
         entry = group.pel[sid]
         if min_idle and now - entry.delivery_time < min_idle:
             continue
         _deliver(group, consumer, sid, now, entry.delivery_count + (0 if justid else 1))
         claimed.append(sid)
+        count -= 1
         effects.append(_claim_effect(key, group, consumer, sid))
     if index < len(scanned):
         cursor = scanned[index]
@@ -143,6 +136,23 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         ctx.rewrite(*effects)
     body = [format_id(sid) for sid in claimed] if justid else entry_reply([(sid, stream.entries[sid]) for sid in claimed])
     return [format_id(cursor), body, [format_id(sid) for sid in deleted]]
+
+
+def _autoclaim_options(argv: list[bytes]) -> tuple[int, bool]:
+    """[COUNT count] [JUSTID], checked before the key is looked up, as Redis does."""
+    count, justid, i = 100, False, 6
+    while i < len(argv):
+        option = argv[i].upper()
+        if option == b"COUNT" and i + 1 < len(argv):
+            count = parse_int(argv[i + 1], "ERR COUNT must be > 0")
+            if count < 1 or count > (2**63 - 1) // 16:
+                raise ReplyError("ERR COUNT must be > 0")
+            i += 2
+        elif option == b"JUSTID":
+            justid, i = True, i + 1
+        else:
+            raise ReplyError(errors.SYNTAX)
+    return count, justid
 
 
 def _start_id(raw: bytes) -> StreamID:
@@ -164,7 +174,7 @@ def _group_info(stream: Stream, group: ConsumerGroup) -> dict:
         b"consumers": len(group.consumers),
         b"pending": len(group.pel),
         b"last-delivered-id": format_id(group.last_id),
-        b"entries-read": stream.entries_read_estimate(group),
+        b"entries-read": group.entries_read,
         b"lag": stream.lag(group),
     }
 
@@ -217,7 +227,7 @@ def _full_group(stream: Stream, group: ConsumerGroup, limit: int | None) -> dict
         })
     return {
         b"name": group.name, b"last-delivered-id": format_id(group.last_id),
-        b"entries-read": stream.entries_read_estimate(group), b"lag": stream.lag(group), b"pel-count": len(group.pel),
+        b"entries-read": group.entries_read, b"lag": stream.lag(group), b"pel-count": len(group.pel),
         b"pending": [[format_id(sid), e.consumer, e.delivery_time, e.delivery_count] for sid, e in pel],
         b"consumers": consumers,
     }

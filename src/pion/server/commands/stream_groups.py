@@ -12,7 +12,7 @@ from pion.protocol.errors import ReplyError
 from pion.protocol.resp import NULL_ARRAY, OK, KeyedArrays, Status
 from pion.server.args import parse_int
 from pion.server.blocking import NOT_READY, BlockRequest
-from pion.server.commands.streams import entry_reply, get_stream, parse_read_options, streams_keys
+from pion.server.commands.streams import entry_reply, get_stream, parse_read_options, stream_if_any, streams_keys
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.stream_value import (
@@ -67,8 +67,10 @@ def _changed(ctx: Ctx, key: bytes) -> None:
 # -- XGROUP ---------------------------------------------------------------------------------
 
 
-def _group_id(raw: bytes, stream: Stream) -> StreamID:
-    return stream.last_id if raw == b"$" else parse_id(raw, strict=True)
+def _group_id(raw: bytes, stream: Stream, strict: bool = True) -> StreamID:
+    """'$' or an ID; CREATE refuses '-' and '+' while SETID takes them (Redis 7.0 parses the two
+    with different strictness)."""
+    return stream.last_id if raw == b"$" else parse_id(raw, strict=strict)
 
 
 def _entries_read(argv: list[bytes], i: int) -> int | None:
@@ -115,7 +117,7 @@ def xgroup_setid(ctx: Ctx, argv: list[bytes]):
     """XGROUP SETID key group id | $ [ENTRIESREAD entries-read]"""
     entries_read = _entries_read(argv, 5)
     stream, group = existing_group(ctx, argv[2], argv[3])
-    group.last_id = _group_id(argv[4], stream)
+    group.last_id = _group_id(argv[4], stream, strict=False)
     group.entries_read = entries_read
     _changed(ctx, argv[2])
     ctx.rewrite([b"XGROUP", b"SETID", argv[2], argv[3], format_id(group.last_id)] +
@@ -195,7 +197,7 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
 
     def retry(retry_ctx: Ctx):
         for key in keys:
-            stream = get_stream(retry_ctx, key)
+            stream = stream_if_any(retry_ctx, key)
             if stream is None or name not in stream.groups:
                 return ReplyError("NOGROUP the consumer group this client was blocked on no longer exists")
         found = _group_read(retry_ctx, name, consumer, keys, ids, count, noack)
@@ -224,10 +226,8 @@ def _group_read(ctx: Ctx, name: bytes, consumer_name: bytes, keys: list[bytes], 
         if not entries:
             continue
         consumer.active_time = now
-        group.last_id = entries[-1][0]
-        if group.entries_read is not None:
-            group.entries_read += len(entries)
         for entry_id, _ in entries:
+            stream.note_delivered(group, entry_id)
             if not noack:
                 _deliver(group, consumer_name, entry_id, now, 1)
                 effects.append([b"XCLAIM", key, name, consumer_name, b"0", format_id(entry_id), b"TIME", b"%d" % now,

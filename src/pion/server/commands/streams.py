@@ -34,6 +34,13 @@ def get_stream(ctx: Ctx, key: bytes) -> Stream | None:
     return ctx.db.get_typed(key, Stream)
 
 
+def stream_if_any(ctx: Ctx, key: bytes) -> Stream | None:
+    """The stream at ``key``, or None when absent or of another type: a blocked reader waits on
+    through a key that is (for now) a list, as Redis's XREAD BLOCK does."""
+    value = ctx.db.get(key)
+    return value if value.__class__ is Stream else None
+
+
 def entry_reply(entries: list) -> list:
     return [[format_id(sid), list(fields)] for sid, fields in entries]
 
@@ -50,12 +57,23 @@ class TrimSpec:
         self.approx = False
         self.limit: int | None = None
 
-    def apply(self, stream: Stream) -> int:
-        if self.strategy == b"MAXLEN":
-            return stream.trim_maxlen(self.threshold, self.limit)  # type: ignore[arg-type]
-        if self.strategy == b"MINID":
-            return stream.trim_minid(self.threshold, self.limit)  # type: ignore[arg-type]
-        return 0
+    def apply(self, stream: Stream, node_entries: int = 0) -> int:
+        """Trim as Redis does: ``~`` removes whole nodes only, at most LIMIT entries (default
+        100 nodes' worth); with stream-node-max-entries 0 there are no nodes and ``~`` is exact."""
+        approx = self.approx and node_entries > 0
+        if self.limit is not None:
+            limit = self.limit
+        else:
+            limit = 100 * node_entries if approx else 0
+        if self.strategy not in (b"MAXLEN", b"MINID"):
+            return 0
+        return stream.trim(self.threshold, self.strategy == b"MINID", approx, limit)
+
+
+def node_entries(ctx: Ctx) -> int:
+    """stream-node-max-entries (0: no node granularity, ``~`` then trims exactly)."""
+    raw = dict(ctx.server.settings.extra).get("stream-node-max-entries", "100")
+    return int(raw) if raw.isdigit() else 100
 
 
 def parse_trim(argv: list[bytes], i: int, spec: TrimSpec) -> int:
@@ -114,8 +132,9 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     if new_id is None:
         new_id = _auto_id(stream)
     _check_id_order(new_id, stream, "XADD")
-    stream.add(new_id, list(fields))
-    trimmed = trim.apply(stream)
+    nodes = node_entries(ctx)
+    stream.add(new_id, list(fields), nodes)
+    trimmed = trim.apply(stream, nodes)
     ctx.db.signal(key)
     ctx.dirty()
     ctx.rewrite([b"XADD", key, format_id(new_id), *fields])
@@ -176,7 +195,7 @@ def xtrim(ctx: Ctx, argv: list[bytes]):
     stream = get_stream(ctx, argv[1])
     if stream is None:
         return 0
-    removed = trim.apply(stream)
+    removed = trim.apply(stream, node_entries(ctx))
     if removed:
         ctx.db.signal(argv[1])
         ctx.dirty()
@@ -190,12 +209,16 @@ def xtrim(ctx: Ctx, argv: list[bytes]):
 
 
 def _range_bound(raw: bytes, is_start: bool) -> StreamID | None:
-    """A range bound: '-', '+', 'ms', 'ms-seq', or exclusive '(id'. None: empty range."""
+    """A range bound: '-', '+', 'ms', 'ms-seq', or exclusive '(id'; an exclusive bound past the
+    first or last possible ID is an error, as in Redis."""
     if raw.startswith(b"("):
         if raw in (b"(-", b"(+"):
             raise ReplyError(INVALID_ID)
         sid = parse_id(raw[1:], 0 if is_start else U64, strict=True)
-        return next_id(sid) if is_start else prev_id(sid)
+        moved = next_id(sid) if is_start else prev_id(sid)
+        if moved is None:
+            raise ReplyError(f"ERR invalid {'start' if is_start else 'end'} ID for the interval")
+        return moved
     return parse_id(raw, 0 if is_start else U64)
 
 
@@ -354,7 +377,7 @@ def xread(ctx: Ctx, argv: list[bytes]):
         return NULL_ARRAY
 
     def retry(retry_ctx: Ctx):
-        found = _read_new(retry_ctx, keys, after, count)
+        found = _read_new(retry_ctx, keys, after, count, stream_if_any)
         return NOT_READY if found is None else found
 
     return BlockRequest(keys=list(keys), timeout=block, retry=retry, on_timeout=NULL_ARRAY)
@@ -367,10 +390,11 @@ def _last_entry_before(ctx: Ctx, key: bytes) -> StreamID:
     return prev_id(stream.entries.peekitem(-1)[0]) or MIN_ID
 
 
-def _read_new(ctx: Ctx, keys: list[bytes], after: list[StreamID], count: int | None) -> KeyedArrays | None:
+def _read_new(ctx: Ctx, keys: list[bytes], after: list[StreamID], count: int | None,
+              lookup=get_stream) -> KeyedArrays | None:
     result = KeyedArrays()
     for key, last in zip(keys, after, strict=True):
-        stream = get_stream(ctx, key)
+        stream = lookup(ctx, key)
         if stream is None:
             continue
         start = next_id(last)

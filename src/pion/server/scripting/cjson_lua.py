@@ -2,12 +2,12 @@
 
 Pure Lua (string.format/gsub/find do the heavy lifting in C) so encoding a table never crosses into
 Python, keys come out in Lua's own ``next`` order (as Redis's), and ``cjson.null`` is a userdata
-sentinel like Redis's lightuserdata NULL. Errors are raised at the caller's level, so they read
-``user_script:1: Cannot serialise ...`` as in Redis.
+sentinel like Redis's lightuserdata NULL. Errors are raised (by the Python entry points ``wrap``
+makes) at the caller's position, so they read ``user_script:1: Cannot serialise ...`` as in Redis.
 """
 
 CJSON = r"""
-local null = ...
+local null, wrap = ...
 local type, tostring, tonumber, error, pcall, next, rawget, select = type, tostring, tonumber, error, pcall, next, rawget, select
 local format, char, sub, find, gsub, lower, concat = string.format, string.char, string.sub, string.find, string.gsub, string.lower, table.concat
 local floor, huge = math.floor, math.huge
@@ -90,13 +90,15 @@ encode_value = function(v, depth, out)
   else enc_error(v, 'type not supported') end
 end
 
+-- encode and decode return (true, result) or (false, message); ``wrap`` (a Python callable
+-- factory) turns them into entry points that raise the message at the caller's position
 local function encode(...)
-  if select('#', ...) ~= 1 then error("bad argument #1 to 'encode' (expected 1 argument)", 2) end
+  if select('#', ...) ~= 1 then return false, "bad argument #1 to 'encode' (expected 1 argument)" end
   local v = ...
   local out = {}
   local ok, err = pcall(encode_value, v, 0, out)
-  if not ok then error(err, 2) end
-  return concat(out)
+  if not ok then return false, err end
+  return true, concat(out)
 end
 
 -- decoding ------------------------------------------------------------------------------------
@@ -132,19 +134,19 @@ local function next_token(s, pos)
   if c == '"' then
     local parts, i = {}, pos + 1
     while true do
-      local a, b = find(s, '["\\]', i)
-      if a == nil then return 'error', 'unexpected end of string', pos, pos end
+      local a = find(s, '["\\]', i)
+      if a == nil then return 'error', 'unexpected end of string', #s + 1, #s + 1 end
       parts[#parts + 1] = sub(s, i, a - 1)
       if sub(s, a, a) == '"' then return 'value', concat(parts), pos, a + 1 end
       local esc = sub(s, a + 1, a + 1)
       if esc == 'u' then
         local hex = sub(s, a + 2, a + 5)
         local cp = #hex == 4 and not find(hex, '[^%x]') and tonumber(hex, 16)
-        if not cp then return 'error', 'invalid unicode escape code', pos, pos end
+        if not cp then return 'error', 'invalid unicode escape code', a, a end
         i = a + 6
         if cp >= 0xD800 and cp <= 0xDBFF then
           local lo = sub(s, i, i + 1) == '\\u' and tonumber(sub(s, i + 2, i + 5), 16)
-          if not lo or lo < 0xDC00 or lo > 0xDFFF then return 'error', 'invalid unicode escape code', pos, pos end
+          if not lo or lo < 0xDC00 or lo > 0xDFFF then return 'error', 'invalid unicode escape code', a, a end
           cp = 0x10000 + (cp - 0xD800) * 1024 + (lo - 0xDC00)
           i = i + 6
         end
@@ -153,9 +155,9 @@ local function next_token(s, pos)
         parts[#parts + 1] = ESC[esc]
         i = a + 2
       elseif esc == '' then
-        return 'error', 'unexpected end of string', pos, pos
+        return 'error', 'unexpected end of string', a + 1, a + 1
       else
-        return 'error', 'invalid escape code', pos, pos
+        return 'error', 'invalid escape code', a, a
       end
     end
   end
@@ -233,13 +235,11 @@ local function decode_all(s)
   return v
 end
 local function decode(...)
-  if select('#', ...) ~= 1 then error("bad argument #1 to 'decode' (expected 1 argument)", 2) end
+  if select('#', ...) ~= 1 then return false, "bad argument #1 to 'decode' (expected 1 argument)" end
   local s = ...
   if type(s) == 'number' then s = tostring(s) end
-  if type(s) ~= 'string' then error("bad argument #1 to 'decode' (string expected, got " .. type(s) .. ")", 2) end
-  local ok, v = pcall(decode_all, s)
-  if not ok then error(v, 2) end
-  return v
+  if type(s) ~= 'string' then return false, "bad argument #1 to 'decode' (string expected, got " .. type(s) .. ")" end
+  return pcall(decode_all, s)
 end
 
 -- configuration, as lua-cjson's setters: each returns the current setting
@@ -263,7 +263,7 @@ local max_depth = setting('encode_max_depth', 1, 2147483647)
 local dec_depth = setting('decode_max_depth', 1, 2147483647)
 local precision = setting('precision', 1, 14)
 return {
-  encode = encode, decode = decode, null = null, _NAME = 'cjson', _VERSION = '2.1.0', new = new,
+  encode = wrap(encode), decode = wrap(decode), null = null, _NAME = 'cjson', _VERSION = '2.1.0', new = new,
   encode_max_depth = max_depth, decode_max_depth = dec_depth, encode_number_precision = precision,
   encode_keep_buffer = flag('keep_buffer'), encode_invalid_numbers = flag('encode_invalid'),
   decode_invalid_numbers = flag('decode_invalid'),

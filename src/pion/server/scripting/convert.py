@@ -21,7 +21,16 @@ from lupa import lua51
 
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import (
-    NULL_ARRAY, BigNumber, HumanDouble, KeyedArrays, Pairs, Push, Replies, SetReply, Status, Verbatim,
+    NULL_ARRAY,
+    BigNumber,
+    HumanDouble,
+    KeyedArrays,
+    Pairs,
+    Push,
+    Replies,
+    SetReply,
+    Status,
+    Verbatim,
     format_double,
 )
 

@@ -1,9 +1,9 @@
 """``bit`` (LuaBitOp) and ``struct`` (Roberto Ierusalimschy's struct) for scripts, in Python.
 
-lupa's Lua 5.1 has neither. Each function returns ``(True, count, values...)`` or
-``(False, message)``; the Lua side (prelude ``pyfunc``) raises the message at the caller's level,
-so errors read ``user_script:1: bad argument #1 to 'band' (number expected, got string)`` as in
-Redis. Lua strings arrive as ``bytes``, numbers as ``int``/``float``.
+lupa's Lua 5.1 has neither. Each function returns a tuple of Lua values or raises
+``LuaArgError``; ``LuaState`` turns that into a Lua error at the caller's position, so errors read
+``user_script:1: bad argument #1 to 'band' (number expected, got string)`` as in Redis. Lua
+strings arrive as ``bytes``, numbers as ``int``/``float``.
 """
 
 from __future__ import annotations
@@ -57,20 +57,6 @@ def check_string(args: tuple, index: int, fname: str) -> bytes:
     raise LuaArgError(f"bad argument #{index} to '{fname}' (string expected, got {got})")
 
 
-def lua_result(fn):
-    """Adapt ``fn(*args) -> tuple of values`` to the ``(ok, n, values...)`` convention."""
-
-    def call(*args):
-        try:
-            values = fn(*args)
-        except LuaArgError as exc:
-            return (False, str(exc))
-        return (True, len(values), *values)
-
-    call.__name__ = fn.__name__
-    return call
-
-
 # -- bit -----------------------------------------------------------------------------------------
 
 
@@ -101,7 +87,7 @@ def _fold(fname: str, op):
         return (_signed(result),)
 
     fn.__name__ = fname
-    return lua_result(fn)
+    return fn
 
 
 def _shift(fname: str, op):
@@ -110,7 +96,7 @@ def _shift(fname: str, op):
         return (_signed(op(value, count)),)
 
     fn.__name__ = fname
-    return lua_result(fn)
+    return fn
 
 
 def _arshift(value: int, count: int) -> int:
@@ -129,8 +115,8 @@ def _tohex(*args):
 
 def make_bit() -> dict[bytes, Any]:
     return {
-        b"tobit": lua_result(lambda *a: (_signed(_barg(a, 1, "tobit")),)),
-        b"bnot": lua_result(lambda *a: (_signed(~_barg(a, 1, "bnot")),)),
+        b"tobit": lambda *a: (_signed(_barg(a, 1, "tobit")),),
+        b"bnot": lambda *a: (_signed(~_barg(a, 1, "bnot")),),
         b"band": _fold("band", lambda x, y: x & y),
         b"bor": _fold("bor", lambda x, y: x | y),
         b"bxor": _fold("bxor", lambda x, y: x ^ y),
@@ -139,8 +125,8 @@ def make_bit() -> dict[bytes, Any]:
         b"arshift": _shift("arshift", _arshift),
         b"rol": _shift("rol", lambda v, n: (v << n) | (v >> (32 - n)) if n else v),
         b"ror": _shift("ror", lambda v, n: (v >> n) | (v << (32 - n)) if n else v),
-        b"bswap": lua_result(lambda *a: (_signed(int.from_bytes(_barg(a, 1, "bswap").to_bytes(4, "little"), "big")),)),
-        b"tohex": lua_result(_tohex),
+        b"bswap": lambda *a: (_signed(int.from_bytes(_barg(a, 1, "bswap").to_bytes(4, "little"), "big")),),
+        b"tohex": _tohex,
     }
 
 
@@ -290,4 +276,4 @@ def _size(*args):
 
 
 def make_struct() -> dict[bytes, Any]:
-    return {b"pack": lua_result(_pack), b"unpack": lua_result(_unpack), b"size": lua_result(_size)}
+    return {b"pack": _pack, b"unpack": _unpack, b"size": _size}

@@ -14,7 +14,7 @@ from typing import Any
 
 from lupa import lua51
 
-from pion.server.scripting.libs import LuaArgError, check_number, check_string, lua_result
+from pion.server.scripting.libs import LuaArgError, check_number, check_string
 
 MAX_NESTING = 16
 
@@ -233,8 +233,7 @@ def make_cmsgpack(lua: Any) -> dict[bytes, Any]:
         return unpack_full(check_string(args, 1, "unpack_limit"), limit, offset, limit == 0)
 
     return {
-        b"pack": lua_result(pack), b"unpack": lua_result(unpack),
-        b"unpack_one": lua_result(unpack_one), b"unpack_limit": lua_result(unpack_limit),
+        b"pack": pack, b"unpack": unpack, b"unpack_one": unpack_one, b"unpack_limit": unpack_limit,
         b"_NAME": b"cmsgpack", b"_VERSION": b"lua-cmsgpack 0.4.0",
         b"_COPYRIGHT": b"Copyright (C) 2012, Salvatore Sanfilippo",
         b"_DESCRIPTION": b"MessagePack C implementation for Lua",

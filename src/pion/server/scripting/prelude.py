@@ -5,7 +5,8 @@ It runs once per state (the EVAL state and the FUNCTION state), receives the Pyt
 internal entry points (``run``, ``compile``, ``classify``, ``load_library``, ...) for Python.
 
 Redis protects globals with a patched Lua (read-only tables). Stock Lua 5.1 has no such flag, so
-the thread's globals become an empty proxy: reads fall through to the real table (a missing name
+every user chunk runs with an empty proxy as its environment (``setfenv``; ``loadstring`` and
+``load`` are wrapped to do the same; the thread's own globals stay lupa's, out of reach): reads fall through to the real table (a missing name
 raises "Script attempted to access nonexistent global variable"), writes raise "Attempt to modify
 a readonly table". Library tables (``string``, ``redis``, ``cjson`` ...) are proxied the same way,
 and ``rawset``/``rawget``/``next``/``pairs``/``ipairs``/``setmetatable`` see through the proxies
@@ -24,8 +25,7 @@ local loadstring, load, setfenv, newproxy = loadstring, load, setfenv, newproxy
 local sethook, getinfo = debug.sethook, debug.getinfo
 local floor, clock = math.floor, os.clock
 local sub, gsub, byte, find, lower = string.sub, string.gsub, string.byte, string.find, string.lower
-local py_call, py_log, py_sha1, py_random, py_seed = B.call, B.log, B.sha1, B.random, B.seed
-local py_killed, py_setresp, py_acl, py_now = B.killed, B.setresp, B.acl, B.now
+local py_killed, py_now, py_unwrap = B.killed, B.now, B.unwrap
 
 -- read-only proxies -----------------------------------------------------------------------
 local backing = setmetatable({}, {__mode = 'k'})
@@ -51,11 +51,20 @@ local function user_frame(level)
   while true do
     local i = getinfo(level, 'Sl')
     if i == nil then return nil end
-    if i.what ~= 'C' and i.source ~= INTERNAL then return i end
+    if i.what ~= 'C' and i.what ~= 'tail' and i.source ~= INTERNAL then return i end
     level = level + 1
   end
 end
+-- errors raised by Python callables arrive as the Python exception: get the Lua value back
+local function unwrap(e)
+  if type(e) == 'userdata' then
+    local v = py_unwrap(e)
+    if v ~= nil then return v end
+  end
+  return e
+end
 local function errh(err)
+  err = unwrap(err)
   local i = user_frame(2)
   if type(err) == 'string' and i and sub(err, 1, 5) == 'pion:' then
     err = i.short_src .. ':' .. i.currentline .. ':' .. (gsub(err, '^pion:%d+:', '', 1))
@@ -69,12 +78,12 @@ local function raise(msg) error({err = msg}, 0) end
 -- base library, as Redis 7.0 exposes it ------------------------------------------------------
 local R = {}
 for _, k in ipairs({'assert', 'collectgarbage', 'error', 'gcinfo', 'getmetatable', 'rawequal',
-                    'select', 'tonumber', 'tostring', 'type', 'unpack', 'xpcall', '_VERSION'}) do
+                    'select', 'tonumber', 'tostring', 'type', 'unpack', '_VERSION'}) do
   R[k] = _G0[k]
 end
 local function fix_pcall(ok, ...)
   if ok then return ok, ... end
-  local e = ...
+  local e = unwrap((...))
   if type(e) == 'table' then
     local m = rawget(e, 'err')
     if type(m) == 'string' or type(m) == 'number' then return false, m end
@@ -82,6 +91,11 @@ local function fix_pcall(ok, ...)
   return false, e
 end
 R.pcall = function(f, ...) return fix_pcall(pcall(f, ...)) end
+R.xpcall = function(f, h) return xpcall(f, function(e) return h(unwrap(e)) end) end
+local function fix_resume(ok, ...)
+  if ok then return ok, ... end
+  return false, unwrap((...))
+end
 R.rawset = function(t, k, v)
   if backing[t] ~= nil then error('Attempt to modify a readonly table', 0) end
   return rawset(t, k, v)
@@ -101,9 +115,14 @@ end
 local function no_binary(name, chunkname)
   return nil, '[string "' .. tostring(chunkname or name) .. '"]:1: binary chunks are not allowed'
 end
+local G  -- the globals proxy every user function runs with (set below)
+local function sandboxed(f, err)
+  if f then setfenv(f, G) end
+  return f, err
+end
 R.loadstring = function(s, name)
   if type(s) == 'string' and byte(s, 1) == 27 then return no_binary(s, name) end
-  return loadstring(s, name)
+  return sandboxed(loadstring(s, name))
 end
 R.load = function(f, name)
   local first = true
@@ -114,119 +133,40 @@ R.load = function(f, name)
     return piece
   end
   if type(f) ~= 'function' then return load(f, name) end
-  return load(reader, name)
+  return sandboxed(load(reader, name))
 end
 
--- math.random: Redis's rand48, the same sequence on every platform ----------------------------
+-- libraries: math.random/randomseed (Redis's rand48), bit, struct, cmsgpack and cjson's entry
+-- points are Python callables, so a tail call to them keeps the caller's frame (error positions)
 local M = copy(math)
-local function checkint(n, v, fname)
-  local x = tonumber(v)
-  if x == nil then
-    local got = (v == nil) and 'no value' or type(v)
-    error("bad argument #" .. n .. " to '" .. fname .. "' (number expected, got " .. got .. ")", 3)
-  end
-  if x >= 0 then return floor(x) end
-  return -floor(-x)
-end
-M.random = function(...)
-  local r = py_random()
-  local n = select('#', ...)
-  if n == 0 then return r end
-  if n == 1 then
-    local u = checkint(1, (...), 'random')
-    if not (1 <= u) then error("bad argument #1 to 'random' (interval is empty)", 2) end
-    return floor(r * u) + 1
-  elseif n == 2 then
-    local l, u = checkint(1, (...), 'random'), checkint(2, (select(2, ...)), 'random')
-    if not (l <= u) then error("bad argument #2 to 'random' (interval is empty)", 2) end
-    return floor(r * (u - l + 1)) + l
-  end
-  error('wrong number of arguments', 2)
-end
-M.randomseed = function(s) py_seed(checkint(1, s, 'randomseed')) end
-
--- libraries implemented in Python: (ok, n, values...) or (false, message) ---------------------
-local function pyfunc(f)
-  return function(...)
-    local res = {f(...)}
-    if not res[1] then error(res[2], 2) end
-    return unpack(res, 3, res[2] + 2)
-  end
-end
-local function pylib(t)
-  local lib = {}
-  for k, v in next, t do
-    if type(v) == 'userdata' or type(v) == 'function' then lib[k] = pyfunc(v) else lib[k] = v end
-  end
-  return lib
-end
+M.random, M.randomseed = B.random, B.randomseed
 local null = newproxy()
-local cjson = loadstring(CJSON_SRC, INTERNAL)(null)
+local cjson = loadstring(CJSON_SRC, INTERNAL)(null, B.cjson_wrap)
+local C = copy(coroutine)
+local resume = coroutine.resume
+C.resume = function(co, ...) return fix_resume(resume(co, ...)) end
 
 R.string = protect(copy(string))
 R.math = protect(M)
 R.table = protect(copy(table))
-R.coroutine = protect(copy(coroutine))
+R.coroutine = protect(C)
 R.os = protect({clock = clock})
 R.cjson = protect(cjson)
-R.bit = protect(pylib(B.bit))
-R.struct = protect(pylib(B.struct))
-R.cmsgpack = protect(pylib(B.cmsgpack))
+R.bit = protect(copy(B.bit))
+R.struct = protect(copy(B.struct))
+R.cmsgpack = protect(copy(B.cmsgpack))
 local string_meta = getmetatable('')
 string_meta.__index = R.string
 string_meta.__metatable = false
 
 -- the redis API ------------------------------------------------------------------------------
 local api = {}
-api.call = function(...)
-  local r, failed = py_call(...)
-  if failed then error(r, 0) end
-  return r
-end
-api.pcall = function(...) return (py_call(...)) end
-api.acl_check_cmd = function(...)
-  local r, failed = py_acl(...)
-  if failed then error(r, 0) end
-  return r
-end
-api.log = function(...)
-  local n = select('#', ...)
-  if n < 2 then raise('ERR redis.log() requires two arguments or more.') end
-  local level = tonumber((...))
-  if level == nil then raise('ERR First argument must be a number (log level).') end
-  level = level >= 0 and floor(level) or -floor(-level)
-  if level < 0 or level > 3 then raise('ERR Invalid debug level.') end
-  local parts = {}
-  for j = 2, n do
-    local v = select(j, ...)
-    local t = type(v)
-    if t == 'string' or t == 'number' then parts[#parts + 1] = tostring(v) end
-  end
-  py_log(level, table.concat(parts, ' '))
+for _, k in ipairs({'call', 'pcall', 'acl_check_cmd', 'log', 'setresp', 'set_repl', 'sha1hex'}) do
+  api[k] = B[k]
 end
 api.LOG_DEBUG, api.LOG_VERBOSE, api.LOG_NOTICE, api.LOG_WARNING = 0, 1, 2, 3
 api.REDIS_VERSION, api.REDIS_VERSION_NUM = VERSION, VERSION_NUM
 api.REPL_NONE, api.REPL_AOF, api.REPL_SLAVE, api.REPL_REPLICA, api.REPL_ALL = 0, 1, 2, 2, 3
-api.setresp = function(...)
-  if select('#', ...) ~= 1 then raise('ERR redis.setresp() requires one argument.') end
-  local r = tonumber((...)) or 0
-  if r ~= 2 and r ~= 3 then raise('ERR RESP version must be 2 or 3.') end
-  py_setresp(r)
-end
-api.set_repl = function(...)
-  if select('#', ...) ~= 1 then raise('ERR redis.set_repl() requires two arguments.') end
-  local f = tonumber((...)) or 0
-  if f ~= 0 and f ~= 1 and f ~= 2 and f ~= 3 then
-    raise('ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.')
-  end
-end
-api.sha1hex = function(...)
-  if select('#', ...) ~= 1 then raise('ERR wrong number of arguments') end
-  local s = ...
-  if type(s) == 'number' then s = tostring(s) end
-  if type(s) ~= 'string' then s = '' end
-  return py_sha1(s)
-end
 local function wrong_args() return {err = 'ERR wrong number or type of arguments'} end
 api.error_reply = function(...)
   local e = ...
@@ -253,13 +193,11 @@ R.redis = protect(api)
 
 -- the globals proxy --------------------------------------------------------------------------
 strict(R)
-local G = {}
+G = {}
 local gmeta = {__index = R, __newindex = readonly_error, __metatable = false}
 setmetatable(G, gmeta)
 backing[G] = R
 R._G = G
-_G0.python = nil
-setfenv(0, G)
 
 -- running user code --------------------------------------------------------------------------
 local function kill_hook()
@@ -288,7 +226,7 @@ local function compile(body, chunkname)
   if byte(body, 1) == 27 then
     return nil, sub(chunkname, 2) .. ":1: unexpected symbol near '<\\27>'"
   end
-  return loadstring(body, chunkname)
+  return sandboxed(loadstring(body, chunkname))
 end
 
 -- FUNCTION LOAD: the library API and its environment -------------------------------------------
@@ -367,6 +305,8 @@ local LOAD_ENV = strict({redis = protect(load_api, load_api)})
 local load_deadline
 local function load_hook()
   if py_now() > load_deadline then
+    local i = getinfo(2, 'S')
+    if i and i.source == INTERNAL then return end
     sethook(load_hook, 'l')
     raise('ERR FUNCTION LOAD timeout')
   end
@@ -427,8 +367,14 @@ local function error_fields(e)
   return m, rawget(e, 'source'), rawget(e, 'line')
 end
 local function settable(t, k, v) t[k] = v end
+-- luaL_where(1) as seen from a Python callable: 1 = this, 2 = the callable, 3 = its caller
+local function where()
+  local i = getinfo(3, 'Sl')
+  if i and i.what ~= 'C' and i.currentline > 0 then return i.short_src .. ':' .. i.currentline .. ': ' end
+  return ''
+end
 
 return {run = run, compile = compile, classify = classify, slice = slice,
         load_library = load_library, error_fields = error_fields, settable = settable,
-        null = null}
+        null = null, where = where}
 """

@@ -10,13 +10,13 @@ the bridge lives in upvalues and attribute access to Python objects is refused.
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from lupa import lua51
 
 from pion.protocol.errors import ReplyError
+from pion.server.scripting.bridge import Bridge
 from pion.server.scripting.cjson_lua import CJSON
 from pion.server.scripting.convert import ToLua, ToReply, error_reply
 from pion.server.scripting.libs import make_bit, make_struct
@@ -26,10 +26,9 @@ from pion.server.scripting.prelude import PRELUDE
 if TYPE_CHECKING:
     from pion.server.scripting.busy import ScriptRun
 
-log = logging.getLogger("pion.script")
-
-_LOG_LEVELS = (logging.DEBUG, logging.DEBUG, logging.INFO, logging.WARNING)
 _LUA_MAX = 0x7FFFFFFF
+_API = ("call", "pcall", "acl_check_cmd", "log", "setresp", "set_repl", "sha1hex", "random",
+        "randomseed", "killed", "unwrap", "cjson_wrap")
 
 
 def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
@@ -65,43 +64,31 @@ class LuaState:
             unpack_returned_tuples=True, attribute_filter=_deny_attributes,
         )
         self.to_lua = ToLua(self.lua)
-        bridge = self.lua.table_from({
-            b"call": self._call, b"acl": self._acl, b"log": self._log, b"sha1": _sha1,
-            b"random": rand.random, b"seed": rand.seed, b"killed": self._killed,
-            b"setresp": self._setresp, b"now": time.monotonic,
-            b"bit": self.lua.table_from(make_bit()), b"struct": self.lua.table_from(make_struct()),
-            b"cmsgpack": self.lua.table_from(make_cmsgpack(self.lua)),
-        })
+        bridge = Bridge(self)
+        names = self.lua.table_from(bridge.table(_API))
+        names[b"now"] = time.monotonic
+        for lib, functions in ((b"bit", make_bit()), (b"struct", make_struct()), (b"cmsgpack", make_cmsgpack(self.lua))):
+            names[lib] = self.lua.table_from({k: bridge.wrap(v) if callable(v) else v for k, v in functions.items()})
         loader = self.lua.eval(b"function(src, name) return assert(loadstring(src, name)) end")
         prelude = loader(PRELUDE.encode(), b"=pion")
-        self.api = prelude(bridge, mode.encode(), version.encode(), version_num, CJSON.encode())
+        self.api = prelude(names, mode.encode(), version.encode(), version_num, CJSON.encode())
         self.to_reply = ToReply(self.api)
         self._run_fn = self.api.run
         self._error_fields = self.api.error_fields
 
-    # -- the bridge (called from Lua, on the script's thread) ----------------------------------
+    # -- redis.call (on the script's thread) --------------------------------------------------
 
-    def _call(self, *args: Any) -> tuple[Any, bool]:
-        argv = self._argv(args)
+    def command(self, args: tuple) -> Any:
+        """Validate the arguments and have the running script's server run the command."""
+        argv = self.argv(args)
         if argv.__class__ is ReplyError:
-            return self.to_lua.error(argv.message), True
-        run = self.run
-        if run is None:
-            return self.to_lua.error("ERR redis.call/pcall can only be called inside a script invocation"), True
-        reply = run.request(argv)
-        failed = isinstance(reply, ReplyError)
-        return self.to_lua.convert(reply, run.resp), failed
-
-    def _acl(self, *args: Any) -> tuple[Any, bool]:
-        argv = self._argv(args)
-        if argv.__class__ is ReplyError:
-            return self.to_lua.error(argv.message), True
-        if not self.acl(argv):
-            return self.to_lua.error("ERR Invalid command passed to redis.acl_check_cmd()"), True
-        return True, False
+            return argv
+        if self.run is None:
+            return ReplyError("ERR redis.call/pcall can only be called inside a script invocation")
+        return self.run.request(argv)
 
     @staticmethod
-    def _argv(args: tuple) -> list[bytes] | ReplyError:
+    def argv(args: tuple) -> list[bytes] | ReplyError:
         if not args:
             return ReplyError("ERR Please specify at least one argument for this redis lib call")
         argv = []
@@ -115,25 +102,15 @@ class LuaState:
                 return ReplyError("ERR Lua redis lib command arguments must be strings or integers")
         return argv
 
-    def _log(self, level: int, message: bytes) -> None:
-        log.log(_LOG_LEVELS[int(level)], "%s", message.decode("utf-8", "replace"))
-
-    def _killed(self) -> bool:
-        run = self.run
-        return run is not None and run.killed
-
-    def _setresp(self, resp: float) -> None:
-        if self.run is not None:
-            self.run.resp = int(resp)
-
     # -- compiling and running ------------------------------------------------------------------
 
     def compile(self, body: bytes, chunkname: bytes) -> tuple[Any, str | None]:
         """The compiled chunk, or (None, Lua's error message)."""
         result = self.api.compile(body, chunkname)
-        if isinstance(result, tuple):
-            return None, (result[1] or b"").decode("utf-8", "replace")
-        return result, None
+        fn, err = result if isinstance(result, tuple) else (result, None)
+        if fn is None:
+            return None, (err or b"").decode("utf-8", "replace")
+        return fn, None
 
     def table(self, items: list[bytes]) -> Any:
         return self.lua.table_from(items)

@@ -1,0 +1,100 @@
+"""Commands that finish later: CPU-heavy work in a thread pool, the state change back on the loop.
+
+Why: encoding a batch of K/V rows for ``V.STOREBATCH`` (or decoding one for ``V.FETCH``) takes
+milliseconds of numpy work that reads only the command's own arguments and immutable stored
+blobs. On the event loop it would stop every other client and the reading of the next request;
+numpy releases the GIL, so worker threads can do it while the loop goes on (DESIGN.md, section 2).
+
+The contract (single writer, log order):
+
+- A handler returns ``Deferred(jobs, finish)``, and only when ``can_defer(ctx)`` (a top-level
+  command of a connected client: not inside MULTI/EXEC, a script or log replay, where the reply
+  is needed at once). Before returning it the handler changes nothing.
+- The jobs run in the pool, in parallel. They may read only what nobody changes meanwhile (their
+  arguments, immutable blobs) and must change nothing shared.
+- When all are done, ``finish(ctx, results)`` runs on the loop in the client's context, like a
+  handler: it re-checks what it relies on (other clients ran meanwhile), applies the change, calls
+  ``ctx.dirty``/``ctx.rewrite`` and returns the reply (or raises ``ReplyError``). The command takes
+  effect, and its log record is appended, at that moment; the reply waits for the record to be
+  durable as any write's does.
+- Meanwhile the client's connection runs no further command from its pipeline, so its replies
+  stay in order and its next commands see this one's effect; other clients go on.
+
+A job that raises ``ReplyError`` answers with it (``finish`` is not called); any other exception
+is logged and answered with ``-ERR``, so a connection never stays parked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol.errors import ReplyError
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+    from pion.server.client import Client
+    from pion.server.context import Ctx
+
+log = logging.getLogger("pion.deferred")
+
+#: worker threads: one per core (numpy work holds no GIL, so more would only queue)
+WORKERS = max(2, os.cpu_count() or 2)
+_pool: ThreadPoolExecutor | None = None
+
+
+@dataclass(eq=False)
+class Deferred:
+    """What a handler returns to finish later: ``jobs`` for the pool, then ``finish(ctx, results)``."""
+
+    jobs: list[Callable[[], Any]]
+    finish: Callable[[Ctx, list], Any]
+    argv: list = field(default_factory=list)
+
+
+def workers() -> ThreadPoolExecutor:
+    """The process's worker pool (created on first use, shared by every server in the process)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="pion-work")
+    return _pool
+
+
+def can_defer(ctx: Ctx) -> bool:
+    """May this handler return ``Deferred``? Only a top-level command of a connected client."""
+    return ctx.can_block and ctx.server.dispatcher.depth == 1 and not ctx.server.loading
+
+
+def start(server: Server, client: Client, request: Deferred) -> None:
+    """Park the client's connection and hand the jobs to the pool (called by the dispatcher)."""
+    conn = client.conn
+    if conn is not None:
+        conn.deferred = True
+    loop = asyncio.get_running_loop()
+    pool = workers()
+    gathered = asyncio.gather(*(loop.run_in_executor(pool, job) for job in request.jobs))
+    gathered.add_done_callback(lambda done: _complete(server, client, request, done))
+
+
+def _complete(server: Server, client: Client, request: Deferred, done: asyncio.Future) -> None:
+    """On the loop: run ``finish`` (or answer the jobs' error), then let the pipeline go on."""
+    try:
+        results = done.result()
+    except ReplyError as exc:
+        reply: Any = exc
+    except Exception as exc:  # a bug in a job: answer it rather than park the client forever
+        log.exception("deferred work of %r failed", request.argv[:1])
+        reply = ReplyError(f"ERR internal error in deferred work: {exc.__class__.__name__}")
+    else:
+        reply = server.dispatcher.run_deferred(client, request, results)
+    if isinstance(reply, ReplyError):
+        server.dispatcher.count_error(reply)
+    conn = client.conn
+    if conn is not None:
+        conn.deferred = False
+        conn.resume_with(reply)

@@ -1,0 +1,170 @@
+"""The scripting engine of one server: the two Lua states, the EVAL script cache, the function
+libraries and the runner; what the EVAL/FCALL handlers call.
+
+``server.engines["scripting"]``. Libraries persist (FUNCTION LOAD/DELETE/FLUSH/RESTORE are logged
+writes; a snapshot carries them as the ``functions`` extension, in FUNCTION DUMP's format); the
+script cache does not, as in Redis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol.errors import ReplyError
+from pion.server.info import REDIS_VERSION
+from pion.server.scripting.busy import Runner, ScriptRun
+from pion.server.scripting.functions import Function, Libraries, parse_shebang
+from pion.server.scripting.runtime import LuaState, Rand48, sha1hex
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+    from pion.server.context import Ctx
+
+SCRIPT_FLAGS = ("no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys")
+RO_WITH_WRITES = "ERR Can not execute a script with write flag using *_ro command."
+
+
+@dataclass(slots=True)
+class Script:
+    sha: str
+    fn: Any
+    #: shebang flags; None for a script without shebang (Redis's compatibility mode)
+    flags: frozenset[str] | None
+
+
+def script_flags(body: bytes) -> tuple[frozenset[str] | None, int]:
+    """EVAL's shebang: (flags or None, length of the shebang line); raises ReplyError."""
+    if not body.startswith(b"#!"):
+        return None, 0
+    if b"\n" not in body:
+        raise ReplyError("ERR Invalid script shebang")
+    engine, options, end = parse_shebang(body)
+    if engine != "lua":
+        raise ReplyError(f"ERR Unexpected engine in script shebang: #!{engine}")
+    flags: set[str] = set()
+    for option in options:
+        if not option.startswith("flags="):
+            raise ReplyError(f"ERR Unknown lua shebang option: {option}")
+        for flag in filter(None, option[6:].split(",")):
+            if flag not in SCRIPT_FLAGS:
+                raise ReplyError(f"ERR Unexpected flag in script shebang: {flag}")
+            flags.add(flag)
+    return frozenset(flags), end
+
+
+def _version_num(version: str) -> int:
+    major, minor, patch = (int(part) for part in version.split(".")[:3])
+    return (major << 16) | (minor << 8) | patch
+
+
+class ScriptingEngine:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.rand = Rand48()
+        self._eval: LuaState | None = None
+        self._function: LuaState | None = None
+        self.scripts: dict[str, Script] = {}
+        self.libraries = Libraries(lambda: self.function_state)
+        self.runner = Runner(server)
+
+    def _state(self, mode: str) -> LuaState:
+        return LuaState(mode, self.rand, REDIS_VERSION, _version_num(REDIS_VERSION), self._command_exists)
+
+    @property
+    def eval_state(self) -> LuaState:
+        if self._eval is None:
+            self._eval = self._state("eval")
+        return self._eval
+
+    @property
+    def function_state(self) -> LuaState:
+        if self._function is None:
+            self._function = self._state("function")
+        return self._function
+
+    def _command_exists(self, argv: list[bytes]) -> bool:
+        return not isinstance(self.server.dispatcher.lookup(argv), ReplyError)
+
+    # -- EVAL -------------------------------------------------------------------------------------
+
+    def script_for(self, body: bytes) -> Script:
+        """The cached script for ``body``, compiling (and caching) it first; raises ReplyError."""
+        sha = sha1hex(body)
+        script = self.scripts.get(sha)
+        if script is None:
+            flags, end = script_flags(body)
+            fn, error = self.eval_state.compile(body[end:], b"@user_script")
+            if fn is None:
+                raise ReplyError(f"ERR Error compiling script (new function): {error}")
+            script = self.scripts[sha] = Script(sha, fn, flags)
+        return script
+
+    def run_script(self, ctx: Ctx, script: Script, keys: list[bytes], args: list[bytes], ro: bool, argv: list[bytes]) -> Any:
+        flags = script.flags
+        read_only = ro or (flags is not None and "no-writes" in flags)
+        allow_oom = flags is not None and "allow-oom" in flags
+        if flags is not None:
+            self._check_start(ctx, flags, ro)
+        run = ScriptRun("eval", script.sha, argv, ctx.client, read_only, allow_oom)
+        state = self.eval_state
+        return self.runner.execute(ctx, run, lambda: state.execute(run, script.fn, keys, args))
+
+    # -- FCALL -------------------------------------------------------------------------------------
+
+    def run_function(self, ctx: Ctx, function: Function, keys: list[bytes], args: list[bytes], ro: bool, argv: list[bytes]) -> Any:
+        flags = frozenset(function.flags)
+        self._check_start(ctx, flags, ro)
+        run = ScriptRun("function", function.name, argv, ctx.client, ro or "no-writes" in flags, "allow-oom" in flags)
+        state = self.function_state
+        return self.runner.execute(ctx, run, lambda: state.execute(run, function.fn, keys, args))
+
+    def _check_start(self, ctx: Ctx, flags: frozenset[str], ro: bool) -> None:
+        """What Redis checks before a script with flags runs: *_ro, then MISCONF and OOM."""
+        if "no-writes" in flags:
+            return
+        if ro:
+            raise ReplyError(RO_WITH_WRITES)
+        guard = self.server.guard
+        if guard is None:
+            return
+        spec = ctx.server.table.get(b"eval")
+        if spec is None:
+            return
+        extra = {"write"} if "allow-oom" in flags else {"write", "denyoom"}
+        refusal = guard(ctx.client, dataclasses.replace(spec, flags=spec.flags | extra), [b"eval"])
+        if refusal is not None:
+            raise refusal
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    def dump_libraries(self) -> bytes:
+        return self.libraries.dump()
+
+    def load_libraries(self, data: bytes) -> None:
+        self.libraries.restore(data, "flush")
+
+
+def engine_of(server: Server) -> ScriptingEngine:
+    engine = server.engines.get("scripting")
+    if engine is None:
+        engine = install(server)
+    return engine
+
+
+def install(server: Server) -> ScriptingEngine:
+    """Wire scripting onto a server: the engine, the shutdown hook, the snapshot extension."""
+    existing = server.engines.get("scripting")
+    if existing is not None:
+        return existing
+    engine = server.engines["scripting"] = ScriptingEngine(server)
+    server.shutdown_hooks.append(engine.runner.shutdown)
+    persistence = server.engines.get("persistence")
+    if persistence is not None:
+        from pion.server.persistence import SnapshotExtension
+
+        persistence.snapshot_extensions.append(
+            SnapshotExtension(name="functions", dump=engine.dump_libraries, load=engine.load_libraries)
+        )
+    return engine
