@@ -9,7 +9,7 @@ APT_PACKAGES := redis-server redis-tools
 # the CPU build of torch lies on disk here; a bare index lookup would pull a multi-GB CUDA build
 PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: demo test test-slow lint venv venv-dev apt bench clean
+.PHONY: demo test test-slow lint venv venv-dev apt bench clean node-client
 
 $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -40,8 +40,15 @@ lint: venv-dev
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
 
-test: venv-dev apt lint
+test: venv-dev apt lint node-client
 	$(PY) -m pytest -m "not slow" -q
+
+# node-redis for tests/compat/test_node_client.py: one package, no dependencies; best effort (the test
+# skips itself without node or without network to fetch it)
+node-client:
+	@if command -v npm >/dev/null && [ ! -d tests/clients/node/node_modules/@redis/client ]; then \
+	  (cd tests/clients/node && timeout 120 npm ci --no-audit --no-fund --silent) || echo "npm ci failed: the node client test will be skipped"; \
+	fi
 
 test-slow: venv-dev apt
 	$(PY) -m pytest -m slow -q

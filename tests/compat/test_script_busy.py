@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from tests.compat.test_scripting import record_journal
+from tests.support.servers import ProcessServer
 
 BUSY_EVAL = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
 BUSY_FUNCTION = "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
@@ -143,3 +144,25 @@ def test_stopping_the_server_stops_a_running_script(fast, r):
     fast.stop()
     worker.join(10)
     assert not worker.is_alive()
+
+
+@pytest.mark.slow
+def test_shutdown_nosave_during_an_unkillable_script_keeps_none_of_its_effects(tmp_path):
+    srv = ProcessServer(tmp_path / "data", "--busy-reply-threshold", "100").start()
+    try:
+        client = redis.Redis(port=srv.port, socket_timeout=10)
+        client.set("before", "1")
+        job = Background(srv.port, "EVAL", f"redis.call('set', 'partial', '1') {SPIN}", 0)
+        wait_busy(client)
+        with pytest.raises(redis.ResponseError, match="^UNKILLABLE"):
+            client.script_kill()
+        with pytest.raises(redis.exceptions.ConnectionError):
+            client.execute_command("SHUTDOWN", "NOSAVE")
+        assert srv.proc.wait(20) is not None
+        assert isinstance(job.join(), redis.exceptions.ConnectionError)
+        srv = ProcessServer(tmp_path / "data", port=srv.port).start()
+        client = redis.Redis(port=srv.port, socket_timeout=10)
+        assert client.get("before") == b"1"
+        assert client.get("partial") is None
+    finally:
+        srv.stop()

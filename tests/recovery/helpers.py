@@ -3,6 +3,7 @@ canonical dump of a whole keyspace to compare a live server with a recovered one
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,28 @@ def _value(client: redis.Redis, kind: str, key: bytes) -> Any:
     if kind == "stream":
         return client.xrange(key)
     return client.dump(key)
+
+
+def populate(r: redis.Redis, n: int = 50) -> None:
+    for i in range(n):
+        r.set(f"s{i}", f"value{i}")
+    r.incr("counter")
+    r.incrby("counter", 41)
+    r.hset("h", mapping={"a": "1", "b": "2"})
+    r.lpush("l", "x", "y", "z")
+    r.sadd("set", "m1", "m2")
+    r.zadd("z", {"one": 1.0, "two": 2.5})
+    r.set("ttl", "v", ex=1000)
+    r.delete("s3")
+    r.execute_command("SELECT", 2)
+    r.set("in-db-2", "yes")
+    r.execute_command("SELECT", 0)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")

@@ -44,7 +44,7 @@ def test_slowloris_is_closed_by_the_idle_timeout_and_others_are_served(make_serv
         except OSError:
             closed_after = time.monotonic() - start
             break
-        assert timed_ping(srv.port) < 0.5
+        assert timed_ping(srv.port) < 1.0
         time.sleep(0.05)
         sock.settimeout(0.001)
         try:
@@ -89,7 +89,7 @@ def test_a_thousand_idle_connections(make_server):
     while srv.call(lambda: len(srv.server.clients)) < 1000 and time.time() < deadline:
         time.sleep(0.05)
     assert srv.call(lambda: len(srv.server.clients)) >= 1000
-    assert timed_ping(srv.port) < 0.5
+    assert timed_ping(srv.port) < 1.0
     with redis.Redis(port=srv.port) as c:
         assert c.info("clients")["connected_clients"] >= 1001
     grown = rss_mb() - before
@@ -156,7 +156,7 @@ def test_query_buffer_limit_closes_the_client(make_server):
         closed = True
     sock.close()
     assert closed
-    assert timed_ping(srv.port) < 0.5
+    assert timed_ping(srv.port) < 1.0
 
 
 def test_a_subscriber_that_does_not_read_is_dropped_at_the_output_limit(make_server):
@@ -222,7 +222,7 @@ def test_a_flood_of_pipelined_commands_from_a_client_that_does_not_read(make_ser
     thread = threading.Thread(target=flood, daemon=True)
     thread.start()
     time.sleep(1.0)
-    assert timed_ping(srv.port) < 0.5
+    assert timed_ping(srv.port) < 1.0
     held = srv.call(lambda: sum(c.conn.reader.buffered() + c.conn.transport.get_write_buffer_size()
                                 for c in srv.server.clients.values() if c.conn is not None))
     assert held < 64 * 1024 * 1024

@@ -105,8 +105,40 @@ def round_half_away(values: np.ndarray) -> np.ndarray:
 
 
 def block_absmax(blocks: np.ndarray) -> np.ndarray:
-    """Per-block max |v| of ``(rows, nblocks, 32)``; returns ``(rows, nblocks)`` float32."""
-    return np.abs(blocks).max(axis=-1)
+    """Per-block max |v| of ``(rows, nblocks, 32)``; returns ``(rows, nblocks)`` float32.
+
+    Taken on the float32 bits with the sign cleared: for non-negative floats the integer order
+    is the float order, and numpy's integer max over a short axis is twice as fast as abs + max.
+    """
+    bits = np.ascontiguousarray(blocks, dtype=np.float32).view(np.uint32) & np.uint32(0x7FFFFFFF)
+    return bits.reshape(-1, blocks.shape[-1]).max(axis=1).view(np.float32).reshape(blocks.shape[:-1])
+
+
+def half_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> IEEE half bits (uint16), round to nearest even: bit-equal to ``astype(float16)``
+    (NaN payloads too) and about twice as fast, since numpy converts one element at a time.
+
+    Normals keep the top 10 mantissa bits with a round-to-even bias and rebias the exponent;
+    values below 2^-14 become subnormals by adding 0.5 (which aligns their bits, rounding as the
+    FPU does); 65520 and up round to infinity.
+    """
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    magnitude = bits & np.uint32(0x7FFFFFFF)
+    out = magnitude + np.uint32(0xC8000FFF)  # exponent 127 -> 15 (mod 2^32), plus the rounding bias
+    out += (magnitude >> 13) & np.uint32(1)
+    out >>= 13
+    large = magnitude >= np.uint32(0x47800000)
+    if large.any():
+        top = magnitude[large]
+        nan = top > np.uint32(0x7F800000)
+        payload = np.where(nan, np.maximum((top & np.uint32(0x7FFFFF)) >> 13, np.uint32(1)), np.uint32(0))
+        out[large] = np.uint32(0x7C00) + payload
+    small = magnitude < np.uint32(0x38800000)
+    if small.any():
+        aligned = magnitude[small].view(np.float32) + np.float32(0.5)
+        out[small] = aligned.view(np.uint32) - np.uint32(0x3F000000)
+    out |= (bits >> 16) & np.uint32(0x8000)
+    return out.astype(np.uint16)
 
 
 def fold(values: np.ndarray, op) -> np.ndarray:

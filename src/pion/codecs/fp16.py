@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pion.codecs.base import F16, Codec
+from pion.codecs.base import F16, Codec, half_bits
 
 
 class Fp16Codec(Codec):
@@ -18,7 +18,7 @@ class Fp16Codec(Codec):
         return 2 * dim
 
     def _encode(self, rows: np.ndarray) -> bytes:
-        return rows.astype(F16).tobytes()
+        return half_bits(rows).tobytes()
 
     def _decode(self, raw: np.ndarray, dim: int) -> np.ndarray:
         return raw.view(F16).astype(np.float32)

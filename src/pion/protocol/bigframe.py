@@ -22,6 +22,8 @@ from pion.protocol.errors import ProtocolError
 
 #: an argument at least this large is received into its own buffer
 BIG_ARG = 128 * 1024
+#: receive straight into an argument's buffer only while at least this much of it is missing
+DIRECT_MIN = 64 * 1024
 #: the longest ``*N`` / ``$len`` line accepted (Redis's PROTO_INLINE_MAX_SIZE)
 MAX_HEADER = 64 * 1024
 
@@ -72,8 +74,9 @@ class BigFrame:
         return pos
 
     def recv_target(self) -> memoryview | None:
-        """The unfilled rest of the large argument being received, or None."""
-        if self.payload is None or self.skip or len(self.payload) < BIG_ARG:
+        """The unfilled rest of the large argument being received, or None when there is none
+        or only a little is left (then one ordinary read takes it and what follows)."""
+        if self.payload is None or self.skip or len(self.payload) - self.fill < DIRECT_MIN:
             return None
         return self.payload[self.fill:]
 

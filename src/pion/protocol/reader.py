@@ -403,13 +403,21 @@ def _hiredis_message(text: str) -> str:
 
 
 def skip_frames(buf: bytes | bytearray, count: int) -> int:
-    """Offset just past ``count`` complete multibulk frames at the start of ``buf``."""
+    """Offset just past ``count`` complete multibulk frames at the start of ``buf``.
+
+    hiredis also accepts ``+simple`` elements inside a frame, which no client sends: such a
+    stream is refused with ProtocolError here rather than miscounted."""
     pos = 0
     for _ in range(count):
-        end = buf.index(b"\r\n", pos)
-        num = int(buf[pos + 1 : end])
+        end = buf.find(b"\r\n", pos)
+        num = _header_int(buf, pos + 1, end) if end > pos and buf[pos] == 0x2A else None
+        if num is None:
+            raise ProtocolError("invalid multibulk length")
         pos = end + 2
         for _ in range(num):
-            end = buf.index(b"\r\n", pos)
-            pos = end + 2 + int(buf[pos + 1 : end]) + 2
+            end = buf.find(b"\r\n", pos)
+            size = _header_int(buf, pos + 1, end) if end > pos and buf[pos] == 0x24 else None
+            if size is None or size < 0:
+                raise ProtocolError(f"expected '$', got '{chr(buf[pos]) if pos < len(buf) else ''}'")
+            pos = end + 4 + size
     return pos

@@ -13,7 +13,6 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     Replies -> several replies back to back (SUBSCRIBE confirms each channel)
     KeyedArrays -> RESP3 map, RESP2 array of [key, value] pairs (XREAD)
     HumanDouble -> RESP3 double with the given digits, RESP2 bulk (GEOPOS coordinates)
-    BulkParts -> one bulk string made of several buffers (never joined)
     ReplyError -> error
 
 ``encode_vectored`` is what a connection uses: a reply carrying large payloads (a K/V batch
@@ -86,17 +85,6 @@ class Replies(list):
     __slots__ = ()
 
 
-class BulkParts(list):
-    """One bulk string given as several buffers (a batch decoded in slices): encoded as one
-    ``$<total>`` header and the buffers as they are."""
-
-    __slots__ = ()
-
-    @property
-    def nbytes(self) -> int:
-        return sum(_size(part) for part in self)
-
-
 class Vectored(list):
     """An encoded reply as its buffers (``encode_vectored``); ``nbytes`` is their total size."""
 
@@ -163,7 +151,7 @@ def encode_vectored(value: Any, proto: int) -> bytes | Vectored:
     if cls is bytes:
         if len(value) < VECTORED_MIN:
             return b"$%d\r\n%s\r\n" % (len(value), value)
-    elif cls is not list and cls is not memoryview and cls is not BulkParts and cls is not bytearray:
+    elif cls is not list and cls is not memoryview and cls is not bytearray:
         return encode(value, proto)
     out: list = []
     _encode_into(value, proto, out)
@@ -171,7 +159,10 @@ def encode_vectored(value: Any, proto: int) -> bytes | Vectored:
 
 
 def gather(pieces: list) -> bytes | Vectored:
-    """Join runs of small pieces; keep large ones; one ``bytes`` if the whole is small."""
+    """Join runs of small pieces; keep large ones; one ``bytes`` if no piece is large or the
+    whole is small (the common case is decided in C, without a Python loop over the pieces)."""
+    if max(map(len, pieces)) < _BIG_PIECE:
+        return b"".join(pieces)
     total = 0
     runs = Vectored()
     run: list = []
@@ -202,10 +193,6 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
     if cls is bytes or cls is bytearray or cls is memoryview:
         out.append(b"$%d\r\n" % (value.nbytes if cls is memoryview else len(value)))
         out.append(value)  # join copies memoryviews once; no bytes() first
-        out.append(b"\r\n")
-    elif cls is BulkParts:
-        out.append(b"$%d\r\n" % value.nbytes)
-        out.extend(value)
         out.append(b"\r\n")
     elif cls is int:
         out.append(b":%d\r\n" % value)

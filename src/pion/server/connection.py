@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,11 @@ HIGH_WATER = 1024 * 1024
 LOW_WATER = 256 * 1024
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
+    """A buffered protocol: reads land in a shared receive buffer (copied out as ``bytes`` for the
+    reader), except the payload of a large argument, which the socket writes straight into the
+    argument's own buffer (``RequestReader.recv_target``): one copy, the kernel's."""
+
     def __init__(self, server: Server) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -61,6 +66,8 @@ class Connection(asyncio.Protocol):
         self.soft_since = 0.0
         #: failed AUTHs on this connection (each one holds the replies longer)
         self.auth_failures = 0
+        #: the last read went straight into a large argument's buffer (get_buffer)
+        self._direct = False
 
     # -- asyncio callbacks ---------------------------------------------------------------
 
@@ -93,11 +100,30 @@ class Connection(asyncio.Protocol):
             self.client.closing = True
             self.client.conn = None
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        target = self.reader.recv_target()
+        self._direct = target is not None
+        return target if target is not None else _receive_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._direct:
+            self.reader.received(nbytes)
+            self._read_more()
+        else:
+            self.data_received(_receive_buffer()[:nbytes].tobytes())
+
     def data_received(self, data: bytes) -> None:
         client = self.client
         if client is None or client.closing:
             return
         self.reader.feed(data)
+        self._read_more()
+
+    def _read_more(self) -> None:
+        """Bytes arrived: enforce the query-buffer limit, then run what is complete."""
+        client = self.client
+        if client is None or client.closing:
+            return
         if self.reader.buffered() > self.server.settings.client_query_buffer_limit:
             log.warning("closing client %s: query buffer over limit", client.addr)
             self._close_now()
@@ -112,7 +138,8 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.paused_by_writes = False
         if self.transport is not None and not self.transport.is_closing() and not self.held_until:
-            self.transport.resume_reading()
+            if not self.deferred:
+                self.transport.resume_reading()
             self._unstall()
 
     def _unstall(self) -> None:
@@ -174,6 +201,22 @@ class Connection(asyncio.Protocol):
         self.out.append(encode(reply, self.client.proto))
         self.flush()
 
+    def defer(self) -> None:
+        """A command of this client went to the worker pool: run nothing more from its pipeline,
+        and read nothing more meanwhile (the kernel buffers what follows; the reader would
+        otherwise hold, and later shift, every pipelined byte)."""
+        self.deferred = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def undefer(self, reply: Any) -> None:
+        """The deferred command answered: send its reply, read again, go on with the pipeline."""
+        self.deferred = False
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and not self.paused_by_writes and not self.held_until:
+            transport.resume_reading()
+        self.resume_with(reply)
+
     def resume_with(self, reply: Any) -> None:
         """A blocked command finished: send its reply and go on with the pipeline."""
         self._append_reply(reply)
@@ -201,7 +244,7 @@ class Connection(asyncio.Protocol):
         self._hold_timer = None
         if self.transport is None or self.transport.is_closing():
             return
-        if not self.paused_by_writes:
+        if not self.paused_by_writes and not self.deferred:
             self.transport.resume_reading()
         self.flush()
         self._unstall()  # a pipeline stalled by write pressure meanwhile goes on too
@@ -291,6 +334,17 @@ def _buffers(out: list) -> list:
 
 
 _ZERO_COPY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_local = threading.local()
+#: size of the receive buffer every connection of a loop thread shares (its bytes are copied out
+#: in ``buffer_updated``, before the next read)
+RECEIVE_SIZE = 256 * 1024
+
+
+def _receive_buffer() -> memoryview:
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = memoryview(bytearray(RECEIVE_SIZE))
+    return buf
 
 
 def zero_copy_names(table: Any) -> frozenset[bytes]:

@@ -74,7 +74,7 @@ def start(server: Server, client: Client, request: Deferred) -> None:
     """Park the client's connection and hand the jobs to the pool (called by the dispatcher)."""
     conn = client.conn
     if conn is not None:
-        conn.deferred = True
+        conn.defer()
     loop = asyncio.get_running_loop()
     pool = workers()
     gathered = asyncio.gather(*(loop.run_in_executor(pool, job) for job in request.jobs))
@@ -96,5 +96,4 @@ def _complete(server: Server, client: Client, request: Deferred, done: asyncio.F
         server.dispatcher.count_error(reply)
     conn = client.conn
     if conn is not None:
-        conn.deferred = False
-        conn.resume_with(reply)
+        conn.undefer(reply)

@@ -311,6 +311,8 @@ class Persistence:
     # -- switching the log at runtime -------------------------------------------------------------
 
     def config_changed(self, server: Server, old: Settings, new: Settings) -> str | None:
+        if os.path.abspath(new.dir) != self.directory:
+            return "the data directory is locked by this running server; restart it with --dir to move it"
         journal = self.journal
         if new.appendfsync != old.appendfsync and isinstance(journal, WalJournal):
             journal.set_policy(new.appendfsync)

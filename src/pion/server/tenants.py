@@ -210,7 +210,8 @@ class Tenants:
         return self.accounting[name].used + rows
 
     def quota_refusal(self, client: Client, spec: CommandSpec) -> ReplyError | None:
-        quota = self.specs[client.tenant].quota  # type: ignore[index]
+        tenant = self.specs.get(client.tenant)  # type: ignore[arg-type]
+        quota = tenant.quota if tenant is not None else 0
         if not quota or "denyoom" not in spec.flags:
             return None
         used = self.used(client.tenant)  # type: ignore[arg-type]
@@ -273,7 +274,14 @@ def visible_clients(ctx: Ctx) -> dict[int, Client]:
 
 
 def kv_view(ctx: Ctx) -> TenantKV:
-    return ctx.server.engines["tenants"].kv[ctx.client.tenant]
+    """The K/V view of the client's tenant (made on first use for a tenant set by other means)."""
+    server, name = ctx.server, ctx.client.tenant
+    engine = server.engines.get("tenants")
+    views = engine.kv if engine is not None else server.engines.setdefault("tenant_kv_views", {})
+    view = views.get(name)
+    if view is None:
+        view = views[name] = TenantKV(server, name)  # type: ignore[arg-type]
+    return view
 
 
 def tenant_info(ctx: Ctx, names: list[str]) -> str:

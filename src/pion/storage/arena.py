@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ctypes
-import ctypes.util
 import mmap
 import os
 import struct
@@ -28,6 +26,8 @@ from typing import Any
 
 import crc32c
 import numpy as np
+
+from pion.storage.fileops import fsync_dir, gaps, punch_hole, round_up
 
 _REF = struct.Struct("<IQQI")
 DEFAULT_ARENA_SIZE = 256 * 1024 * 1024
@@ -112,7 +112,7 @@ class ArenaStore:
     def _new_arena(self, min_size: int) -> _Arena:
         arena_id = max(self._arenas, default=0) + 1
         path = self._path(arena_id)
-        capacity = max(self.arena_size, _round_up(min_size, mmap.PAGESIZE))
+        capacity = max(self.arena_size, round_up(min_size, mmap.PAGESIZE))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         os.ftruncate(fd, capacity)  # sparse: only written blocks use disk
         arena = _Arena(arena_id, path, fd, capacity, 0)
@@ -138,7 +138,7 @@ class ArenaStore:
         view = memoryview(data).cast("B") if length else memoryview(b"")
         while written < length:
             written += os.pwrite(arena.fd, view[written:], offset + written)
-        arena.used = _round_up(offset + length, 8)
+        arena.used = round_up(offset + length, 8)
         with self._lock:
             arena.dirty = True
         ref = BlobRef(arena.id, offset, length, crc32c.crc32c(view))
@@ -265,8 +265,8 @@ class ArenaStore:
             if not ranges:
                 released += self._drop(arena)
                 continue
-            for start, end in _gaps(ranges, arena.capacity):
-                released += _punch(arena.fd, start, end - start)
+            for start, end in gaps(ranges, arena.capacity):
+                released += punch_hole(arena.fd, start, end - start)
             self._forget(arena.id, {start for start, _ in ranges})
         self.reclaimed_bytes += released
         return released
@@ -305,50 +305,6 @@ class ArenaStore:
             with contextlib.suppress(OSError):
                 total += os.fstat(arena.fd).st_blocks * 512
         return total
-
-
-def _round_up(value: int, unit: int) -> int:
-    return (value + unit - 1) // unit * unit
-
-
-def _gaps(ranges: list[tuple[int, int]], end: int) -> Iterator[tuple[int, int]]:
-    pos = 0
-    for start, stop in ranges:
-        if start > pos:
-            yield pos, start
-        pos = max(pos, stop)
-    if pos < end:
-        yield pos, end
-
-
-_FALLOC_FL_KEEP_SIZE = 0x01
-_FALLOC_FL_PUNCH_HOLE = 0x02
-_libc: Any = None
-
-
-def _punch(fd: int, offset: int, length: int) -> int:
-    """Free the blocks of a file range (reads as zeros afterwards); 0 if unsupported."""
-    global _libc
-    start = _round_up(offset, 4096)
-    stop = (offset + length) // 4096 * 4096
-    if stop <= start:
-        return 0
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
-    if _libc.fallocate(fd, mode, start, stop - start) != 0:
-        return 0
-    return stop - start
-
-
-def fsync_dir(path: str) -> None:
-    """Make a created, renamed or deleted directory entry durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- snapshot scope: pack_blob / unpack_blob ---------------------------------------------------

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from pion.storage.arena import fsync_dir
+from pion.storage.fileops import fsync_dir
 
 MAGIC = b"PIONSNAP"
 VERSION = 1

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import crc32c
 import hiredis
 
-from pion.storage.arena import BlobRef, fsync_dir
+from pion.storage.arena import BlobRef
+from pion.storage.fileops import fsync_dir
 
 MAGIC = b"PIONWAL1"
 VERSION = 1

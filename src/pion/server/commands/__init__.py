@@ -19,6 +19,7 @@ FAMILIES = (
     "keys",
     "expiry",
     "objects",
+    "migrate",
     "sort",
     "databases",
     "server_admin",

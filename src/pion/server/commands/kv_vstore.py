@@ -9,9 +9,13 @@ for the client to decode with ``pion.codecs``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import numpy as np
 
 from pion.codecs import CodecError
+from pion.kvcache.batch import encode_jobs, encode_now, input_rows, job_count, render, sent_as_stored
 from pion.kvcache.eviction import unit_of
 from pion.kvcache.layer import Layer, LayerSpec
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, parse_layer_spec
@@ -28,13 +32,15 @@ from pion.server.commands.kvcache import (
     strict_int,
     write_seq,
 )
+from pion.server.deferred import WORKERS, Deferred, can_defer
 from pion.server.registry import command
 
 UNIFORM_NAMES = "int8|turbo4|turbo3|turbo2|fp16|fp8|mlx4g32|fp32|bf16"
 INPUT_WIDTH = {b"F32": 4, b"F16": 2, b"BF16": 2}
-INPUT_DTYPE = {b"F32": "<f4", b"F16": "<f2"}
 FETCH_FORMATS = (b"F32", b"F16", b"NATIVE", b"RAW")
 MAX_IDS = 1024
+#: a store or fetch moving at least this many bytes through a codec runs in the worker pool
+DEFER_MIN = int(__import__("os").environ.get("PION_DEFER_MIN", 256 * 1024))
 
 
 # -- V.CREATE ------------------------------------------------------------------------------
@@ -113,32 +119,21 @@ def parse_store_options(argv: list[bytes]) -> bytes:
     raise ReplyError("ERR V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW)")
 
 
-def encode_rows(layer: Layer, fmt: bytes, blob, count: int):
-    """The blob in the layer's codec (the blob itself when it already is), after the size check."""
-    dim = layer.spec.dim
-    if fmt == b"RAW":
-        expected, why = count * layer.row_bytes, f"count={count} × row_bytes={layer.row_bytes}, FMT RAW"
-    else:
-        width = INPUT_WIDTH[fmt]
-        expected, why = count * dim * width, f"count={count} × per_layer_dim={dim} × {width}"
-    if len(blob) != expected:
-        raise ReplyError(f"ERR V.STOREBATCH: blob size {len(blob)} != expected {expected} ({why})")
-    stored = layer.spec.fmt
-    if fmt == b"RAW" or (fmt, stored) in ((b"F32", "fp32"), (b"F16", "fp16"), (b"BF16", "bf16")):
-        if blob.__class__ is memoryview and blob.format != "B":
-            return blob.cast("B")
-        return blob
-    if fmt == b"BF16":
-        values = np.frombuffer(blob, dtype="<u2").astype(np.uint32) << 16
-        values = values.view(np.float32)
-    else:
-        values = np.frombuffer(blob, dtype=INPUT_DTYPE[fmt])
-    return layer.codec.encode(values.reshape(count, dim))
+@dataclass(frozen=True, slots=True)
+class StorePlan:
+    """A parsed and checked V.STOREBATCH (nothing changed yet): ``rows`` are the input rows to
+    encode, or None when ``blob`` already is the layer's encoding."""
+
+    sid: bytes
+    layer_id: int
+    start: int
+    count: int
+    spec: LayerSpec
+    blob: bytes | memoryview
+    rows: np.ndarray | None
 
 
-@command("V.STOREBATCH", -6, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
-def v_storebatch(ctx, argv):
-    """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW]: store rows [start, start+count)."""
+def plan_store(ctx, argv: list[bytes]) -> StorePlan:
     bad = "ERR invalid layer_id/start_id/count"
     layer_id = strict_int(argv[2], 0, 1 << 62, bad)
     start = strict_int(argv[3], 0, 1 << 62, bad)
@@ -146,37 +141,73 @@ def v_storebatch(ctx, argv):
     if layer_id >= MAX_LAYERS:
         raise ReplyError("ERR V.STOREBATCH: layer_id exceeds MAX_VS_LAYERS")
     fmt = parse_store_options(argv)
-    sp = space(ctx)
     sid = arg(argv[1])
-    session = sp.vstore.require(sid)
-    layer = session.layer(layer_id) or Layer(session.spec(layer_id))
-    encoded = encode_rows(layer, fmt, argv[5], count)
+    session = space(ctx).vstore.require(sid)
+    spec = session.spec(layer_id)
+    blob = argv[5]
+    if blob.__class__ is memoryview and blob.format != "B":
+        blob = blob.cast("B")
+    rows = input_rows_checked(spec, fmt, blob, count)
     if start + count > MAX_TOKENS:
         raise ReplyError("ERR V.STOREBATCH failed")
-    effects = make_room(ctx, sp, len(encoded), unit_of(sid))
+    return StorePlan(sid, layer_id, start, count, spec, blob, rows)
+
+
+def input_rows_checked(spec: LayerSpec, fmt: bytes, blob, count: int) -> np.ndarray | None:
+    """The size check; then the rows to encode, or None when the blob is stored as it is."""
+    if fmt == b"RAW":
+        row_bytes = spec.codec().bytes_per_row(spec.dim)
+        expected, why = count * row_bytes, f"count={count} × row_bytes={row_bytes}, FMT RAW"
+    else:
+        width = INPUT_WIDTH[fmt]
+        expected, why = count * spec.dim * width, f"count={count} × per_layer_dim={spec.dim} × {width}"
+    if len(blob) != expected:
+        raise ReplyError(f"ERR V.STOREBATCH: blob size {len(blob)} != expected {expected} ({why})")
+    if fmt == b"RAW" or (fmt, spec.fmt) in ((b"F32", "fp32"), (b"F16", "fp16"), (b"BF16", "bf16")):
+        return None
+    return input_rows(blob, fmt, count, spec.dim)
+
+
+@command("V.STOREBATCH", -6, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
+def v_storebatch(ctx, argv):
+    """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW]: store rows [start, start+count).
+
+    A large batch to encode is encoded in the worker pool (``Deferred``); the rows are stored
+    and logged when it is done, as if the command arrived then.
+    """
+    plan = plan_store(ctx, argv)
+    if plan.rows is None:
+        return store_rows(ctx, plan, plan.blob)
+    if plan.rows.nbytes >= DEFER_MIN and can_defer(ctx):
+        out, jobs = encode_jobs(plan.spec.codec(), plan.rows, job_count(plan.rows, WORKERS))
+        return Deferred(jobs, lambda ctx, _: finish_store(ctx, argv, plan, memoryview(out)))
+    return store_rows(ctx, plan, encode_now(plan.spec.codec(), plan.rows))
+
+
+def finish_store(ctx, argv: list[bytes], plan: StorePlan, encoded: memoryview):
+    """The deferred store's second half: if the session went away or changed shape meanwhile,
+    the command is planned again as it stands now."""
+    session = space(ctx).vstore.get(plan.sid)
+    if session is None or session.spec(plan.layer_id) != plan.spec:
+        plan = plan_store(ctx, argv)
+        encoded = plan.blob if plan.rows is None else encode_now(plan.spec.codec(), plan.rows)
+    return store_rows(ctx, plan, encoded)
+
+
+def store_rows(ctx, plan: StorePlan, encoded) -> object:
+    """Keep the encoded rows (evicting for room first) and log them in their encoded form."""
+    sp = space(ctx)
+    session = sp.vstore.require(plan.sid)
+    effects = make_room(ctx, sp, len(encoded), unit_of(plan.sid))
     durable = arena_view(ctx, encoded)
-    sp.vstore.store(session, layer_id, start, count, encoded, write_seq(ctx), durable)
-    sp.touch(sid)
-    log_with(ctx, effects, [b"V.STOREBATCH", sid, b"%d" % layer_id, b"%d" % start, b"%d" % count, encoded, b"FMT", b"RAW"])
+    sp.vstore.store(session, plan.layer_id, plan.start, plan.count, encoded, write_seq(ctx), durable)
+    sp.touch(plan.sid)
+    log_with(ctx, effects, [b"V.STOREBATCH", plan.sid, b"%d" % plan.layer_id, b"%d" % plan.start,
+                            b"%d" % plan.count, encoded, b"FMT", b"RAW"])
     return OK
 
 
 # -- V.FETCH ---------------------------------------------------------------------------------
-
-
-def render(layer: Layer, data, rows: int, fmt: bytes):
-    """Encoded rows in the fetch format asked for: the stored bytes (or a view of them) as they
-    are, or the decoded array's own buffer (the encoder writes views without copying them)."""
-    stored = layer.spec.fmt
-    if fmt == b"RAW" or (fmt, stored) in ((b"NATIVE", "fp16"), (b"F16", "fp16"), (b"F32", "fp32"), (b"NATIVE", "fp32")):
-        return data
-    values = layer.codec.decode(data, (rows, layer.spec.dim))
-    return as_bulk(values.astype("<f2") if fmt == b"F16" else values)
-
-
-def as_bulk(values: np.ndarray) -> memoryview:
-    """An array's bytes as a flat byte view (no copy when it is contiguous)."""
-    return memoryview(np.ascontiguousarray(values)).cast("B")
 
 
 def fetch_fmt(words: list[bytes]) -> tuple[list[bytes], bytes]:
@@ -253,12 +284,24 @@ def fetch_batch(ctx, sp, session, words: list[bytes], fmt: bytes, limit: int):
         layers = min(asked, layers) if asked else layers
     if layers == 0:
         return None
-    out = []
+    rows = end - start
+    reads: list = []
     for index in range(layers):
         layer = session.layer(index)
         empty = layer is None or layer.rows == 0
-        out.append(None if empty else render(layer, read_rows(layer, start, end, limit), end - start, fmt))
-    account(ctx, sp, out, sum(end - start for p in out if p is not None))
+        reads.append(None if empty else partial(render, layer, read_rows(layer, start, end, limit), rows, fmt))
+    jobs = [job for job in reads if job is not None]
+    decoded = [job.args[0].spec.dim for job in jobs if not sent_as_stored(job.args[0], fmt)]
+    if 4 * rows * sum(decoded) >= DEFER_MIN and can_defer(ctx):  # decoding in the pool, a layer a job
+        return Deferred(jobs, lambda ctx, rendered: batch_reply(ctx, sp, reads, rendered, rows))
+    return batch_reply(ctx, sp, reads, [job() for job in jobs], rows)
+
+
+def batch_reply(ctx, sp, reads: list, rendered: list, rows: int) -> list:
+    """One payload per layer (nil for the empty ones), counted as served."""
+    payloads = iter(rendered)
+    out = [None if read is None else next(payloads) for read in reads]
+    account(ctx, sp, out, rows * len(rendered))
     return out
 
 

@@ -137,7 +137,7 @@ class Runner:
                 except queue.Empty:
                     continue
             if kind == "call":
-                run.replies.put(self.call(run, payload))
+                run.replies.put(self.safe_call(run, payload))
                 continue
             self.current = None
             run.client.db_index = run.db_index
@@ -182,10 +182,7 @@ class Runner:
         dispatcher.pending, blocking.ready = run.effects, run.ready
         dispatcher.depth += 1
         try:
-            reply = self.call(run, argv)
-        except Exception as exc:  # never leave the worker waiting
-            log.exception("script call failed")
-            reply = ReplyError(f"ERR {exc}")
+            reply = self.safe_call(run, argv)
         finally:
             dispatcher.depth -= 1
             run.effects, run.ready = dispatcher.pending, blocking.ready
@@ -203,6 +200,14 @@ class Runner:
         self.server.blocking.ready.extend(run.ready)
         dispatcher.finish_command(client)
         self.server.blocking.unblock(client, reply)
+
+    def safe_call(self, run: ScriptRun, argv: list[bytes]) -> Any:
+        """``call``, turning a failing handler into an error reply: the worker must get an answer."""
+        try:
+            return self.call(run, argv)
+        except Exception as exc:
+            log.exception("command from a script failed: %r", argv[:1])
+            return ReplyError(f"ERR {exc}")
 
     def call(self, run: ScriptRun, argv: list[bytes]) -> Any:
         """redis.call: the dispatcher's lookup, the script refusals, the guard, then the command."""

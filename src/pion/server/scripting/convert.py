@@ -38,6 +38,9 @@ INT_MIN = -(1 << 63)
 INT_MAX = (1 << 63) - 1
 #: values fetched per call when reading a Lua array (unpack is bounded by the C stack)
 CHUNK = 4000
+#: nesting of a script's reply past which Redis answers "reached lua stack limit" (ours: the
+#: Python stack of the converter)
+MAX_DEPTH = 400
 
 
 def lua_number_to_int(value: float) -> int:
@@ -144,7 +147,7 @@ class ToReply:
                 out.extend(got)
         return out
 
-    def convert(self, value: Any, resp: int) -> Any:  # noqa: C901 - one switch over Lua types
+    def convert(self, value: Any, resp: int, depth: int = 0) -> Any:  # noqa: C901 - one switch over Lua types
         cls = value.__class__
         if cls is bytes:
             return value
@@ -156,9 +159,12 @@ class ToReply:
             return 1 if value else None
         if value is None or lua51.lua_type(value) != "table":
             return None
+        if depth >= MAX_DEPTH:
+            return ReplyError("ERR reached lua stack limit")
+        depth += 1
         kind, first, *rest = self.classify(value)
         if kind == 8:  # array, up to the first nil
-            return [self.convert(item, resp) for item in self.items(first, rest[0])]
+            return [self.convert(item, resp, depth) for item in self.items(first, rest[0])]
         if kind == 1:
             return ReplyError(first.decode("utf-8", "replace"))
         if kind == 2:
@@ -171,8 +177,11 @@ class ToReply:
             return _verbatim(first)
         if kind == 6:
             flat = self.items(first, rest[0])
-            return {_hashable(self.convert(flat[i], resp)): self.convert(flat[i + 1], resp) for i in range(0, len(flat), 2)}
-        return SetReply(self.convert(item, resp) for item in self.items(first, rest[0]))
+            return {
+                _hashable(self.convert(flat[i], resp, depth)): self.convert(flat[i + 1], resp, depth)
+                for i in range(0, len(flat), 2)
+            }
+        return SetReply(self.convert(item, resp, depth) for item in self.items(first, rest[0]))
 
 
 def _big_number(text: bytes) -> Any:

@@ -66,8 +66,11 @@ end
 local function errh(err)
   err = unwrap(err)
   local i = user_frame(2)
-  if type(err) == 'string' and i and sub(err, 1, 5) == 'pion:' then
-    err = i.short_src .. ':' .. i.currentline .. ':' .. (gsub(err, '^pion:%d+:', '', 1))
+  if type(err) == 'string' and sub(err, 1, 5) == 'pion:' then
+    -- raised inside the sandbox's own Lua code: show the user's position instead (none when a
+    -- tail call from user code into that code erased the user's frame)
+    local rest = gsub(err, '^pion:%d+: ?', '', 1)
+    err = i and (i.short_src .. ':' .. i.currentline .. ': ' .. rest) or rest
   end
   if type(err) ~= 'table' then err = {err = 'ERR ' .. tostring(err)} end
   if i then rawset(err, 'source', i.source); rawset(err, 'line', i.currentline) end
@@ -78,7 +81,7 @@ local function raise(msg) error({err = msg}, 0) end
 -- base library, as Redis 7.0 exposes it ------------------------------------------------------
 local R = {}
 for _, k in ipairs({'assert', 'collectgarbage', 'error', 'gcinfo', 'getmetatable', 'rawequal',
-                    'select', 'tonumber', 'tostring', 'type', 'unpack', '_VERSION'}) do
+                    'select', 'tonumber', 'unpack', '_VERSION'}) do
   R[k] = _G0[k]
 end
 local function fix_pcall(ok, ...)
@@ -155,6 +158,19 @@ R.cjson = protect(cjson)
 R.bit = protect(copy(B.bit))
 R.struct = protect(copy(B.struct))
 R.cmsgpack = protect(copy(B.cmsgpack))
+-- Python callables are userdata to Lua; scripts see them as functions, as Redis's C functions
+local pyfuncs = setmetatable({}, {__mode = 'k'})
+for _, lib in ipairs({M, B.bit, B.struct, B.cmsgpack, cjson}) do
+  for _, v in next, lib do if type(v) == 'userdata' and v ~= null then pyfuncs[v] = true end end
+end
+R.type = function(...)
+  if select('#', ...) > 0 and pyfuncs[(...)] then return 'function' end
+  return type(...)
+end
+R.tostring = function(...)
+  if select('#', ...) > 0 and pyfuncs[(...)] then return 'function: builtin' end
+  return tostring(...)
+end
 local string_meta = getmetatable('')
 string_meta.__index = R.string
 string_meta.__metatable = false
@@ -189,6 +205,7 @@ if MODE == 'eval' then
   api.debug = function() end
   R.__redis__err__handler = errh
 end
+for _, v in next, api do if type(v) == 'userdata' then pyfuncs[v] = true end end
 R.redis = protect(api)
 
 -- the globals proxy --------------------------------------------------------------------------
