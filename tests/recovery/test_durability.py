@@ -251,3 +251,25 @@ def test_config_set_dir_is_refused_while_running(node):
     with pytest.raises(redis.exceptions.ResponseError, match="protected config|locked by this running server"):
         r.config_set("dir", "/tmp")
     assert r.config_get("dir")["dir"] == str(node.datadir)
+
+
+def test_set_px_then_persist_survives_restart_after_the_ttl(tmp_path):
+    """SET ... PX is logged as an absolute PXAT; replay after that time has passed must not drop
+    the key, because the PERSIST that follows in the log keeps it (nothing expires while loading)."""
+    import time as _time
+
+    import redis as _redis
+
+    from tests.support.servers import ProcessServer
+
+    srv = ProcessServer(tmp_path / "data").start()
+    try:
+        client = _redis.Redis(port=srv.port)
+        client.set("k", "v", px=300)
+        assert client.persist("k") is True
+        _time.sleep(0.5)
+        srv.kill9()
+        srv.start()
+        assert _redis.Redis(port=srv.port).get("k") == b"v"
+    finally:
+        srv.stop()

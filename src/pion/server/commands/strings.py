@@ -90,7 +90,8 @@ def set_generic(ctx: Ctx, argv: list[bytes], flags: int, key: bytes, value: byte
     if (flags & NX and found) or (flags & XX and not found):
         ctx.no_propagate()
         return old if flags & GET else abort_reply
-    if when is not None and when <= now_ms():
+    if when is not None and when <= now_ms() and not ctx.server.loading:
+        # while replaying the log nothing expires: a later PERSIST in the log may keep the key
         _delete_expired(ctx, key, found)
     else:
         db.set(key, value, keep_ttl=bool(flags & KEEPTTL))
