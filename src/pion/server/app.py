@@ -114,6 +114,9 @@ class Server:
         for dbs in [getattr(self, "dbs", ()), *getattr(self, "tenant_dbs", {}).values()]:
             for db in dbs:
                 db.apply_settings(value)
+        dispatcher = getattr(self, "dispatcher", None)
+        if dispatcher is not None:
+            dispatcher.apply_settings(value)
 
     def _make_replay_client(self) -> Client:
         client = Client(0, self)

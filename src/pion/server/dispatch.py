@@ -39,11 +39,19 @@ class Dispatcher:
         self.depth = 0
         #: effects of the running top-level command: (db index, argv)
         self.pending: list[tuple[int, list[bytes]]] = []
+        #: below this a command cannot be slow-logged whatever the threshold (cheap pre-check;
+        #: a negative threshold disables the slowlog, which SlowLog.observe itself checks)
+        self.slow_usec = 0
+        self.apply_settings(server.settings)
         #: full command name -> [calls, usec, rejected_calls, failed_calls]
         self.stats: dict[str, list[int]] = {}
         #: set while a script runs past busy-reply-threshold: refuses all but allow_busy commands
         #: with -BUSY (pion.server.scripting.busy); None otherwise
         self.busy: Any = None
+
+    def apply_settings(self, settings: Any) -> None:
+        threshold = settings.slowlog_log_slower_than
+        self.slow_usec = threshold if threshold >= 0 else 2**62
 
     # -- lookup ------------------------------------------------------------------------
 
@@ -140,7 +148,7 @@ class Dispatcher:
             self.depth -= 1
         usec = int((time.perf_counter() - start) * 1_000_000)
         self._count(spec.full_name, usec, failed=failed)
-        if failed or isinstance(reply, ReplyError):
+        if failed or reply.__class__ is ReplyError:
             self.count_error(reply)
         client.commands_processed += 1
         client.last_cmd = spec.full_name
@@ -157,9 +165,9 @@ class Dispatcher:
             reply.argv = argv
             deferred.start(server, client, reply)
             reply = BLOCKED
-        if self.depth == 0:
+        if self.depth == 0 and (self.pending or server.blocking.ready):
             self.finish_command(client)
-        if server.slowlog is not None:
+        if usec >= self.slow_usec and server.slowlog is not None:
             server.slowlog.observe(client, argv, usec)
         return reply
 
