@@ -40,7 +40,7 @@ INPUT_WIDTH = {b"F32": 4, b"F16": 2, b"BF16": 2}
 FETCH_FORMATS = (b"F32", b"F16", b"NATIVE", b"RAW")
 MAX_IDS = 1024
 #: a store or fetch moving at least this many bytes through a codec runs in the worker pool
-DEFER_MIN = int(__import__("os").environ.get("PION_DEFER_MIN", 256 * 1024))
+DEFER_MIN = 256 * 1024
 
 
 # -- V.CREATE ------------------------------------------------------------------------------
