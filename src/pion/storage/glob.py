@@ -67,7 +67,7 @@ class _Glob:
         if pieces[-1].match(value, end) is None:
             return False
         pos = head
-        for piece, width in zip(pieces[1:-1], widths[1:-1]):
+        for piece, width in zip(pieces[1:-1], widths[1:-1], strict=True):
             if width == 0:
                 continue
             found = piece.search(value, pos, end)
