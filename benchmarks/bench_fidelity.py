@@ -69,12 +69,14 @@ def stored_bytes_per_token(pc, ns: str, n: int) -> float:
     return sum(i.get("bytes", 0) for i in info) / n if all("bytes" in i for i in info) else float("nan")
 
 
-def one_config(loaded, url: str, prefix, last, cold_logits, cold_tokens, codec: str, bp: int, steps: int) -> dict:
+def one_config(loaded, url: str, prefix, prefix_cache, last, cold_logits, cold_tokens, codec: str, bp: int,
+               steps: int) -> dict:
     pc = PionPromptCache(loaded.model, url=url, vquant=codec, boundary_protect=bp, tokenizer=loaded.tokenizer,
                          model_id=loaded.name)
     ns = pc.namespace(prefix)
     pc.client.kv_drop(ns)
-    pc.put(prefix, loaded.adapter.prefill(prefix))
+    if not pc.put(prefix, prefix_cache):
+        raise RuntimeError(f"{codec}/bp{bp}: the store failed")
     cache = pc.get_or_prefill(prefix)
     if pc.stats()["hits"] != 1:
         raise RuntimeError(f"{codec}/bp{bp}: the fetch was not a hit ({pc.stats()})")
@@ -95,7 +97,8 @@ def bench_model(model_arg: str, args) -> list[dict]:
     prompt = M.filler_prompt(loaded, args.prefix_tokens + 1)
     prefix, last = prompt[:-1], prompt[-1:]
     log("cold reference: local prefill + last token + greedy")
-    cache = loaded.adapter.prefill(prefix)
+    prefix_cache = loaded.adapter.prefill(prefix)
+    cache = loaded.adapter.copy_cache(prefix_cache)
     cold_logits = loaded.adapter.forward(last, cache)
     cold_tokens = M.greedy(loaded.adapter, cache, cold_logits, args.steps)
     rows = []
@@ -105,7 +108,8 @@ def bench_model(model_arg: str, args) -> list[dict]:
                 continue
             log(f"{model_arg}: codec {codec}, boundary_protect {bp}")
             try:
-                row = one_config(loaded, args.url, prefix, last, cold_logits, cold_tokens, codec, bp, args.steps)
+                row = one_config(loaded, args.url, prefix, prefix_cache, last, cold_logits, cold_tokens, codec, bp,
+                                 args.steps)
             except ValueError as exc:  # a codec that cannot take this width
                 row = {"codec": codec, "bp": bp, "refused": str(exc)}
             rows.append({"model": loaded.name, **row})

@@ -39,6 +39,7 @@ class RequestReader:
     __slots__ = (
         "_hiredis", "_inline", "_in_hiredis", "_chunks", "_chunks_len", "_frames_since",
         "max_bulk_len", "max_multibulk_len", "strict", "_check_at", "_big", "_after", "zero_copy",
+        "_ahead",
     )
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
@@ -59,6 +60,8 @@ class RequestReader:
         #: a frame with a large argument, parsed outside hiredis; bytes that came after it
         self._big: BigFrame | None = None
         self._after: list[bytes] = []
+        #: the next command, parsed early by ``read_ahead`` (or the ProtocolError it raised)
+        self._ahead: list[bytes] | ProtocolError | None = None
         #: lower-case names of commands whose large arguments may stay memoryviews
         self.zero_copy: frozenset[bytes] = frozenset()
 
@@ -102,7 +105,24 @@ class RequestReader:
             held += self._big.held + sum(len(data) for data in self._after)
         return held
 
+    def read_ahead(self) -> bool:
+        """Parse the next command now, to be returned by the next ``next_command``; True once it
+        is complete. A connection whose pipeline waits calls it after each read and stops reading
+        once it is True: the next command's bytes arrive meanwhile, and no more than them."""
+        if self._ahead is None:
+            try:
+                self._ahead = self.next_command()
+            except ProtocolError as exc:
+                self._ahead = exc
+        return self._ahead is not None
+
     def next_command(self) -> list[bytes] | None:
+        ahead = self._ahead
+        if ahead is not None:
+            self._ahead = None
+            if ahead.__class__ is not list:
+                raise ahead  # type: ignore[misc]
+            return ahead  # type: ignore[return-value]
         if self._big is not None:
             return self._take_big()
         while True:

@@ -128,6 +128,9 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing client %s: query buffer over limit", client.addr)
             self._close_now()
             return
+        if self.deferred:
+            self._read_ahead()
+            return
         self.process()
 
     def pause_writing(self) -> None:
@@ -202,11 +205,15 @@ class Connection(asyncio.BufferedProtocol):
         self.flush()
 
     def defer(self) -> None:
-        """A command of this client went to the worker pool: run nothing more from its pipeline,
-        and read nothing more meanwhile (the kernel buffers what follows; the reader would
-        otherwise hold, and later shift, every pipelined byte)."""
+        """A command of this client went to the worker pool: run nothing more from its pipeline
+        meanwhile, but receive its next command (``_read_ahead``), then stop reading."""
         self.deferred = True
-        if self.transport is not None:
+        self._read_ahead()
+
+    def _read_ahead(self) -> None:
+        """While the pipeline waits, parse the next command as its bytes arrive (a large argument
+        lands in its own buffer); once it is complete stop reading: the kernel buffers the rest."""
+        if self.reader.read_ahead() and self.transport is not None:
             self.transport.pause_reading()
 
     def undefer(self, reply: Any) -> None:

@@ -222,5 +222,6 @@ def load_demo(path, dtype: str = "float32"):
     """The built-in demo model (``pion.client.demo_model``) as a ``LlamaForCausalLM``."""
     torch = require("torch", "hf")
     transformers = require("transformers", "hf")
+    transformers.utils.logging.disable_progress_bar()  # the demo prints its own progress
     model = transformers.LlamaForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
     return model.eval()
