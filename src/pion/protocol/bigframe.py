@@ -50,11 +50,12 @@ class BigFrame:
         self.max_bulk = max_bulk
         self.done = False
 
-    def feed(self, data: bytes | memoryview) -> int:
-        """Consume this frame's bytes from ``data``; returns how many were its (the rest follows it)."""
+    def feed(self, data: bytes | memoryview, start: int = 0) -> int:
+        """Consume this frame's bytes from ``data[start:]``; returns the offset just past them
+        (the rest follows the frame)."""
         src = data if data.__class__ is bytes else bytes(data)
         view = memoryview(src)
-        pos, end = 0, len(view)
+        pos, end = start, len(view)
         while pos < end and not self.done:
             if self.skip:
                 taken = min(self.skip, end - pos)

@@ -31,6 +31,8 @@ UNAUTH_MAX_ARGS = 10
 UNAUTH_MAX_BULK = 16384
 #: an incomplete frame holding more than this has its headers checked before the rest arrives
 PENDING_CHECK = 256 * 1024
+#: a read at least this large that starts a frame has its headers looked at first (large argument?)
+EARLY_CHECK = 4096
 
 
 class RequestReader:
@@ -59,7 +61,7 @@ class RequestReader:
         self._check_at = PENDING_CHECK
         #: a frame with a large argument, parsed outside hiredis; bytes that came after it
         self._big: BigFrame | None = None
-        self._after: list[bytes] = []
+        self._after: list[tuple[bytes, int]] = []  # (chunk, offset of the unread part)
         #: the next command, parsed early by ``read_ahead`` (or the ProtocolError it raised)
         self._ahead: list[bytes] | ProtocolError | None = None
         #: lower-case names of commands whose large arguments may stay memoryviews
@@ -77,19 +79,27 @@ class RequestReader:
             self._leave_hiredis(joined[skip_frames(joined, self._frames_since) :])
 
     def feed(self, data: bytes) -> None:
+        self._feed_at(data, 0)
+
+    def _feed_at(self, data: bytes, start: int) -> None:
+        """Feed ``data[start:]`` (a view past ``start``: the rest of a chunk is never copied)."""
         if self._big is not None:
             if self._big.done:
-                self._after.append(data)
+                self._after.append((data, start))
             else:
-                self._feed_big(data)
-        elif self._in_hiredis:
-            self._hiredis.feed(data)
-            self._chunks.append(data)
-            self._chunks_len += len(data)
-        elif not self._inline and data[:1] == b"*" and not self.strict:  # the common case: straight to hiredis
-            self._enter_hiredis(data)
+                self._feed_big(data, start)
+            return
+        part = memoryview(data)[start:] if start else data
+        if self._in_hiredis:
+            self._hiredis.feed(part)
+            self._chunks.append(part)
+            self._chunks_len += len(part)
+        elif not self._inline and data[start:start + 1] == b"*" and not self.strict:  # the common case
+            if len(data) - start >= EARLY_CHECK and self._big_at_start(data, start):
+                return
+            self._enter_hiredis(part)  # type: ignore[arg-type]
         else:
-            self._inline += data
+            self._inline += part
 
     def _enter_hiredis(self, data: bytes) -> None:
         self._in_hiredis = True
@@ -102,7 +112,7 @@ class RequestReader:
         """Bytes held but not yet parsed (for the query-buffer limit)."""
         held = len(self._inline) + (self._hiredis.len() if self._in_hiredis else 0)
         if self._big is not None:
-            held += self._big.held + sum(len(data) for data in self._after)
+            held += self._big.held + sum(len(data) - start for data, start in self._after)
         return held
 
     def read_ahead(self) -> bool:
@@ -218,6 +228,18 @@ class RequestReader:
 
     # -- frames with large arguments -------------------------------------------------------
 
+    def _big_at_start(self, data: bytes, start: int) -> bool:
+        """A large read that begins a frame still receiving a large argument goes straight to
+        ``BigFrame`` (no hiredis copy, no join); its headers are checked on the way."""
+        try:
+            if check_headers(data, start, self.max_multibulk_len, self.max_bulk_len) < BIG_ARG:
+                return False
+        except ProtocolError:
+            return False  # raised where errors belong: by next_command, through hiredis
+        self._big = BigFrame(self.max_multibulk_len, self.max_bulk_len)
+        self._feed_big(data, start)
+        return True
+
     def _start_big(self, pending: bytes) -> None:
         """Take the frame in progress back from hiredis and finish it with ``BigFrame``."""
         self._hiredis = hiredis.Reader()
@@ -227,13 +249,12 @@ class RequestReader:
         self._frames_since = 0
         self._check_at = PENDING_CHECK
         self._big = BigFrame(self.max_multibulk_len, self.max_bulk_len)
-        self._feed_big(pending)
+        self._feed_big(pending, 0)
 
-    def _feed_big(self, data: bytes) -> None:
-        big = self._big
-        used = big.feed(data)  # type: ignore[union-attr]
-        if used < len(data):
-            self._after.append(data[used:])
+    def _feed_big(self, data: bytes, start: int) -> None:
+        end = self._big.feed(data, start)  # type: ignore[union-attr]
+        if end < len(data):
+            self._after.append((data, end))
 
     def recv_target(self) -> memoryview | None:
         """Where the next bytes from the socket may be received directly (the rest of a large
@@ -251,8 +272,8 @@ class RequestReader:
         self._big = None
         argv = big.argv(self.zero_copy)  # type: ignore[union-attr]
         after, self._after = self._after, []
-        for data in after:
-            self.feed(data)
+        for data, start in after:
+            self._feed_at(data, start)
         return argv
 
     def _next_strict(self) -> list[bytes] | None:
