@@ -4,7 +4,9 @@ Shapes: a 2,048-token prefix of 30 layers at kv_dim 192 (Llama-3.2-1B-like, K an
 16 layers at kv_dim 512. For each codec, measured in one run against servers in their own
 processes, through redis-py (hiredis parser), pipelined:
 
-- store: ``V.STOREBATCH`` of every layer's fp32 rows, both sides (payload = fp32 bytes sent);
+- store: ``V.STOREBATCH`` of every layer's fp32 rows, both sides (payload = fp32 bytes sent), and
+  ``FMT RAW`` of the same rows already encoded (what ``pion.client`` sends: the server stores the
+  bytes as they are; payload = encoded bytes sent);
 - fetch: ``V.FETCH <sid> BATCH 0 2048 FMT NATIVE`` and ``FMT RAW`` for both sides (payload =
   bytes received; RAW ships the stored encoding, so a 4-bit codec moves ~1/4 of fp16's bytes);
 - loopback: a raw socket moving the same blobs between two Python processes (the ceiling a
@@ -39,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tests.support.servers import ProcessServer, RedisServer, free_port  # noqa: E402
+
+from pion.codecs import get_codec  # noqa: E402
 
 SHAPES = {"30x192": (30, 192), "16x512": (16, 512)}
 CODECS = ["fp32", "fp16", "bf16", "int8", "fp8", "turbo4", "turbo3", "turbo2", "mlx4g32"]
@@ -121,11 +125,11 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def pion_store(client: redis.Redis, ns: str, blobs: dict[str, list[bytes]], tokens: int) -> float:
+def pion_store(client: redis.Redis, ns: str, blobs: dict[str, list[bytes]], tokens: int, fmt: str = "F32") -> float:
     pipe = client.pipeline(transaction=False)
     for side, layers in blobs.items():
         for layer, blob in enumerate(layers):
-            pipe.execute_command("V.STOREBATCH", ns + side, layer, 0, tokens, blob)
+            pipe.execute_command("V.STOREBATCH", ns + side, layer, 0, tokens, blob, "FMT", fmt)
     return timed(pipe.execute)
 
 
@@ -191,6 +195,15 @@ def bench_shape(shape: str, layers: int, dim: int, tokens: int, codecs: list[str
         results.append(row(shape, codec, "store", "F32", store_bytes, seconds, loop_store, redis_store,
                            fp16_bytes, server))
         assert pion.execute_command("KV.PREFIX.LOOKUP", ns) == b"HIT"
+        encoder = get_codec(codec)
+        encoded = {side: [encoder.encode(np.frombuffer(b, dtype=np.float32).reshape(tokens, dim)) for b in layers]
+                   for side, layers in blobs.items()}
+        raw_bytes = sum(len(b) for layers in encoded.values() for b in layers)
+        seconds = best(lambda: pion_store(pion, ns, encoded, tokens, "RAW"), repeat)  # noqa: B023
+        loop_s = best(lambda: loop.send(encoded["_pk"] + encoded["_pv"]), repeat)  # noqa: B023
+        redis_s = best(lambda: redis_set(red, encoded), repeat)  # noqa: B023
+        red.flushall()
+        results.append(row(shape, codec, "store", "RAW", raw_bytes, seconds, loop_s, redis_s, fp16_bytes, server))
         for fmt in ("NATIVE", "RAW"):
             out: list = []
             seconds = best(lambda: pion_fetch(pion, ns, tokens, fmt, out), repeat)  # noqa: B023
@@ -209,12 +222,12 @@ def table(results: list[dict]) -> str:
     cells: dict[tuple, dict[str, dict]] = {}
     for r in results:
         cells.setdefault((r["server"], r["shape"], r["codec"]), {})[f"{r['op']} {r['fmt']}"] = r
-    lines = ["| server | shape | codec | store F32 GB/s (xloop, xredis) | fetch NATIVE GB/s (xloop, xredis) "
-             "| fetch RAW GB/s (xloop, xredis) | RAW fp16-equiv GB/s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| server | shape | codec | store F32 GB/s (xloop, xredis) | store RAW GB/s (xloop, xredis) "
+             "| fetch NATIVE GB/s (xloop, xredis) | fetch RAW GB/s (xloop, xredis) | RAW fp16-equiv GB/s |",
+             "|---|---|---|---|---|---|---|---|"]
     for (server, shape, codec), ops in cells.items():
         parts = []
-        for key in ("store F32", "fetch NATIVE", "fetch RAW"):
+        for key in ("store F32", "store RAW", "fetch NATIVE", "fetch RAW"):
             r = ops.get(key)
             parts.append("-" if r is None else f"{r['gbps']} ({r['vs_loopback']}, {r['vs_redis']})")
         raw = ops.get("fetch RAW")

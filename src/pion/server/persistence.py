@@ -322,6 +322,8 @@ class Persistence:
             self.journal.blob_threshold = new.blob_threshold
             self.journal.segment_size = new.wal_segment_size
         self.memory.follow_settings(self.journal)
+        if new.maxmemory and (new.maxmemory, new.maxmemory_policy) != (old.maxmemory, old.maxmemory_policy):
+            self.memory.evict()  # as Redis's CONFIG SET maxmemory: evict now, not at the next write
         return None
 
     def set_appendonly(self, on: bool) -> None:

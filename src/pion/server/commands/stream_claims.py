@@ -87,6 +87,7 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
         elif min_idle and now - entry.delivery_time < min_idle:
             continue
         count = retry if retry is not None else (entry.delivery_count if entry else 0) + (0 if justid else 1)
+        _note_new_consumer(ctx, key, group, consumer)
         _deliver(group, consumer, sid, when, count)
         claimed.append(sid)
         effects.append(_claim_effect(key, group, consumer, sid))
@@ -124,6 +125,7 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         entry = group.pel[sid]
         if min_idle and now - entry.delivery_time < min_idle:
             continue
+        _note_new_consumer(ctx, key, group, consumer)
         _deliver(group, consumer, sid, now, entry.delivery_count + (0 if justid else 1))
         claimed.append(sid)
         count -= 1
@@ -136,6 +138,12 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         ctx.rewrite(*effects)
     body = [format_id(sid) for sid in claimed] if justid else entry_reply([(sid, stream.entries[sid]) for sid in claimed])
     return [format_id(cursor), body, [format_id(sid) for sid in deleted]]
+
+
+def _note_new_consumer(ctx: Ctx, key: bytes, group: ConsumerGroup, consumer: bytes) -> None:
+    """A claim creates its consumer on the first entry it takes, with Redis's keyspace event."""
+    if consumer not in group.consumers:
+        ctx.notify("t", "xgroup-createconsumer", key)
 
 
 def _autoclaim_options(argv: list[bytes]) -> tuple[int, bool]:

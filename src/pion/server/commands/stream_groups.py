@@ -217,6 +217,7 @@ def _group_read(ctx: Ctx, name: bytes, consumer_name: bytes, keys: list[bytes], 
         consumer.seen_time = now
         if created:
             effects.append([b"XGROUP", b"CREATECONSUMER", key, name, consumer_name])
+            ctx.notify("t", "xgroup-createconsumer", key)
         if sid is not None:  # history: this consumer's pending entries after sid
             pending = [p for p in consumer.pending.irange(next_id(sid) or MAX_ID, MAX_ID)][: count or None]
             result[key] = [[format_id(p), list(stream.entries[p])] if p in stream.entries else [format_id(p), None]
