@@ -9,7 +9,7 @@ APT_PACKAGES := redis-server redis-tools
 # the CPU build of torch lies on disk here; a bare index lookup would pull a multi-GB CUDA build
 PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: demo test test-slow lint venv venv-dev apt bench clean node-client
+.PHONY: demo test test-slow lint venv venv-dev apt bench clean node-client redis-suite
 
 $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -52,6 +52,10 @@ node-client:
 
 test-slow: venv-dev apt
 	$(PY) -m pytest -m slow -q
+
+# Redis 7.0.15's own tcl test suite against Pion (downloads Debian's orig tarball once; long)
+redis-suite: venv-dev apt
+	bash tests/redis_suite/run_redis_suite.sh
 
 bench: venv-dev apt
 	$(PY) benchmarks/bench_resp.py

@@ -10,8 +10,12 @@ paths restore the first N-1 tokens and run the last one; the cold path prefills 
 - pion (same process) and pion (separate process), per codec: ``PionPromptCache.get_or_prefill``.
 
 Methodology (spec 15.1): medians of ``--runs`` after a warm-up forward; model load outside the
-clock; every Pion run must be a hit, and a lossless run must give the cold first token, else the
-script fails. Prints a table with ratios and writes JSON and a PNG plot (matplotlib).
+clock; within a run every path goes once, back to back (cold, floor, redis, then Pion same and
+separate process per codec; the separate processes stay up and answer on request), so load
+changes on a shared machine reach every path alike; every Pion run must be a hit, and the
+lossless codec must give the cold first token, else the script fails. Each timed path starts
+after a 0.25 s pause (``measure.settle``) so the previous path's spinning OpenMP threads do not
+steal the CPU from the next one. Prints a table with ratios and writes JSON and a PNG plot (matplotlib).
 
     python benchmarks/bench_ttft.py                       # demo model, hf runtime, default codecs
     python benchmarks/bench_ttft.py --runtime mlx --codecs auto,fp16
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -97,107 +102,134 @@ def start_redis(workdir: Path):
 # -- Pion paths ------------------------------------------------------------------------------
 
 
-def pion_runs(pc, prefix: list[int], last: list[int], runs: int) -> dict:
-    times, first, hits = [], None, True
-    for _ in range(runs):
-        ms, logits, _, hit = M.warm_ttft(pc, prefix, last)
-        times.append(ms)
-        hits &= hit
-        first = int(np.argmax(logits))
-    return {"ms": M.median(times), "hits": hits, "first": first}
+def pion_once(pc, prefix: list[int], last: list[int]) -> dict:
+    ms, logits, _, hit = M.warm_ttft(pc, prefix, last)
+    return {"ms": ms, "hit": hit, "first": int(np.argmax(logits))}
 
 
 def worker(spec: str) -> int:
-    """Separate process: load and warm the model, then time hits for every length of one codec."""
+    """Separate process: load and warm the model, then answer one timed hit per line ``N`` on stdin."""
     args = json.loads(spec)
     loaded = M.load(args["model"], args["runtime"], progress=lambda m: None)
     pc = PionPromptCache(loaded.model, url=args["url"], vquant=args["codec"], tokenizer=loaded.tokenizer,
                          model_id=loaded.name)
-    out = {}
-    for n in args["lengths"]:
-        prompt = M.filler_prompt(loaded, n)
-        out[str(n)] = pion_runs(pc, prompt[:-1], prompt[-1:], args["runs"])
-    print(json.dumps(out), flush=True)
+    prompts = {n: M.filler_prompt(loaded, n) for n in args["lengths"]}
+    pc.client.ping()  # connected, as a serving process is
+    print("ready", flush=True)
+    for line in sys.stdin:
+        prompt = prompts[int(line)]
+        print(json.dumps(pion_once(pc, prompt[:-1], prompt[-1:])), flush=True)
     return 0
 
 
-def cross_process(args, url: str, codec: str) -> dict:
-    spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "codec": codec,
-                       "lengths": list(args.lengths), "runs": args.runs})
-    out = subprocess.run([sys.executable, __file__, "--worker", spec], capture_output=True, text=True, cwd=ROOT)
-    if out.returncode != 0:
-        raise RuntimeError(f"cross-process worker failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+class CrossProcess:
+    """A worker process per codec, kept alive so its runs interleave with the other paths'."""
+
+    def __init__(self, args, codec: str) -> None:
+        spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": args.url, "codec": codec,
+                           "lengths": list(args.lengths)})
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", spec], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the {codec} worker did not start (exit {self.proc.poll()})")
+
+    def hit(self, n: int) -> dict:
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"a cross-process worker died (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
 
 
 # -- one length --------------------------------------------------------------------------------
 
 
-def measure_length(args, loaded, n: int, caches: dict, r) -> dict:
-    adapter = loaded.adapter
-    prompt = M.filler_prompt(loaded, n)
+def one_run(args, loaded, prompt, prefix_cache, caches: dict, workers: dict, r) -> dict:
+    """Every path once, back to back, so load changes on a shared machine hit all of them alike."""
+    adapter, n = loaded.adapter, len(prompt)
     prefix, last = prompt[:-1], prompt[-1:]
-    cold = []
-    for i in range(args.runs):
-        log(f"N={n}: cold run {i + 1}/{args.runs}")
-        ms, logits, _ = M.cold_ttft(adapter, prompt)
-        cold.append(ms)
-    row = {"n": n, "cold_ms": M.median(cold), "cold_first": int(np.argmax(logits))}
-    prefix_cache = adapter.prefill(prefix)
-    floor = [floor_ttft(adapter, prefix_cache, last) for _ in range(args.runs)]
-    row["floor_ms"] = M.median([ms for ms, _ in floor])
+    M.settle()
+    ms, logits, _ = M.cold_ttft(adapter, prompt)
+    out = {"cold": {"ms": ms, "first": int(np.argmax(logits)), "hit": True}}
+    M.settle()
+    ms, first = floor_ttft(adapter, prefix_cache, last)
+    out["floor"] = {"ms": ms, "first": first, "hit": True}
     if r is not None:
-        redis_store(r, adapter, prefix_cache, f"bench:{n}")
-        base = [redis_ttft(r, adapter, f"bench:{n}", n - 1, last) for _ in range(args.runs)]
-        row["redis_ms"], row["redis_first"] = M.median([ms for ms, _ in base]), base[-1][1]
+        M.settle()
+        ms, first = redis_ttft(r, adapter, f"bench:{n}", n - 1, last)
+        out["redis"] = {"ms": ms, "first": first, "hit": True}
     for codec, pc in caches.items():
-        pc.put(prefix, prefix_cache)
-        row[f"pion_{codec}"] = pion_runs(pc, prefix, last, args.runs)
-        if pc.stats()["errors"]:
-            raise RuntimeError(f"Pion errors while storing/fetching with codec {codec}")
+        M.settle()
+        out[f"same/{codec}"] = pion_once(pc, prefix, last)
+        M.settle()
+        out[f"cross/{codec}"] = workers[codec].hit(n)
+    return out
+
+
+def measure_length(args, loaded, n: int, caches: dict, workers: dict, r) -> dict:
+    prompt = M.filler_prompt(loaded, n)
+    prefix_cache = loaded.adapter.prefill(prompt[:-1])
+    if r is not None:
+        redis_store(r, loaded.adapter, prefix_cache, f"bench:{n}")
+    for codec, pc in caches.items():
+        if not pc.put(prompt[:-1], prefix_cache):
+            raise RuntimeError(f"Pion failed to store the prefix with codec {codec}")
+    runs = []
+    for i in range(args.runs):
+        log(f"N={n}: run {i + 1}/{args.runs} (cold, floor, redis, Pion same/cross process per codec)")
+        runs.append(one_run(args, loaded, prompt, prefix_cache, caches, workers, r))
+    row = {"n": n}
+    for path in runs[0]:
+        results = [run[path] for run in runs]
+        row[path] = {"ms": M.median([x["ms"] for x in results]), "hits": all(x["hit"] for x in results),
+                     "first": results[-1]["first"], "all_ms": [round(x["ms"], 2) for x in results]}
     return row
 
 
-def check(rows: list[dict], cross: dict, exact: set[str]) -> list[str]:
-    """The methodology's refusals: a miss, or a lossless codec's first token differing from cold."""
+def check(rows: list[dict], codecs: list[str]) -> list[str]:
+    """The methodology's refusals: a miss, or the lossless codec's first token differing from cold."""
     problems = []
     for row in rows:
-        results = {f"same/{c}": row[f"pion_{c}"] for c in cross} | {f"cross/{c}": cross[c][str(row["n"])] for c in cross}
-        for label, result in results.items():
+        for label in [f"{where}/{c}" for c in codecs for where in ("same", "cross")]:
+            result = row[label]
             if not result["hits"]:
                 problems.append(f"N={row['n']} {label}: not a hit")
-            if label.split("/")[1] in exact and result["first"] != row["cold_first"]:
-                problems.append(f"N={row['n']} {label}: first token {result['first']} != cold {row['cold_first']}")
+            if label.endswith("/auto") and result["first"] != row["cold"]["first"]:
+                problems.append(f"N={row['n']} {label}: first token {result['first']} != cold {row['cold']['first']}")
     return problems
 
 
 # -- output ----------------------------------------------------------------------------------
 
 
-def print_table(rows: list[dict], cross: dict, codecs: list[str]) -> None:
+def print_table(rows: list[dict], codecs: list[str]) -> None:
     print(f"\n{'N':>6} {'cold ms':>9} {'floor ms':>9} {'redis ms':>9}", end="")
     for codec in codecs:
         print(f" {codec + ' same':>13} {codec + ' cross':>13}", end="")
     print()
     for row in rows:
-        cold = row["cold_ms"]
-        redis = f"{row['redis_ms']:9.1f}" if "redis_ms" in row else f"{'-':>9}"
-        print(f"{row['n']:>6} {cold:9.1f} {row['floor_ms']:9.1f} {redis}", end="")
+        cold = row["cold"]["ms"]
+        redis = f"{row['redis']['ms']:9.1f}" if "redis" in row else f"{'-':>9}"
+        print(f"{row['n']:>6} {cold:9.1f} {row['floor']['ms']:9.1f} {redis}", end="")
         for codec in codecs:
-            same, other = row[f"pion_{codec}"]["ms"], cross[codec][str(row["n"])]["ms"]
+            same, other = row[f"same/{codec}"]["ms"], row[f"cross/{codec}"]["ms"]
             print(f" {same:7.1f} {cold / same:4.0f}x {other:7.1f} {cold / other:4.0f}x", end="")
         print()
-    print("\nratios at the longest prefix:")
     last = rows[-1]
+    print(f"\nratios at N={last['n']}:")
     for codec in codecs:
-        other = cross[codec][str(last["n"])]["ms"]
-        same = last[f"pion_{codec}"]["ms"]
-        vs_redis = f", {last['redis_ms'] / other:.2f}x faster than plain Redis" if "redis_ms" in last else ""
-        print(f"  {codec:>7}: cold/cross-process {last['cold_ms'] / other:.1f}x, cross/same-process "
-              f"{other / same:.2f}{vs_redis}, cross/floor {other / last['floor_ms']:.2f}")
+        other, same = last[f"cross/{codec}"]["ms"], last[f"same/{codec}"]["ms"]
+        vs_redis = f", plain Redis/cross {last['redis']['ms'] / other:.2f}" if "redis" in last else ""
+        print(f"  {codec:>7}: cold/cross-process {last['cold']['ms'] / other:.1f}x, cross/same-process "
+              f"{other / same:.2f}{vs_redis}, cross/floor {other / last['floor']['ms']:.2f}")
 
 
-def plot(rows: list[dict], cross: dict, codecs: list[str], path: Path, title: str) -> None:
+def plot(rows: list[dict], codecs: list[str], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,13 +237,13 @@ def plot(rows: list[dict], cross: dict, codecs: list[str], path: Path, title: st
 
     n = [row["n"] for row in rows]
     fig, ax = plt.subplots(figsize=(8, 5))
-    ax.plot(n, [r["cold_ms"] for r in rows], "k-o", label="cold prefill")
-    ax.plot(n, [r["floor_ms"] for r in rows], "k:", label="in-process copy (floor)")
-    if "redis_ms" in rows[0]:
-        ax.plot(n, [r["redis_ms"] for r in rows], "r--s", label="plain redis-server, fp16 GETs")
+    ax.plot(n, [r["cold"]["ms"] for r in rows], "k-o", label="cold prefill")
+    ax.plot(n, [r["floor"]["ms"] for r in rows], "k:", label="in-process copy (floor)")
+    if "redis" in rows[0]:
+        ax.plot(n, [r["redis"]["ms"] for r in rows], "r--s", label="plain redis-server, fp16 GETs")
     for codec in codecs:
-        line = ax.plot(n, [r[f"pion_{codec}"]["ms"] for r in rows], "-^", label=f"Pion {codec}, same process")[0]
-        ax.plot(n, [cross[codec][str(x)]["ms"] for x in n], "--v", color=line.get_color(),
+        line = ax.plot(n, [r[f"same/{codec}"]["ms"] for r in rows], "-^", label=f"Pion {codec}, same process")[0]
+        ax.plot(n, [r[f"cross/{codec}"]["ms"] for r in rows], "--v", color=line.get_color(),
                 label=f"Pion {codec}, separate process")
     ax.set(xlabel="prompt tokens (prefix = all but the last)", ylabel="time to first token (ms)", title=title)
     ax.set_yscale("log")
@@ -278,20 +310,21 @@ def bench(args, redis_srv) -> int:
     for pc in caches.values():
         pc.client.kv_drop(*[pc.namespace(M.filler_prompt(loaded, n)[:-1]) for n in args.lengths])
     r = redis.Redis(port=redis_srv.port) if redis_srv is not None else None
-    rows = [measure_length(args, loaded, n, caches, r) for n in args.lengths]
-    cross = {}
-    for codec in args.codecs:
-        log(f"separate process, codec {codec}")
-        cross[codec] = cross_process(args, args.url, codec)
-    exact = {c for c, pc in caches.items() if c == "auto"}
-    print_table(rows, cross, args.codecs)
+    log("starting one separate process per codec (model load outside the clock)")
+    workers = {c: CrossProcess(args, c) for c in args.codecs}
+    try:
+        rows = [measure_length(args, loaded, n, caches, workers, r) for n in args.lengths]
+    finally:
+        for w in workers.values():
+            w.close()
+    print_table(rows, args.codecs)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"ttft_{args.runtime}" + ("_smoke" if args.smoke else "")
-    (args.out_dir / f"{stem}.json").write_text(json.dumps({"rows": rows, "cross": cross, "model": loaded.name,
-                                                           "runtime": args.runtime, "runs": args.runs}, indent=1))
-    plot(rows, cross, args.codecs, args.out_dir / f"{stem}.png", f"TTFT, {loaded.name} ({args.runtime})")
+    meta = {"model": loaded.name, "runtime": args.runtime, "runs": args.runs, "loadavg": os.getloadavg()}
+    (args.out_dir / f"{stem}.json").write_text(json.dumps({"rows": rows, **meta}, indent=1))
+    plot(rows, args.codecs, args.out_dir / f"{stem}.png", f"TTFT, {loaded.name} ({args.runtime})")
     log(f"wrote {args.out_dir / stem}.json and .png")
-    problems = check(rows, cross, exact)
+    problems = check(rows, args.codecs)
     for problem in problems:
         print("FAIL:", problem)
     return 1 if problems else 0

@@ -68,4 +68,4 @@ def test_pion_demo_prints_the_table_and_identical_continuations(tmp_path):
     for row in ("cold: plain prefill", "warm: same process", "warm: separate process", "warm: after kill -9"):
         assert row in out.stdout
     assert "identical (6 tokens)" in out.stdout and " NO" not in out.stdout
-    assert "separate process: run 1/1" in out.stderr  # progress is shown
+    assert "run 1/1: cold prefill" in out.stderr and "after kill -9: run 1/1" in out.stderr  # progress

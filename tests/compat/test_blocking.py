@@ -293,3 +293,25 @@ def test_served_pops_are_logged_as_non_blocking_commands(server, pool):
         [b"ZADD", b"z", b"1", b"x"], [b"ZPOPMIN", b"z", b"2"],
         [b"RPUSH", b"l", b"c"], [b"LPOP", b"l"],
     ]
+
+
+# -- found by Redis's own test suite (docs/redis-test-suite.md) -------------------------------------
+
+
+def test_a_served_blocked_command_is_slowlogged_after_the_exec_that_woke_it(server, r):
+    r.config_set("slowlog-log-slower-than", 0)
+    waiter = client(server)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(waiter.blpop, ["l"], 0)
+        deadline = time.time() + 3
+        while r.info("clients")["blocked_clients"] < 1 and time.time() < deadline:
+            time.sleep(0.01)
+        assert not [e for e in r.slowlog_get(128) if e["command"].startswith(b"BLPOP")]
+        pipe = r.pipeline(transaction=True)
+        pipe.lpush("l", "foo")
+        r.slowlog_reset()
+        pipe.execute()
+        assert pending.result(5) == (b"l", b"foo")
+    commands = [entry["command"] for entry in r.slowlog_get(128)]
+    assert commands[0] == b"BLPOP l 0"  # the newest: logged when served, after the EXEC
+    assert b"EXEC" not in commands and b"LPUSH l foo" in commands  # EXEC itself is never logged

@@ -203,3 +203,54 @@ def test_info_memory_reports_a_size(rr):
     memory = rr.info("memory")
     assert memory["used_memory_rss"] > 0 and memory["used_memory_peak"] >= memory["used_memory"] >= 0
     assert memory["maxmemory_policy"] == "noeviction"
+
+
+# -- found by Redis's own test suite (docs/redis-test-suite.md) -------------------------------------
+
+
+def test_default_info_has_no_rejected_calls_but_commandstats_does(r):
+    r.ping()
+    for section in ((), ("default",)):
+        text = str(r.info(*section))
+        assert "rejected_calls" not in text and "used_memory" in text
+    for section in ("all", "everything", "commandstats"):
+        assert "rejected_calls" in str(r.info(section))
+    assert r.info("stats")["migrate_cached_sockets"] == 0
+
+
+def _monitor_lines(conn: RawConnection, count: int) -> list[bytes]:
+    data = b""
+    for _ in range(20):
+        data += conn.read_some(0.2)
+        if data.count(b"\r\n") >= count:
+            break
+    lines = [line.split(b"] ", 1)[1] for line in data.split(b"\r\n") if line]
+    return [line for line in lines if b"SETINFO" not in line]  # redis-py's (re)connection handshake
+
+
+def test_monitor_shows_commands_after_they_ran_and_hides_admin_commands(server, r):
+    r.ping()
+    mon = RawConnection(server.port)
+    mon.cmd("MONITOR")
+    assert mon.read_exactly(b"+OK\r\n") == b"+OK\r\n"
+    with r.pipeline(transaction=True) as pipe:
+        pipe.set("foo", "bar").execute()
+    r.config_get("maxmemory")  # admin: never shown
+    r.execute_command("CLIENT", "ID")
+    other = RawConnection(server.port)
+    other.cmd("AUTH", "not-real")  # no password set: an error, still shown (redacted)
+    assert other.read_some().startswith(b"-")
+    other.cmd("HELLO", "2", "AUTH", "someone", "secret")
+    other.read_some()
+    other.close()
+    lines = _monitor_lines(mon, 6)
+    assert lines[:6] == [b'"MULTI"', b'"SET" "foo" "bar"', b'"EXEC"', b'"CLIENT" "ID"',
+                     b'"AUTH" "(redacted)"', b'"HELLO" "2" "AUTH" "(redacted)" "(redacted)"']
+    mon.close()
+
+
+def test_client_list_counts_the_running_request_in_qbuf(r):
+    line = r.execute_command("CLIENT", "INFO")
+    assert " qbuf=26 " in (line.decode() if isinstance(line, bytes) else line)
+    mine = [c for c in r.client_list() if c["cmd"] == "client|list"]
+    assert mine[0]["qbuf"] == "26"

@@ -132,3 +132,66 @@ def test_keyspace_notifications(make_server):
     redis.Redis(port=srv.port).set("nk", "v")
     messages = {(_m := _next_message(sub))["channel"]: _m["data"] for _ in range(2)}
     assert messages == {b"__keyspace@0__:nk": b"set", b"__keyevent@0__:set": b"nk"}
+
+
+# -- found by Redis's own test suite (docs/redis-test-suite.md) -------------------------------------
+
+
+def test_subscribe_confirmations_are_sent_even_with_client_reply_off(raw):
+    raw.cmd("CLIENT", "REPLY", "OFF")
+    raw.cmd("SUBSCRIBE", "ch")
+    expected = b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"
+    assert raw.read_exactly(expected) == expected
+    raw.cmd("UNSUBSCRIBE", "ch")
+    expected = b"*3\r\n$11\r\nunsubscribe\r\n$2\r\nch\r\n:0\r\n"
+    assert raw.read_exactly(expected) == expected
+    raw.cmd("PING")  # still off for ordinary replies
+    raw.cmd("CLIENT", "REPLY", "ON")
+    assert raw.read_exactly(b"+OK\r\n") == b"+OK\r\n"
+
+
+def test_new_key_events_fire_once_per_created_key(server, r):
+    r.config_set("notify-keyspace-events", "En")
+    sub = redis.Redis(port=server.port).pubsub()
+    sub.psubscribe("*")
+    _next_message(sub)
+    r.set("foo", "bar")
+    r.set("foo", "baz")  # not new
+    r.lpush("bar", "x")
+    assert _next_message(sub)["channel"] == b"__keyevent@0__:new"
+    message = _next_message(sub)
+    assert (message["channel"], message["data"]) == (b"__keyevent@0__:new", b"bar")
+    assert r.config_get("notify-keyspace-events") == {"notify-keyspace-events": "nE"}
+
+
+def test_config_set_maxmemory_evicts_at_once_with_evicted_events(server, r):
+    r.config_set("notify-keyspace-events", "Ee")
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    sub = redis.Redis(port=server.port).pubsub()
+    sub.psubscribe("*")
+    _next_message(sub)
+    r.set("foo", "bar")
+    try:
+        r.config_set("maxmemory", 1)
+        message = _next_message(sub)
+        assert (message["channel"], message["data"]) == (b"__keyevent@0__:evicted", b"foo")
+    finally:
+        r.config_set("maxmemory", 0)
+    assert r.exists("foo") == 0
+
+
+def test_claims_and_group_reads_announce_the_consumers_they_create(server, r):
+    r.config_set("notify-keyspace-events", "Kt")
+    sub = redis.Redis(port=server.port).pubsub()
+    sub.psubscribe("*")
+    _next_message(sub)
+    r.xgroup_create("s", "g", "$", mkstream=True)
+    r.xadd("s", {"f": "v"}, id="1-0")
+    r.xreadgroup("g", "Alice", {"s": ">"})
+    r.xclaim("s", "g", "Mike", 0, ["1-0"])
+    r.xautoclaim("s", "g", "Mike", 0, "0-0")  # Mike exists: no event
+    r.xgroup_delconsumer("s", "g", "Lee")  # nobody to delete: no event
+    r.xgroup_delconsumer("s", "g", "Alice")
+    events = [_next_message(sub)["data"] for _ in range(5)]
+    assert events == [b"xgroup-create", b"xadd", b"xgroup-createconsumer", b"xgroup-createconsumer",
+                      b"xgroup-delconsumer"]  # what redis-server 7.0 sends for the same commands

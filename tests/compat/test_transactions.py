@@ -184,3 +184,26 @@ def test_concurrent_incr_with_watch_is_consistent(server):
     for t in threads:
         t.join()
     assert int(redis.Redis(port=server.port).get("counter")) == 120
+
+
+# -- found by Redis's own test suite (docs/redis-test-suite.md) -------------------------------------
+
+
+def test_exec_refused_for_oom_aborts_the_whole_transaction(server, raw):
+    admin = redis.Redis(port=server.port)
+    admin.set("filler", "v" * 1000)  # something to count: the estimate covers the dataset
+    raw.cmd("MULTI")
+    raw.cmd("SET", "x", "1")
+    raw.cmd("GET", "x")
+    assert raw.read_exactly(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n")
+    admin.config_set("maxmemory", 1)
+    try:
+        raw.cmd("EXEC")
+        reply = raw.read_some()
+        assert reply.startswith(b"-EXECABORT Transaction discarded because of: OOM ")
+    finally:
+        admin.config_set("maxmemory", 0)
+    raw.cmd("PING")  # out of MULTI: answered, not queued
+    assert raw.read_exactly(b"+PONG\r\n") == b"+PONG\r\n"
+    assert admin.exists("x") == 0
+    assert admin.info("errorstats")["errorstat_EXECABORT"]["count"] == 1

@@ -104,22 +104,23 @@ def prompt_parts(loaded, n_prefix: int) -> tuple[list[int], list[int]]:
     return filler_prompt(loaded, n_prefix), loaded.encode(BUILTIN_SUFFIX if builtin else SUFFIX, add_special=False)
 
 
-def warm_runs(pc, prefix, suffix, runs: int, label: str) -> dict:
-    """Timed hits; each must be a hit, else the row says so."""
-    from pion.client.measure import median, warm_ttft
+def summarize(results: list[dict], cold_first: int) -> dict:
+    """Median time; whether every run was a hit and gave the cold first token."""
+    from pion.client.measure import median
 
-    times, all_hits, first = [], True, None
-    for i in range(runs):
-        progress(f"{label}: run {i + 1}/{runs}")
-        ms, logits, _, hit = warm_ttft(pc, prefix, suffix)
-        times.append(ms)
-        all_hits &= hit
-        first = int(logits.argmax())
-    return {"ms": median(times), "all_hits": all_hits, "first": first}
+    return {"ms": median([r["ms"] for r in results]), "all_hits": all(r["hit"] for r in results),
+            "same_first": all(r["first"] == cold_first for r in results)}
+
+
+def timed_hit(pc, prefix, suffix) -> dict:
+    from pion.client.measure import warm_ttft
+
+    ms, logits, _, hit = warm_ttft(pc, prefix, suffix)
+    return {"ms": ms, "hit": hit, "first": int(logits.argmax())}
 
 
 def worker(spec: str) -> int:
-    """The separate process: load the model, warm up, then time hits (prints one JSON line)."""
+    """The separate process: load the model and warm up, then one timed hit per line read from stdin."""
     from pion.client import PionPromptCache
     from pion.client.measure import load
 
@@ -127,20 +128,35 @@ def worker(spec: str) -> int:
     loaded = load(args["model"], args["runtime"], progress=lambda m: None)
     pc = PionPromptCache(loaded.model, url=args["url"], vquant=args["vquant"], tokenizer=loaded.tokenizer,
                          model_id=loaded.name)
-    row = warm_runs(pc, args["prefix"], args["suffix"], args["runs"], "separate process")
-    print(json.dumps({**row, "stats": pc.stats()}), flush=True)
+    pc.client.ping()  # connected, as a serving process is
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        print(json.dumps(timed_hit(pc, args["prefix"], args["suffix"])), flush=True)
     return 0
 
 
-def separate_process(args, url: str, prefix, suffix) -> dict:
-    spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "vquant": args.vquant,
-                       "prefix": prefix, "suffix": suffix, "runs": args.runs})
-    progress("separate process: starting python, loading the model (outside the clock)")
-    out = subprocess.run([sys.executable, "-m", "pion.cli.demo", "--worker", spec], capture_output=True, text=True)
-    sys.stderr.write(out.stderr)
-    if out.returncode != 0:
-        raise RuntimeError(f"the separate process failed with {out.returncode}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+class SeparateProcess:
+    """A second Python process with its own copy of the model, answering hits on request."""
+
+    def __init__(self, args, url: str, prefix, suffix) -> None:
+        spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "vquant": args.vquant,
+                           "prefix": prefix, "suffix": suffix})
+        self.proc = subprocess.Popen([sys.executable, "-m", "pion.cli.demo", "--worker", spec],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the separate process failed to start (exit {self.proc.wait()})")
+
+    def hit(self) -> dict:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the separate process died (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,35 +175,59 @@ def run(args: argparse.Namespace) -> int:
                 server.stop()
 
 
+def interleaved_runs(args, pc, other: SeparateProcess, prefix, suffix) -> tuple[dict, object]:
+    """Per run: cold, warm here, warm in the other process, back to back (load drift hits all alike)."""
+    from pion.client.measure import cold_ttft, settle
+
+    results: dict[str, list] = {"cold": [], "same": [], "process": []}
+    for i in range(args.runs):
+        progress(f"run {i + 1}/{args.runs}: cold prefill of {len(prefix) + len(suffix)} tokens, "
+                 "then warm in this process, then warm in the separate process")
+        settle()
+        ms, logits, cold_cache = cold_ttft(pc.adapter, prefix + suffix)
+        results["cold"].append({"ms": ms, "hit": True, "first": int(logits.argmax()), "logits": logits})
+        settle()
+        results["same"].append(timed_hit(pc, prefix, suffix))
+        settle()
+        results["process"].append(other.hit())
+    return results, cold_cache
+
+
 def measure_all(args, server: DemoServer | None, url: str) -> int:
     from pion.client import PionPromptCache
-    from pion.client.measure import cold_ttft, greedy, load, median, warm_ttft
+    from pion.client.measure import greedy, load, settle, warm_ttft
 
     progress(f"loading {'the built-in demo model' if args.model is None else args.model} ({args.runtime})")
     loaded = load(args.model, args.runtime, progress)
     prefix, suffix = prompt_parts(loaded, args.prefix_tokens)
     pc = PionPromptCache(loaded.model, url=url, vquant=args.vquant, tokenizer=loaded.tokenizer, model_id=loaded.name)
     pc.client.kv_drop(pc.namespace(prefix))  # a clean start even on a shared --url server
-    cold_times = []
-    for i in range(args.runs):
-        progress(f"cold prefill of {len(prefix) + len(suffix)} tokens: run {i + 1}/{args.runs}")
-        ms, cold_logits, cold_cache = cold_ttft(pc.adapter, prefix + suffix)
-        cold_times.append(ms)
-    cold_tokens = greedy(pc.adapter, cold_cache, cold_logits, args.new_tokens)
     progress("storing the prefix in Pion (one miss: prefill + store)")
     pc.get_or_prefill(prefix)
-    rows = {"cold": {"ms": median(cold_times), "all_hits": True, "first": cold_tokens[0]}}
-    rows["same"] = warm_runs(pc, prefix, suffix, args.runs, "same process")
+    progress("starting the separate process (python + model load, outside the clock)")
+    other = SeparateProcess(args, url, prefix, suffix)
+    try:
+        results, cold_cache = interleaved_runs(args, pc, other, prefix, suffix)
+    finally:
+        other.close()
+    cold_logits = results["cold"][-1].pop("logits")
+    cold_first = int(cold_logits.argmax())
+    rows = {key: summarize(values, cold_first) for key, values in results.items()}
+    cold_tokens = greedy(pc.adapter, cold_cache, cold_logits, args.new_tokens)
     _, warm_logits, warm_cache, _ = warm_ttft(pc, prefix, suffix)
     warm_tokens = greedy(pc.adapter, warm_cache, warm_logits, args.new_tokens)
-    rows["process"] = separate_process(args, url, prefix, suffix)
     if server is not None:
         progress("killing pion-server with SIGKILL and restarting it on the same data directory")
         server.kill9()
         rows["restart_ms"] = server.start()
-        rows["crash"] = warm_runs(pc, prefix, suffix, args.runs, "after kill -9")
+        crash = []
+        for i in range(args.runs):
+            progress(f"after kill -9: run {i + 1}/{args.runs}")
+            settle()
+            crash.append(timed_hit(pc, prefix, suffix))
+        rows["crash"] = summarize(crash, cold_first)
     print_report(args, loaded, pc, prefix, suffix, rows, cold_logits, warm_logits, cold_tokens, warm_tokens)
-    ok = all(r["all_hits"] and r["first"] == cold_tokens[0] for k, r in rows.items() if isinstance(r, dict))
+    ok = all(r["all_hits"] and r["same_first"] for r in rows.values() if isinstance(r, dict))
     return 0 if ok and cold_tokens == warm_tokens else 1
 
 
@@ -206,6 +246,7 @@ def print_report(args, loaded, pc, prefix, suffix, rows, cold_logits, warm_logit
             print(f"{label:<42}{'skipped (--url: the demo only kills a server it started)':>22}")
             continue
         hit = "-" if key == "cold" else ("yes" if row["all_hits"] else "NO")
+        hit += "" if row["same_first"] else " (first token differs from cold!)"
         print(f"{label:<42}{row['ms']:>19,.1f} ms{cold / row['ms']:>9.1f}x  {hit}")
     same = sum(a == b for a, b in zip(cold_tokens, warm_tokens, strict=True))
     verdict = "identical" if cold_tokens == warm_tokens else f"DIFFERENT ({same}/{len(cold_tokens)} equal)"

@@ -60,7 +60,9 @@ def load(model_arg: str | None, runtime: str, progress=print) -> LoadedModel:
 
         (model, tokenizer), name = load_model(model_arg), model_arg
     adapter = adapter_for(model, model_id=name)
-    adapter.forward([0, 0, 0, 0], adapter.new_cache())  # warm-up, untimed
+    warm = adapter.new_cache()  # warm-up, untimed: a prefill and a decode step (kernel set-up)
+    adapter.forward([0, 0, 0, 0], warm)
+    adapter.forward([0], warm)
     return LoadedModel(model, adapter, tokenizer, name, runtime)
 
 
@@ -103,6 +105,16 @@ def greedy(adapter, cache, logits: np.ndarray, steps: int) -> list[int]:
         logits = adapter.forward([out[-1]], cache)
         out.append(int(np.argmax(logits)))
     return out
+
+
+def settle(seconds: float = 0.25) -> None:
+    """Let the runtime's idle worker threads stop spinning before the next timed path.
+
+    After a forward, OpenMP threads busy-wait for a while; on a small machine they would steal
+    the CPU the Pion server (or the next process) needs, and the next measurement would pay
+    for the previous one. A real request does not arrive in that instant.
+    """
+    time.sleep(seconds)
 
 
 def median(values) -> float:

@@ -42,13 +42,16 @@ def job_count(rows: np.ndarray, workers: int) -> int:
     return max(1, min(workers, rows.size // MIN_JOB_VALUES, rows.shape[0]))
 
 
-def encode_jobs(codec: Codec, rows: np.ndarray, parts: int) -> tuple[np.ndarray, list[Callable[[], None]]]:
-    """``(out, jobs)``: running every job fills ``out`` (uint8) with the encoded rows."""
+def encode_jobs(
+    codec: Codec, rows: np.ndarray, parts: int, write: Callable[[np.ndarray, int], object] | None = None,
+) -> tuple[np.ndarray, list[Callable[[], None]]]:
+    """``(out, jobs)``: running every job fills ``out`` (uint8) with the encoded rows; each job
+    also hands its range to ``write(range, byte offset)`` (a log arena) when given."""
     count, dim = rows.shape
     width = codec.bytes_per_row(dim)
     out = np.empty(count * width, dtype=np.uint8)
     step = -(-count // parts)
-    jobs = [partial(_encode_range, codec, rows, out, width, first, min(first + step, count))
+    jobs = [partial(_encode_range, codec, rows, out, width, first, min(first + step, count), write)
             for first in range(0, count, step)]
     return out, jobs
 
@@ -58,9 +61,14 @@ def encode_now(codec: Codec, rows: np.ndarray) -> bytes:
     return codec.encode(as_floats(rows))
 
 
-def _encode_range(codec: Codec, rows: np.ndarray, out: np.ndarray, width: int, first: int, end: int) -> None:
+def _encode_range(
+    codec: Codec, rows: np.ndarray, out: np.ndarray, width: int, first: int, end: int,
+    write: Callable[[np.ndarray, int], object] | None,
+) -> None:
     encoded = codec.encode(as_floats(rows[first:end]))
     out[first * width:end * width] = np.frombuffer(encoded, dtype=np.uint8)
+    if write is not None:
+        write(out[first * width:end * width], first * width)
 
 
 def render(layer: Layer, data, rows: int, fmt: bytes):

@@ -9,15 +9,16 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     list/tuple -> array    dict -> map (RESP2: flat array)    set/frozenset -> set (RESP2: array)
     Pairs -> RESP3 array of 2-element arrays, RESP2 flat array (ZRANGE WITHSCORES, ...)
     Push -> RESP3 push (>), RESP2 array           Verbatim -> RESP3 verbatim (=), RESP2 bulk
+    Payloads -> array (of large payloads, written without copying them)
     SetReply -> RESP3 set keeping its order (COMMAND INFO), RESP2 array
     Replies -> several replies back to back (SUBSCRIBE confirms each channel)
     KeyedArrays -> RESP3 map, RESP2 array of [key, value] pairs (XREAD)
     HumanDouble -> RESP3 double with the given digits, RESP2 bulk (GEOPOS coordinates)
     ReplyError -> error
 
-``encode_vectored`` is what a connection uses: a reply carrying large payloads (a K/V batch
-fetch) comes back as a list of buffers, the payloads themselves, for ``transport.writelines``,
-instead of one joined copy.
+``encode_vectored`` is what a connection uses: a large bulk string, or a ``Payloads`` array (a
+K/V batch fetch), comes back as a list of buffers, the payloads themselves, for
+``transport.writelines``, instead of one joined copy; any other reply is ``encode``'s.
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ class HumanDouble(bytes):
 
 class Replies(list):
     """Several replies to one command, sent back to back (SUBSCRIBE answers once per channel)."""
+
+    __slots__ = ()
+
+
+class Payloads(list):
+    """An array of large bulk payloads (a K/V batch fetch, one per layer): an ordinary array on
+    the wire, which ``encode_vectored`` writes without copying the payloads."""
 
     __slots__ = ()
 
@@ -151,7 +159,7 @@ def encode_vectored(value: Any, proto: int) -> bytes | Vectored:
     if cls is bytes:
         if len(value) < VECTORED_MIN:
             return b"$%d\r\n%s\r\n" % (len(value), value)
-    elif cls is not list and cls is not memoryview and cls is not bytearray:
+    elif cls is not Payloads and cls is not memoryview and cls is not bytearray:
         return encode(value, proto)
     out: list = []
     _encode_into(value, proto, out)
@@ -200,7 +208,7 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
         out.append(_NULL3 if proto == 3 else _NULL2)
     elif cls is Status:
         out.append(b"+" + value.encode() + b"\r\n")
-    elif cls is list or cls is tuple:
+    elif cls is list or cls is tuple or cls is Payloads:
         out.append(b"*%d\r\n" % len(value))
         for item in value:
             _encode_into(item, proto, out)

@@ -100,6 +100,7 @@ class Server:
         db = Database(index, db_id)
         db.on_signal = self._on_key_signal
         db.on_expired = self._on_key_expired
+        db.on_new = self._on_key_new
         db.apply_settings(self.settings)
         return db
 
@@ -137,6 +138,11 @@ class Server:
     def _on_key_signal(self, db: Database, key: bytes) -> None:
         if self.blocking.waiting:
             self.blocking.on_key_signal(db.id, key)
+
+    def _on_key_new(self, db: Database, key: bytes) -> None:
+        """The 'n' keyspace event (not part of 'A'), fired when a command creates a key."""
+        if "n" in self.notify_flags and not db.loading:
+            self.pubsub.notify_keyspace_event("n", "new", key, db.id)
 
     def _on_key_expired(self, db: Database, key: bytes) -> None:
         """An expired key was removed: log a DEL so replay does not depend on the clock."""
@@ -214,11 +220,9 @@ class Server:
         return cached[1].get(kind, (0, 0, 0))
 
     def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
-        if argv[0].lower() in (b"auth", b"hello", b"acl", b"migrate"):
-            return
-        from pion.server.auth import redacted
+        from pion.server.monitor_view import monitor_argv
 
-        argv = redacted(argv)  # CONFIG SET requirepass ...: never show the value
+        argv = monitor_argv(argv)  # AUTH, HELLO AUTH, MIGRATE AUTH, CONFIG SET requirepass: redacted
         line = "%.6f [%d %s] %s" % (
             time.time(),
             client.db_index,

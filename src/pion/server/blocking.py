@@ -36,6 +36,7 @@ class BlockRequest:
         retry: called with the client's ctx when a key is ready; returns a reply or NOT_READY.
         on_timeout: the reply sent when the timeout expires (null array for BLPOP).
         argv: the original command, for CLIENT LIST and the slowlog.
+        usec: time spent running it (first try and retries), logged to the slowlog once it ends.
     """
 
     keys: list[bytes]
@@ -46,6 +47,7 @@ class BlockRequest:
     db_index: int = 0
     db_id: int = 0
     timer: asyncio.TimerHandle | None = None
+    usec: int = 0
 
 
 class BlockingManager:
@@ -93,6 +95,8 @@ class BlockingManager:
         self._forget(client, request)
         if isinstance(reply, ReplyError):
             self.server.dispatcher.count_unblocked_error(request.argv, reply)
+        if self.server.slowlog is not None and request.argv:  # as Redis: logged when it ends
+            self.server.slowlog.observe(client, request.argv, request.usec)
         if client.conn is not None:
             client.conn.resume_with(reply)
 

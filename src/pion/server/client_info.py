@@ -52,11 +52,15 @@ def client_flags(client: Client) -> str:
     return flags or "N"
 
 
-def client_line(client: Client, current_cmd: str | None = None) -> str:
-    """One CLIENT LIST line (without the newline). ``current_cmd`` names the running command."""
+def client_line(client: Client, current_cmd: str | None = None, current_argv: list[bytes] | None = None) -> str:
+    """One CLIENT LIST line (without the newline). ``current_cmd`` names the running command;
+    ``current_argv`` (the caller's own command) counts in ``qbuf`` as the request Redis still
+    holds in its query buffer while running it."""
     now = time.time()
     conn = client.conn
     qbuf = conn.reader.buffered() if conn is not None else 0
+    if current_argv:
+        qbuf += request_size(current_argv)
     transport = getattr(conn, "transport", None)
     omem = transport.get_write_buffer_size() if transport is not None and not transport.is_closing() else 0
     multi = -1 if client.multi is None else len(client.multi)
@@ -71,6 +75,14 @@ def client_line(client: Client, current_cmd: str | None = None) -> str:
         f"omem={omem} tot-mem={qbuf + omem + multi_mem} events=r cmd={cmd} user={client.user} redir=-1 "
         f"resp={client.proto} lib-name={_text(client.lib_name)} lib-ver={_text(client.lib_ver)}"
     )
+
+
+def request_size(argv: list[bytes]) -> int:
+    """Bytes of ``argv`` as a RESP multibulk request."""
+    size = len(b"*%d\r\n" % len(argv))
+    for arg in argv:
+        size += len(b"$%d\r\n" % len(arg)) + len(arg) + 2
+    return size
 
 
 def _text(value: bytes) -> str:

@@ -20,8 +20,9 @@ The contract (single writer, log order):
 - Meanwhile the client's connection runs no further command from its pipeline, so its replies
   stay in order and its next commands see this one's effect; other clients go on.
 
-A job that raises ``ReplyError`` answers with it (``finish`` is not called); any other exception
-is logged and answered with ``-ERR``, so a connection never stays parked.
+A job that raises ``ReplyError`` answers with it (``finish`` is not called, ``abandon`` is: it
+releases what the handler took, such as an arena reservation); any other exception is logged
+and answered with ``-ERR``, so a connection never stays parked.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Deferred:
 
     jobs: list[Callable[[], Any]]
     finish: Callable[[Ctx, list], Any]
+    abandon: Callable[[], None] | None = None
     argv: list = field(default_factory=list)
 
 
@@ -92,6 +94,8 @@ def _complete(server: Server, client: Client, request: Deferred, done: asyncio.F
         reply = ReplyError(f"ERR internal error in deferred work: {exc.__class__.__name__}")
     else:
         reply = server.dispatcher.run_deferred(client, request, results)
+    if done.exception() is not None and request.abandon is not None:
+        request.abandon()
     if isinstance(reply, ReplyError):
         server.dispatcher.count_error(reply)
     conn = client.conn

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 BLOCKED = object()
 
 _MULTI_PASS = {b"multi", b"exec", b"discard", b"watch", b"quit", b"reset"}
+#: shown to MONITOR before they run, so the commands a script runs follow it (Redis's evalCommand)
+_MONITOR_FIRST = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
 _SUBSCRIBED_RESP2 = {
     b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ssubscribe",
     b"sunsubscribe", b"ping", b"quit", b"reset",
@@ -89,8 +91,11 @@ class Dispatcher:
             return spec
         refusal = self._refusal(client, spec, argv)
         if refusal is not None:
-            if client.multi is not None and spec.name != "exec":
-                client.multi_error = True
+            if client.multi is not None:
+                if spec.name == "exec":
+                    refusal = self._abort_exec(client, refusal)
+                else:
+                    client.multi_error = True
             self._count(spec.full_name, 0, rejected=True)
             self.count_error(refusal)
             return refusal
@@ -99,9 +104,28 @@ class Dispatcher:
         if client.multi is not None and argv[0].lower() not in _MULTI_PASS:
             client.multi.append((spec, argv))
             return QUEUED
-        if server.monitors:
+        if not server.monitors:
+            return self.call(client, spec, argv)
+        if spec.name in _MONITOR_FIRST:
             server.feed_monitors(client, argv)
-        return self.call(client, spec, argv)
+            return self.call(client, spec, argv)
+        reply = self.call(client, spec, argv)
+        self.monitor(client, spec, argv)
+        return reply
+
+    def _abort_exec(self, client: Client, refusal: ReplyError) -> ReplyError:
+        """EXEC refused (BUSY script, OOM, ...) discards the transaction, as Redis's
+        execCommandAbort: no half-run transaction, and the client leaves MULTI."""
+        client.multi = None
+        client.multi_error = False
+        self.server.drop_watches(client)
+        return ReplyError(f"EXECABORT Transaction discarded because of: {refusal.message}")
+
+    def monitor(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> None:
+        """MONITOR sees a command once it ran (so EXEC follows the commands it ran), never an
+        admin command (CONFIG, DEBUG, ...), as in Redis 7."""
+        if self.server.monitors and "admin" not in spec.flags:
+            self.server.feed_monitors(client, argv)
 
     def _refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
         flags = spec.flags
@@ -159,16 +183,17 @@ class Dispatcher:
         ctx.effects, ctx.rewritten = outer
         if reply.__class__ is BlockRequest:
             reply.argv = argv
+            reply.usec = usec  # logged to the slowlog when it ends (BlockingManager.unblock)
             server.blocking.block(client, reply)
             reply = BLOCKED
         elif reply.__class__ is deferred.Deferred:
             reply.argv = argv
             deferred.start(server, client, reply)
             reply = BLOCKED
+        elif usec >= self.slow_usec and server.slowlog is not None and "skip_slowlog" not in spec.flags:
+            server.slowlog.observe(client, argv, usec)  # before the clients it wakes log theirs
         if self.depth == 0 and (self.pending or server.blocking.ready):
             self.finish_command(client)
-        if usec >= self.slow_usec and server.slowlog is not None:
-            server.slowlog.observe(client, argv, usec)
         return reply
 
     def finish_command(self, client: Client | None) -> None:
@@ -192,6 +217,7 @@ class Dispatcher:
         db_id = client.dbs[request.db_index].id
         dirty_before = self.server.dirty
         self.depth += 1
+        start = time.perf_counter()
         try:
             reply = request.retry(ctx)
         except ReplyError as exc:
@@ -199,6 +225,7 @@ class Dispatcher:
         finally:
             self.depth -= 1
             client.db_index = saved_db
+            request.usec += int((time.perf_counter() - start) * 1_000_000)
         if reply is NOT_READY:
             return reply
         if ctx.rewritten:

@@ -158,9 +158,9 @@ def stats_section(server: Server) -> dict[str, Any]:
         "evicted_keys": server.stat_evicted, "keyspace_hits": server.stat_keyspace_hits,
         "keyspace_misses": server.stat_keyspace_misses, "pubsub_channels": len(hub.channels),
         "pubsub_patterns": len(hub.patterns), "pubsubshard_channels": len(hub.shard_channels),
+        "migrate_cached_sockets": 0,  # MIGRATE opens a connection per call (commands/migrate.py)
         "total_error_replies": sum(server.error_stats.values()),
-        "total_rejected_calls": server.stat_rejected, "total_failed_calls": server.stat_failed,
-    }
+    }  # rejected/failed calls are per command in commandstats: Redis's default INFO has no totals
 
 
 def replication_section(server: Server) -> dict[str, Any]:

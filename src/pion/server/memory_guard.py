@@ -119,12 +119,13 @@ class MemoryManager:
         limit = self.server.settings.maxmemory
         return bool(limit) and self.accounting.used > limit
 
-    def check(self, spec: Any) -> ReplyError | None:
-        """Evict if over the limit; -OOM for a command that may grow memory if still over."""
+    def check(self, flags: Any) -> ReplyError | None:
+        """Evict if over the limit; -OOM for a command that may grow memory (``denyoom`` among
+        its ``flags``; a command spec's flags, or what an EXEC queued) if still over."""
         if not self.over_limit():
             return None
         self.evict()
-        if self.over_limit() and "denyoom" in spec.flags:
+        if self.over_limit() and "denyoom" in getattr(flags, "flags", flags):
             return ReplyError(errors.OOM)
         return None
 

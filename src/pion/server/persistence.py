@@ -224,13 +224,15 @@ class Persistence:
 
     def guard(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
         flags = spec.flags
+        if spec.name == "exec" and client.multi:  # EXEC counts as what it queued (Redis's mstate.cmd_flags)
+            flags = flags.union(*(queued.flags for queued, _ in client.multi))
         if "write" in flags or spec.name == "ping":
             if self.journal.write_error() is not None:
                 return ReplyError(errors.MISCONF)
             if not self.last_save_ok and _rules(self.server.settings) and _stop_writes(self.server.settings):
                 return ReplyError(errors.MISCONF_SNAPSHOT)
         if self.server.settings.maxmemory:
-            return self.memory.check(spec)
+            return self.memory.check(flags)
         return None
 
     # -- status and INFO ----------------------------------------------------------------------------

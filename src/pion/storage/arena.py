@@ -8,6 +8,8 @@ capacity and mapped once, so a view never needs a remap (no growing number of ma
 
 Threads: ``put``/``view``/``ref_of`` run on the loop thread; ``sync`` (fsync of the files written
 since the last sync) runs on the log writer thread, before the log records that reference them.
+A large blob can be written off the loop: ``reserve`` (loop) takes its room, ``write_at`` (any
+thread, e.g. a worker encoding it) writes it, ``commit`` (loop) registers it as ``put`` would.
 See docs/dev/arena-contract.md for the contract with the engines.
 """
 
@@ -90,6 +92,12 @@ class ArenaStore:
         #: ranges compaction kept only because a view was still held (an engine skipped pack_blob)
         self.kept_held = 0
         self._lock = threading.Lock()
+        #: reservations not yet committed, (arena_id, offset) -> length: compaction keeps them
+        self._inflight: dict[tuple[int, int], int] = {}
+        #: writes in progress on other threads; ``close`` waits for them
+        self._writers = 0
+        self._idle = threading.Condition(self._lock)
+        self._closed = False
         os.makedirs(directory, exist_ok=True)
         for arena_id in self._existing_ids():
             path = self._path(arena_id)
@@ -129,23 +137,64 @@ class ArenaStore:
 
     def put(self, data: bytes | bytearray | memoryview) -> BlobRef:
         """Append a blob; durable once the next log record (or snapshot) has been fsynced."""
-        length = len(data) if not isinstance(data, memoryview) else data.nbytes
+        room = self.reserve(len(data) if not isinstance(data, memoryview) else data.nbytes)
+        return self.commit(room, data, self.write_at(room, data))
+
+    def reserve(self, length: int) -> BlobRef:
+        """Room for a blob of ``length`` bytes (a ref with crc 0), to be filled by ``write_at``
+        and registered by ``commit``; until then nothing refers to it and compaction keeps it.
+        A reservation given up (``cancel``) is dead space, reclaimed like any other."""
         arena = self._current
         if arena is None or arena.used + length > arena.capacity:
             arena = self._new_arena(length)
         offset = arena.used
-        written = 0
-        view = memoryview(data).cast("B") if length else memoryview(b"")
-        while written < length:
-            written += os.pwrite(arena.fd, view[written:], offset + written)
         arena.used = round_up(offset + length, 8)
         with self._lock:
-            arena.dirty = True
-        ref = BlobRef(arena.id, offset, length, crc32c.crc32c(view))
-        self._index[(arena.id, offset)] = (length, ref.crc)
-        self.live_bytes += length
+            self._inflight[(arena.id, offset)] = length
+        return BlobRef(arena.id, offset, length, 0)
+
+    def write_at(self, room: BlobRef, data: bytes | bytearray | memoryview, at: int = 0) -> int:
+        """Write ``data`` at byte ``at`` of a reservation; returns its crc32c. Any thread: the
+        parts of one blob may be written by several workers at once."""
+        view = memoryview(data).cast("B") if len(data) else memoryview(b"")
+        with self._lock:
+            arena = self._arenas.get(room.arena_id)
+            if self._closed or arena is None or (room.arena_id, room.offset) not in self._inflight:
+                raise ArenaError(f"no reservation {room} to write")
+            if at + view.nbytes > room.length:
+                raise ArenaError(f"{view.nbytes} bytes at {at} overflow the reservation {room}")
+            self._writers += 1
+        try:
+            written = 0
+            while written < view.nbytes:
+                written += os.pwrite(arena.fd, view[written:], room.offset + at + written)
+            return crc32c.crc32c(view)
+        finally:
+            with self._lock:
+                self._writers -= 1
+                if not self._writers:
+                    self._idle.notify_all()
+
+    def commit(self, room: BlobRef, data: bytes | bytearray | memoryview, crc: int | None = None) -> BlobRef:
+        """Register a reservation whose bytes are all written (``data``, the object the journal
+        will see logged); ``crc`` when the writer computed it. Returns the blob's ref."""
+        key = (room.arena_id, room.offset)
+        with self._lock:
+            if self._inflight.pop(key, None) is None:
+                raise ArenaError(f"no reservation {room} to commit")
+            self._arenas[room.arena_id].dirty = True
+        if crc is None:
+            crc = crc32c.crc32c(memoryview(data).cast("B") if len(data) else b"")
+        ref = BlobRef(room.arena_id, room.offset, room.length, crc)
+        self._index[key] = (room.length, crc)
+        self.live_bytes += room.length
         self.recent[id(data)] = (data, ref)
         return ref
+
+    def cancel(self, room: BlobRef) -> None:
+        """Give a reservation up (the command that took it failed)."""
+        with self._lock:
+            self._inflight.pop((room.arena_id, room.offset), None)
 
     def view(self, ref: BlobRef) -> memoryview:
         """A read-only view of the blob's bytes in the mapping (no read, no copy)."""
@@ -225,6 +274,9 @@ class ArenaStore:
             fsync_dir(self.directory)
 
     def close(self) -> None:
+        with self._lock:  # no write from a worker may land on a closed (or reused) descriptor
+            self._closed = True
+            self._idle.wait_for(lambda: not self._writers, timeout=30)
         for arena in self._arenas.values():
             if arena.map is not None:
                 with contextlib.suppress(BufferError):
@@ -252,6 +304,9 @@ class ArenaStore:
         for ref in live:
             by_arena.setdefault(ref.arena_id, []).append((ref.offset, ref.offset + ref.length))
         live_keys = {(ref.arena_id, ref.offset) for ref in live}
+        with self._lock:  # reserved and being written: keep it
+            for (arena_id, offset), length in self._inflight.items():
+                by_arena.setdefault(arena_id, []).append((offset, offset + length))
         for key in self.held() - live_keys:  # held in memory but not in the snapshot: keep it
             entry = self._index.get(key)
             if entry is not None:

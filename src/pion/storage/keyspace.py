@@ -53,6 +53,7 @@ class Database:
         "watchers",
         "on_signal",
         "on_expired",
+        "on_new",
         "lru",
         "avg_ttl",
         "lru_clock",
@@ -76,6 +77,8 @@ class Database:
         self.on_signal: Callable[[Database, bytes], None] | None = None
         #: called with (db, key) when a key is found expired and removed.
         self.on_expired: Callable[[Database, bytes], None] | None = None
+        #: called with (db, key) when ``set`` creates a key (the 'n' keyspace event).
+        self.on_new: Callable[[Database, bytes], None] | None = None
         #: key -> last access time in ms (OBJECT IDLETIME, LRU eviction); kept for touched keys.
         self.lru: dict[bytes, int] = {}
         self.avg_ttl = 0
@@ -217,6 +220,9 @@ class Database:
                 self.scan_table.add(key)
             if self.lfu is not None:
                 self.lfu[key] = (_lfu_minutes(self.lru_clock) << 8) | LFU_INIT_VAL
+            data[key] = value
+            if self.on_new is not None:
+                self.on_new(self, key)
         elif self.lfu is not None:
             self._lfu_touch(key)
         data[key] = value

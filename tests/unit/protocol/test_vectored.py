@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from pion.protocol.resp import VECTORED_MIN, Vectored, encode, encode_vectored
+from pion.protocol.resp import VECTORED_MIN, Payloads, Vectored, encode, encode_vectored
 
 
-def test_small_replies_are_one_bytes_as_before():
-    for value in (b"x" * 100, [b"a", None, 3], {b"k": b"v"}, memoryview(b"abc")):
+def test_other_replies_are_one_bytes_as_before():
+    for value in (b"x" * 100, [b"a", None, 3], {b"k": b"v"}, memoryview(b"abc"), [b"z" * VECTORED_MIN] * 2,
+                  Payloads([b"small"])):
         for proto in (2, 3):
             assert encode_vectored(value, proto) == encode(value, proto)
 
 
 def test_a_large_array_keeps_its_payloads_and_joins_only_the_small_pieces():
     big = np.arange(VECTORED_MIN, dtype=np.uint8)
-    payloads = [memoryview(big).cast("B"), b"y" * VECTORED_MIN, None, b"small"]
+    payloads = Payloads([memoryview(big).cast("B"), b"y" * VECTORED_MIN, None, b"small"])
     for proto in (2, 3):
         out = encode_vectored(payloads, proto)
         assert out.__class__ is Vectored

@@ -99,7 +99,7 @@ def client_id(ctx: Ctx, argv: list[bytes]):
 @command("CLIENT|INFO", 2, _USER, categories=_CATS, group="connection", since="6.2.0")
 def client_info(ctx: Ctx, argv: list[bytes]):
     """CLIENT INFO"""
-    return Verbatim(client_line(ctx.client, "client|info") + "\n")
+    return Verbatim(client_line(ctx.client, "client|info", argv) + "\n")
 
 
 @command("CLIENT|LIST", -2, _ADMIN, categories=_ADMIN_CATS, group="connection", since="2.4.0")
@@ -117,7 +117,7 @@ def client_list(ctx: Ctx, argv: list[bytes]):
     else:
         raise ReplyError(errors.SYNTAX)
     me = ctx.client
-    return Verbatim("".join(client_line(c, "client|list" if c is me else None) + "\n" for c in chosen))
+    return Verbatim("".join(client_line(c, *(("client|list", argv) if c is me else ())) + "\n" for c in chosen))
 
 
 def _client_type_arg(raw: bytes) -> str:

@@ -9,34 +9,28 @@ for the client to decode with ``pion.codecs``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
-import numpy as np
-
 from pion.codecs import CodecError
-from pion.kvcache.batch import encode_jobs, encode_now, input_rows, job_count, render, sent_as_stored
-from pion.kvcache.eviction import unit_of
+from pion.kvcache.batch import encode_jobs, encode_now, job_count, render, sent_as_stored
 from pion.kvcache.layer import Layer, LayerSpec
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, parse_layer_spec
 from pion.protocol.errors import SYNTAX, ReplyError
-from pion.protocol.resp import OK
+from pion.protocol.resp import OK, Payloads
+from pion.server.commands.kv_rows import finish_store, plan_store, store_rows
 from pion.server.commands.kvcache import (
-    arena_view,
     arg,
+    durable_arenas,
     engine,
     info_text,
-    log_with,
-    make_room,
     space,
     strict_int,
-    write_seq,
+    write_reserved,
 )
 from pion.server.deferred import WORKERS, Deferred, can_defer
 from pion.server.registry import command
 
 UNIFORM_NAMES = "int8|turbo4|turbo3|turbo2|fp16|fp8|mlx4g32|fp32|bf16"
-INPUT_WIDTH = {b"F32": 4, b"F16": 2, b"BF16": 2}
 FETCH_FORMATS = (b"F32", b"F16", b"NATIVE", b"RAW")
 MAX_IDS = 1024
 #: a store or fetch moving at least this many bytes through a codec runs in the worker pool
@@ -111,100 +105,28 @@ def v_create(ctx, argv):
 # -- V.STOREBATCH ----------------------------------------------------------------------------
 
 
-def parse_store_options(argv: list[bytes]) -> bytes:
-    if len(argv) == 6:
-        return b"F32"
-    if len(argv) == 8 and arg(argv[6]).upper() == b"FMT" and arg(argv[7]).upper() in (*INPUT_WIDTH, b"RAW"):
-        return arg(argv[7]).upper()
-    raise ReplyError("ERR V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW)")
-
-
-@dataclass(frozen=True, slots=True)
-class StorePlan:
-    """A parsed and checked V.STOREBATCH (nothing changed yet): ``rows`` are the input rows to
-    encode, or None when ``blob`` already is the layer's encoding."""
-
-    sid: bytes
-    layer_id: int
-    start: int
-    count: int
-    spec: LayerSpec
-    blob: bytes | memoryview
-    rows: np.ndarray | None
-
-
-def plan_store(ctx, argv: list[bytes]) -> StorePlan:
-    bad = "ERR invalid layer_id/start_id/count"
-    layer_id = strict_int(argv[2], 0, 1 << 62, bad)
-    start = strict_int(argv[3], 0, 1 << 62, bad)
-    count = strict_int(argv[4], 1, 1 << 62, bad)
-    if layer_id >= MAX_LAYERS:
-        raise ReplyError("ERR V.STOREBATCH: layer_id exceeds MAX_VS_LAYERS")
-    fmt = parse_store_options(argv)
-    sid = arg(argv[1])
-    session = space(ctx).vstore.require(sid)
-    spec = session.spec(layer_id)
-    blob = argv[5]
-    if blob.__class__ is memoryview and blob.format != "B":
-        blob = blob.cast("B")
-    rows = input_rows_checked(spec, fmt, blob, count)
-    if start + count > MAX_TOKENS:
-        raise ReplyError("ERR V.STOREBATCH failed")
-    return StorePlan(sid, layer_id, start, count, spec, blob, rows)
-
-
-def input_rows_checked(spec: LayerSpec, fmt: bytes, blob, count: int) -> np.ndarray | None:
-    """The size check; then the rows to encode, or None when the blob is stored as it is."""
-    if fmt == b"RAW":
-        row_bytes = spec.codec().bytes_per_row(spec.dim)
-        expected, why = count * row_bytes, f"count={count} × row_bytes={row_bytes}, FMT RAW"
-    else:
-        width = INPUT_WIDTH[fmt]
-        expected, why = count * spec.dim * width, f"count={count} × per_layer_dim={spec.dim} × {width}"
-    if len(blob) != expected:
-        raise ReplyError(f"ERR V.STOREBATCH: blob size {len(blob)} != expected {expected} ({why})")
-    if fmt == b"RAW" or (fmt, spec.fmt) in ((b"F32", "fp32"), (b"F16", "fp16"), (b"BF16", "bf16")):
-        return None
-    return input_rows(blob, fmt, count, spec.dim)
-
-
 @command("V.STOREBATCH", -6, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
 def v_storebatch(ctx, argv):
     """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW]: store rows [start, start+count).
 
-    A large batch to encode is encoded in the worker pool (``Deferred``); the rows are stored
-    and logged when it is done, as if the command arrived then.
+    A large batch is encoded, and written to its log arena, in the worker pool (``Deferred``);
+    the rows are stored and logged when that is done, as if the command arrived then.
     """
     plan = plan_store(ctx, argv)
+    codec = plan.spec.codec()
+    size = len(plan.blob) if plan.rows is None else plan.count * codec.bytes_per_row(plan.spec.dim)
+    arenas = durable_arenas(ctx, size)
+    work = (0 if plan.rows is None else plan.rows.nbytes) + (0 if arenas is None else size)
+    if work < DEFER_MIN or not can_defer(ctx):
+        return store_rows(ctx, plan, plan.blob if plan.rows is None else encode_now(codec, plan.rows))
+    room = None if arenas is None else arenas.reserve(size)
+    abandon = None if arenas is None else partial(arenas.cancel, room)
     if plan.rows is None:
-        return store_rows(ctx, plan, plan.blob)
-    if plan.rows.nbytes >= DEFER_MIN and can_defer(ctx):
-        out, jobs = encode_jobs(plan.spec.codec(), plan.rows, job_count(plan.rows, WORKERS))
-        return Deferred(jobs, lambda ctx, _: finish_store(ctx, argv, plan, memoryview(out)))
-    return store_rows(ctx, plan, encode_now(plan.spec.codec(), plan.rows))
-
-
-def finish_store(ctx, argv: list[bytes], plan: StorePlan, encoded: memoryview):
-    """The deferred store's second half: if the session went away or changed shape meanwhile,
-    the command is planned again as it stands now."""
-    session = space(ctx).vstore.get(plan.sid)
-    if session is None or session.spec(plan.layer_id) != plan.spec:
-        plan = plan_store(ctx, argv)
-        encoded = plan.blob if plan.rows is None else encode_now(plan.spec.codec(), plan.rows)
-    return store_rows(ctx, plan, encoded)
-
-
-def store_rows(ctx, plan: StorePlan, encoded) -> object:
-    """Keep the encoded rows (evicting for room first) and log them in their encoded form."""
-    sp = space(ctx)
-    session = sp.vstore.require(plan.sid)
-    effects = make_room(ctx, sp, len(encoded), unit_of(plan.sid))
-    durable = arena_view(ctx, encoded)
-    sp.vstore.store(session, plan.layer_id, plan.start, plan.count, encoded, write_seq(ctx), durable)
-    sp.touch(plan.sid)
-    log_with(ctx, effects, [b"V.STOREBATCH", plan.sid, b"%d" % plan.layer_id, b"%d" % plan.start,
-                            b"%d" % plan.count, encoded, b"FMT", b"RAW"])
-    return OK
+        jobs = [partial(write_reserved, arenas, room, plan.blob)]
+        return Deferred(jobs, lambda ctx, crcs: finish_store(ctx, argv, plan, plan.blob, room, crcs[0]), abandon)
+    write = None if arenas is None else partial(write_reserved, arenas, room)
+    out, jobs = encode_jobs(codec, plan.rows, job_count(plan.rows, WORKERS), write)
+    return Deferred(jobs, lambda ctx, _: finish_store(ctx, argv, plan, memoryview(out), room), abandon)
 
 
 # -- V.FETCH ---------------------------------------------------------------------------------
@@ -300,7 +222,7 @@ def fetch_batch(ctx, sp, session, words: list[bytes], fmt: bytes, limit: int):
 def batch_reply(ctx, sp, reads: list, rendered: list, rows: int) -> list:
     """One payload per layer (nil for the empty ones), counted as served."""
     payloads = iter(rendered)
-    out = [None if read is None else next(payloads) for read in reads]
+    out = Payloads(None if read is None else next(payloads) for read in reads)
     account(ctx, sp, out, rows * len(rendered))
     return out
 

@@ -13,6 +13,7 @@ from pion.protocol.errors import ReplyError
 
 if TYPE_CHECKING:
     from pion.server.context import Ctx
+    from pion.storage.arena import ArenaStore
 
 MAX_NS = 200
 NS_LENGTH = "ERR ns_key length must be 1..200"
@@ -112,8 +113,8 @@ def arena_view(ctx: Ctx, blob) -> memoryview | None:
     """
     if replaying(ctx):
         return blob if blob.__class__ is memoryview else None
-    arenas = ctx.server.engines.get("arenas")
-    if arenas is None or len(blob) < ARENA_MIN or not ctx.server.settings.appendonly:
+    arenas = durable_arenas(ctx, len(blob))
+    if arenas is None:
         return None
     if blob.__class__ is memoryview and arenas.ref_of(blob) is not None:
         return blob
@@ -122,6 +123,21 @@ def arena_view(ctx: Ctx, blob) -> memoryview | None:
     except OSError as exc:
         raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
     return arenas.view(ref)
+
+
+def durable_arenas(ctx: Ctx, nbytes: int) -> ArenaStore | None:
+    """The arena store a live blob of ``nbytes`` goes to (the log is on, the blob is large), or None."""
+    if replaying(ctx) or nbytes < ARENA_MIN or not ctx.server.settings.appendonly:
+        return None
+    return ctx.server.engines.get("arenas")
+
+
+def write_reserved(arenas: ArenaStore, room, data, at: int = 0) -> int:
+    """``arenas.write_at`` for a worker job: a failed write answers as ``arena_view`` does."""
+    try:
+        return arenas.write_at(room, data, at)
+    except OSError as exc:
+        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
 
 
 def install(server) -> KVEngine:

@@ -61,6 +61,8 @@ def exec_(ctx: Ctx, argv: list[bytes]):
         for spec, args in queued:
             refusal = server.guard(client, spec, args) if server.guard is not None else None
             replies.append(refusal if refusal is not None else server.dispatcher.call(client, spec, args))
+            if refusal is None:
+                server.dispatcher.monitor(client, spec, args)
     finally:
         client.executing = False
     return replies
