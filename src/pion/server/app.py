@@ -27,6 +27,7 @@ from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
 from pion.server.info import default_info_sections
 from pion.server.journal import Journal
+from pion.server.latency import LatencyMonitor, install_latency
 from pion.server.pause import ClientPause
 from pion.server.pubsub import PubSubHub
 from pion.server.registry import CommandSpec
@@ -76,6 +77,7 @@ class Server:
         self.error_stats: dict[str, int] = {}
         #: CONFIG RESETSTAT calls these too (engine counters)
         self.resetstat_hooks: list[Callable[[Server], Any]] = []
+        self.latency: LatencyMonitor = install_latency(self)  # LATENCY events, INFO latencystats
         #: after CONFIG SET swaps settings: hook(server, old, new) -> error text to refuse and roll back
         self.config_hooks: list[Callable[[Server, Settings, Settings], str | None]] = []
         #: DEBUG subcommands an engine provides (RELOAD, ...): lower-case name -> handler(ctx, argv)
@@ -325,10 +327,12 @@ class Server:
             for db in dbs:
                 db.lru_clock = now  # the access stamp OBJECT IDLETIME reads
         if not self.loading and self.active_expire_enabled and not self.paused_until:
+            started = time.perf_counter()
             for dbs in self.all_db_lists():
                 for db in dbs:
                     if db.expires:
                         db.sweep_expired()
+            self.dispatcher.latency_sample("expire-cycle", time.perf_counter() - started)
         if self.settings.timeout:
             cutoff = time.time() - self.settings.timeout
             for client in list(self.clients.values()):

@@ -95,8 +95,12 @@ class BlockingManager:
         self._forget(client, request)
         if isinstance(reply, ReplyError):
             self.server.dispatcher.count_unblocked_error(request.argv, reply)
-        if self.server.slowlog is not None and request.argv:  # as Redis: logged when it ends
-            self.server.slowlog.observe(client, request.argv, request.usec)
+        if request.argv:  # as Redis: a blocked command is logged and timed when it ends
+            if self.server.slowlog is not None:
+                self.server.slowlog.observe(client, request.argv, request.usec)
+            spec = self.server.dispatcher.lookup(request.argv)
+            if not isinstance(spec, ReplyError):
+                self.server.dispatcher.record_latency(spec, request.usec / 1e6)
         if client.conn is not None:
             client.conn.resume_with(reply)
 

@@ -54,6 +54,24 @@ class Dispatcher:
     def apply_settings(self, settings: Any) -> None:
         threshold = settings.slowlog_log_slower_than
         self.slow_usec = threshold if threshold >= 0 else 2**62
+        extra = dict(settings.extra)
+        #: LATENCY HISTOGRAM / INFO latencystats on (``latency-tracking``)
+        self.latency_tracking = extra.get("latency-tracking", "yes") == "yes"
+        #: ms at which a command or expire pass is a latency event (0: monitoring off)
+        self.latency_threshold = int(extra.get("latency-monitor-threshold", "0") or 0)
+
+    def latency_sample(self, event: str, seconds: float) -> None:
+        """A latency-monitor sample when it reaches ``latency-monitor-threshold``."""
+        ms = int(seconds * 1000)
+        if self.latency_threshold and ms >= self.latency_threshold:
+            self.server.latency.add_sample(event, ms)
+
+    def record_latency(self, spec: CommandSpec, seconds: float) -> None:
+        """A finished command's duration: its histogram and, past the threshold, an event."""
+        if self.latency_tracking:
+            self.server.latency.record_command(spec.full_name, int(seconds * 1e9))
+        if self.latency_threshold:
+            self.latency_sample("fast-command" if "fast" in spec.flags else "command", seconds)
 
     # -- lookup ------------------------------------------------------------------------
 
@@ -170,8 +188,11 @@ class Dispatcher:
             failed = True
         finally:
             self.depth -= 1
-        usec = int((time.perf_counter() - start) * 1_000_000)
+        elapsed = time.perf_counter() - start
+        usec = int(elapsed * 1_000_000)
         self._count(spec.full_name, usec, failed=failed)
+        if reply.__class__ is not BlockRequest:  # a blocked command is recorded when it ends
+            self.record_latency(spec, elapsed)
         if failed or reply.__class__ is ReplyError:
             self.count_error(reply)
         client.commands_processed += 1

@@ -17,6 +17,7 @@ from pion.server.args import parse_int
 from pion.server.commands.client_cmds import syntax_error_for
 from pion.server.context import Ctx
 from pion.server.info import REDIS_VERSION
+from pion.server.latency import doctor_report
 from pion.server.registry import command
 
 _ADMIN = "admin noscript loading stale"
@@ -129,7 +130,7 @@ def slowlog_help(ctx: Ctx, argv: list[bytes]):
     return help_lines(SLOWLOG_HELP)
 
 
-# -- LATENCY (monitoring off) --------------------------------------------------------------------------
+# -- LATENCY (pion.server.latency) --------------------------------------------------------------------------
 
 LATENCY_HELP = [
     "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -148,50 +149,70 @@ LATENCY_HELP = [
     "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
     "    If no commands are specified then all histograms are replied.",
 ]
-LATENCY_DOCTOR = (
-    "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Pion instance: Pion does not "
-    "sample event latencies, so LATENCY LATEST and HISTORY stay empty. Use SLOWLOG and INFO commandstats "
-    "to find slow commands."
-)
-
-
 @command("LATENCY|LATEST", 2, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
 def latency_latest(ctx: Ctx, argv: list[bytes]):
-    """LATENCY LATEST"""
-    return []
+    """LATENCY LATEST
+
+    Per event (pion.server.latency): the time and latency of its last sample, and its all-time high.
+    """
+    return ctx.server.latency.latest()
 
 
 @command("LATENCY|HISTORY", 3, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
 def latency_history(ctx: Ctx, argv: list[bytes]):
     """LATENCY HISTORY event"""
-    return []
+    return ctx.server.latency.history(argv[2].decode("utf-8", "replace"))
 
 
 @command("LATENCY|RESET", -2, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
 def latency_reset(ctx: Ctx, argv: list[bytes]):
     """LATENCY RESET [event [event ...]]"""
-    return 0
+    return ctx.server.latency.reset([raw.decode("utf-8", "replace") for raw in argv[2:]])
 
 
 @command("LATENCY|GRAPH", 3, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
 def latency_graph(ctx: Ctx, argv: list[bytes]):
-    """LATENCY GRAPH event"""
-    raise ReplyError(f"ERR No samples available for event '{argv[2].decode('utf-8', 'replace')}'")
+    """LATENCY GRAPH event
+
+    Redis's header line, then one column per sample (oldest first), four rows high.
+    """
+    event = argv[2].decode("utf-8", "replace")
+    samples = ctx.server.latency.history(event)
+    if not samples:
+        raise ReplyError(f"ERR No samples available for event '{event}'")
+    values = [ms for _, ms in samples]
+    peak = ctx.server.latency.events[event][1]
+    top = max(values) or 1
+    lines = [f"{event} - high {max(values)} ms, low {min(values)} ms (all time high {peak} ms)", "-" * 80]
+    for row in range(4, 0, -1):
+        lines.append("".join("#" if value * 4 >= row * top else " " for value in values).rstrip())
+    return Verbatim("\n".join(lines) + "\n")
 
 
 @command("LATENCY|DOCTOR", 2, _ADMIN, categories=_ADMIN_CATS, group="server", since="2.8.13")
 def latency_doctor(ctx: Ctx, argv: list[bytes]):
     """LATENCY DOCTOR"""
-    return Verbatim(LATENCY_DOCTOR)
+    return Verbatim(doctor_report(ctx.server.latency, ctx.server.dispatcher.latency_threshold))
 
 
 @command("LATENCY|HISTOGRAM", -2, _ADMIN, categories=_ADMIN_CATS, group="server", since="7.0.0")
 def latency_histogram(ctx: Ctx, argv: list[bytes]):
     """LATENCY HISTOGRAM [command [command ...]]
 
-    Empty, as Redis with ``latency-tracking no``: Pion keeps no per-command latency histograms.
+    Cumulative latency counts per command (``latency-tracking``); a container command stands for
+    its subcommands, unknown names are skipped.
     """
-    return {}
+    if len(argv) == 2:
+        return ctx.server.latency.histogram_reply(None)
+    names: list[str] = []
+    for raw in argv[2:]:
+        parent, _, sub = raw.lower().partition(b"|")
+        spec = ctx.server.table.by_name.get(parent)
+        if spec is not None and sub:
+            spec = spec.subcommands.get(sub)
+        if spec is not None:
+            names += [s.full_name for s in spec.subcommands.values()] if spec.subcommands else [spec.full_name]
+    return ctx.server.latency.histogram_reply(list(dict.fromkeys(names)))
 
 
 @command("LATENCY|HELP", 2, "loading stale", categories="@slow", group="server", since="2.8.13")
