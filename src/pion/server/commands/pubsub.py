@@ -25,79 +25,60 @@ def _confirm(kind: bytes, name: bytes | None, ctx: Ctx, shard: bool = False) -> 
     return Push([kind, name, count])
 
 
+def _each(ctx: Ctx, names: list[bytes], kind: bytes, change, shard: bool = False) -> Replies:
+    """Apply ``change(client, name)`` to each name, confirming each with its own push reply."""
+    replies = Replies()
+    for name in names:
+        change(ctx.client, name)
+        replies.append(_confirm(kind, name, ctx, shard))
+    return replies
+
+
+def _leave(ctx: Ctx, names: list[bytes], current: set[bytes], kind: bytes, change, shard: bool = False) -> Replies:
+    """The UNSUBSCRIBE family: no names means all of them; with none held, one null confirmation."""
+    names = names or sorted(current)
+    if not names:
+        return Replies([_confirm(kind, None, ctx, shard)])
+    return _each(ctx, names, kind, change, shard)
+
+
 @command("SUBSCRIBE", -2, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def subscribe(ctx: Ctx, argv: list[bytes]):
     """SUBSCRIBE channel [channel ...]"""
-    hub = _hub(ctx)
-    replies = Replies()
-    for channel in argv[1:]:
-        hub.subscribe(ctx.client, channel)
-        replies.append(_confirm(b"subscribe", channel, ctx))
-    return replies
+    return _each(ctx, argv[1:], b"subscribe", _hub(ctx).subscribe)
 
 
 @command("UNSUBSCRIBE", -1, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def unsubscribe(ctx: Ctx, argv: list[bytes]):
     """UNSUBSCRIBE [channel [channel ...]]"""
-    hub = _hub(ctx)
-    channels = argv[1:] or sorted(ctx.client.subscriptions)
-    if not channels:
-        return Replies([_confirm(b"unsubscribe", None, ctx)])
-    replies = Replies()
-    for channel in channels:
-        hub.unsubscribe(ctx.client, channel)
-        replies.append(_confirm(b"unsubscribe", channel, ctx))
-    return replies
+    return _leave(ctx, argv[1:], ctx.client.subscriptions, b"unsubscribe", _hub(ctx).unsubscribe)
 
 
 @command("PSUBSCRIBE", -2, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def psubscribe(ctx: Ctx, argv: list[bytes]):
     """PSUBSCRIBE pattern [pattern ...]"""
-    hub = _hub(ctx)
-    replies = Replies()
-    for pattern in argv[1:]:
-        hub.psubscribe(ctx.client, pattern)
-        replies.append(_confirm(b"psubscribe", pattern, ctx))
-    return replies
+    return _each(ctx, argv[1:], b"psubscribe", _hub(ctx).psubscribe)
 
 
 @command("PUNSUBSCRIBE", -1, _SUB_FLAGS, categories="@pubsub @slow", group="pubsub", since="2.0.0")
 def punsubscribe(ctx: Ctx, argv: list[bytes]):
     """PUNSUBSCRIBE [pattern [pattern ...]]"""
-    hub = _hub(ctx)
-    patterns = argv[1:] or sorted(ctx.client.patterns)
-    if not patterns:
-        return Replies([_confirm(b"punsubscribe", None, ctx)])
-    replies = Replies()
-    for pattern in patterns:
-        hub.punsubscribe(ctx.client, pattern)
-        replies.append(_confirm(b"punsubscribe", pattern, ctx))
-    return replies
+    return _leave(ctx, argv[1:], ctx.client.patterns, b"punsubscribe", _hub(ctx).punsubscribe)
 
 
 @command("SSUBSCRIBE", -2, _SUB_FLAGS, keys=(1, -1, 1), categories="@pubsub @slow", group="pubsub", since="7.0.0")
 def ssubscribe(ctx: Ctx, argv: list[bytes]):
     """SSUBSCRIBE shardchannel [shardchannel ...]"""
     hub = _hub(ctx)
-    replies = Replies()
-    for channel in argv[1:]:
-        hub.subscribe(ctx.client, channel, shard=True)
-        replies.append(_confirm(b"ssubscribe", channel, ctx, shard=True))
-    return replies
+    return _each(ctx, argv[1:], b"ssubscribe", lambda client, name: hub.subscribe(client, name, shard=True), shard=True)
 
 
 @command("SUNSUBSCRIBE", -1, _SUB_FLAGS, keys=(1, -1, 1), categories="@pubsub @slow", group="pubsub", since="7.0.0")
 def sunsubscribe(ctx: Ctx, argv: list[bytes]):
     """SUNSUBSCRIBE [shardchannel [shardchannel ...]]"""
     hub = _hub(ctx)
-    channels = argv[1:] or sorted(ctx.client.shard_subscriptions)
-    if not channels:
-        return Replies([_confirm(b"sunsubscribe", None, ctx, shard=True)])
-    replies = Replies()
-    for channel in channels:
-        hub.unsubscribe(ctx.client, channel, shard=True)
-        replies.append(_confirm(b"sunsubscribe", channel, ctx, shard=True))
-    return replies
+    return _leave(ctx, argv[1:], ctx.client.shard_subscriptions, b"sunsubscribe",
+                  lambda client, name: hub.unsubscribe(client, name, shard=True), shard=True)
 
 
 @command("PUBLISH", 3, "pubsub loading stale fast may_replicate", categories="@pubsub @fast", group="pubsub", since="2.0.0")

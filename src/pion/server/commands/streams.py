@@ -234,27 +234,25 @@ def _count_option(argv: list[bytes], i: int) -> int | None:
 @command("XRANGE", -4, "readonly", keys=(1, 1, 1), categories="@read @stream @slow", group=_GROUP, since="5.0.0")
 def xrange(ctx: Ctx, argv: list[bytes]):
     """XRANGE key start end [COUNT count]"""
-    start, end = _range_bound(argv[2], True), _range_bound(argv[3], False)
-    count = _count_option(argv, 4)
-    if count == 0:
-        return NULL_ARRAY
-    stream = get_stream(ctx, argv[1])
-    if stream is None or start is None or end is None:
-        return []
-    return entry_reply(stream.range(start, end, count))
+    return _range(ctx, argv, argv[2], argv[3], reverse=False)
 
 
 @command("XREVRANGE", -4, "readonly", keys=(1, 1, 1), categories="@read @stream @slow", group=_GROUP, since="5.0.0")
 def xrevrange(ctx: Ctx, argv: list[bytes]):
     """XREVRANGE key end start [COUNT count]"""
-    end, start = _range_bound(argv[2], False), _range_bound(argv[3], True)
+    return _range(ctx, argv, argv[3], argv[2], reverse=True)
+
+
+def _range(ctx: Ctx, argv: list[bytes], raw_start: bytes, raw_end: bytes, reverse: bool):
+    """XRANGE and XREVRANGE: the same bounds and COUNT rules, walked in either direction."""
+    start, end = _range_bound(raw_start, True), _range_bound(raw_end, False)
     count = _count_option(argv, 4)
     if count == 0:
         return NULL_ARRAY
     stream = get_stream(ctx, argv[1])
     if stream is None or start is None or end is None:
         return []
-    return entry_reply(stream.range(start, end, count, reverse=True))
+    return entry_reply(stream.range(start, end, count, reverse=reverse))
 
 
 @command("XLEN", 2, "readonly fast", keys=(1, 1, 1), categories="@read @stream @fast", group=_GROUP, since="5.0.0")
