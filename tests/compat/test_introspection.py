@@ -254,3 +254,17 @@ def test_client_list_counts_the_running_request_in_qbuf(r):
     assert " qbuf=26 " in (line.decode() if isinstance(line, bytes) else line)
     mine = [c for c in r.client_list() if c["cmd"] == "client|list"]
     assert mine[0]["qbuf"] == "26"
+
+
+def test_command_getkeysandflags_marks_the_sort_store_key_overwritten(raw):
+    raw.cmd("COMMAND", "GETKEYSANDFLAGS", "SORT", "k1", "STORE", "k2")
+    expected = b"*2\r\n*2\r\n$2\r\nk1\r\n*2\r\n+RO\r\n+access\r\n*2\r\n$2\r\nk2\r\n*2\r\n+OW\r\n+update\r\n"
+    assert raw.read_exactly(expected) == expected
+
+
+def test_cluster_commands_exist_and_are_refused_outside_a_cluster(r):
+    for cmd in (("CLUSTER", "INFO"), ("CLUSTER", "SLOTS"), ("CLUSTER", "HELP"), ("READONLY",), ("ASKING",)):
+        with pytest.raises(redis.ResponseError, match="^This instance has cluster support disabled$"):
+            r.execute_command(*cmd)
+    listed = r.command_list(pattern="cl*help")
+    assert {name.encode() if isinstance(name, str) else name for name in listed} == {b"client|help", b"cluster|help"}

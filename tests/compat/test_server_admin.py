@@ -307,3 +307,50 @@ def test_debug_error_answers_with_the_given_error(make_server):
     with pytest.raises(redis.ReadOnlyError):
         r.execute_command("DEBUG", "ERROR", "READONLY fake\r\nmessage")
     assert r.ping()
+
+
+# -- found by Redis's own test suite (docs/redis-test-suite.md) -------------------------------------
+
+
+def _histogram(r, *names):
+    reply = r.execute_command("LATENCY", "HISTOGRAM", *names)
+    flat = dict(zip(reply[::2], reply[1::2], strict=True)) if isinstance(reply, list) else reply
+    return {name: dict(zip(body[::2], body[1::2], strict=True)) if isinstance(body, list) else body
+            for name, body in flat.items()}
+
+
+def test_latency_histogram_counts_calls_per_command_and_subcommand(r):
+    r.config_resetstat()
+    assert list(_histogram(r)) == [b"config|resetstat"]
+    r.set("a", "b")
+    r.set("c", "d")
+    r.execute_command("CLIENT", "ID")
+    histo = _histogram(r, "set", "client", "nosuchcommand")
+    assert set(histo) == {b"set", b"client|id"} and histo[b"set"][b"calls"] == 2
+    buckets = histo[b"set"][b"histogram_usec"]
+    counts = list(buckets.values()) if isinstance(buckets, dict) else buckets[1::2]
+    assert counts == sorted(counts) and counts[-1] == 2  # cumulative, up to every call
+    stats = r.info("latencystats")
+    assert set(stats["latency_percentiles_usec_set"]) == {"p50", "p99", "p99.9"}
+    r.config_set("latency-tracking", "no")
+    r.get("a")
+    assert b"get" not in _histogram(r)
+    r.config_set("latency-tracking", "yes")
+
+
+def test_latency_monitor_samples_commands_over_the_threshold(debug_client):
+    r, _ = debug_client
+    r.config_set("latency-monitor-threshold", 50)
+    try:
+        r.execute_command("DEBUG", "SLEEP", "0.06")
+        latest = r.execute_command("LATENCY", "LATEST")
+        assert latest[0][0] == b"command" and latest[0][2] >= 50 and latest[0][3] >= 50
+        history = r.execute_command("LATENCY", "HISTORY", "command")
+        assert len(history) == 1 and history[0][1] >= 50
+        assert "command" in r.execute_command("LATENCY", "GRAPH", "command").decode()
+        assert "1. command: 1 latency spikes" in r.execute_command("LATENCY", "DOCTOR").decode()
+        assert r.execute_command("LATENCY", "RESET", "nosuchevent") == 0
+        assert r.execute_command("LATENCY", "RESET") == 1
+        assert r.execute_command("LATENCY", "LATEST") == []
+    finally:
+        r.config_set("latency-monitor-threshold", 0)

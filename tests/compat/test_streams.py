@@ -318,3 +318,12 @@ def test_a_blocked_command_unblocked_with_an_error_counts_as_failed(server, r):
     assert r.info("commandstats")["cmdstat_xreadgroup"]["failed_calls"] == 1
     other = r.info("errorstats").get("errorstat_ERR", {}).get("count", 0)  # the clients' handshakes
     assert r.info("stats")["total_error_replies"] == 1 + other
+
+
+def test_scripts_may_not_use_block_with_xread_or_xreadgroup(r):
+    r.xgroup_create("s", "g", "$", mkstream=True)
+    assert r.eval("return redis.pcall('xread','STREAMS','s','$')", 1, "s") is None
+    with pytest.raises(redis.ResponseError, match="xread command is not allowed with BLOCK option from scripts"):
+        r.eval("return redis.pcall('xread','BLOCK',0,'STREAMS','s','$')", 1, "s")
+    with pytest.raises(redis.ResponseError, match="xreadgroup command is not allowed with BLOCK option from scripts"):
+        r.eval("return redis.pcall('xreadgroup','group','g','c','BLOCK',0,'STREAMS','s','>')", 1, "s")

@@ -68,3 +68,52 @@ def test_client_that_never_reads_does_not_block_others(server):
     held = server.call(lambda: max(c.conn.out_size + c.conn.reader.buffered() for c in server.server.clients.values()))
     assert held < 64 * 1024 * 1024
     hog.close()
+
+
+# -- found by Redis's own test suite (docs/redis-test-suite.md) -------------------------------------
+
+
+def test_a_multibulk_header_of_no_arguments_is_skipped(raw):
+    raw.send(b"*-10\r\n*-1\r\n*0\r\n*1\r\n$4\r\nPING\r\n")
+    assert raw.read_exactly(b"+PONG\r\n") == b"+PONG\r\n"
+
+
+def test_out_of_range_headers_are_refused_before_their_payload_arrives(server):
+    cases = [
+        (b"*3000000000\r\n", b"invalid multibulk length"),
+        (b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$2000000000\r\n", b"invalid bulk length"),
+        (b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$-10\r\n", b"invalid bulk length"),
+        (b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n", b"invalid bulk length"),
+        (b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\nfooz\r\n", b"expected '$', got 'f'"),
+    ]
+    for frame, text in cases:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(frame)
+            expected = b"-ERR Protocol error: " + text + b"\r\n"
+            data = b""
+            while len(data) < len(expected):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            assert data == expected, frame
+
+
+def test_a_multibulk_count_line_without_end_is_refused(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"*\x00")
+        reply = b""
+        try:
+            for _ in range(400):
+                sock.sendall(b"payload" * 150)
+        except OSError:
+            pass
+        try:
+            while not reply.endswith(b"\r\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+        except OSError:
+            pass
+        assert reply.startswith(b"-ERR Protocol error: too big mbulk count string")

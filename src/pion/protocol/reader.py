@@ -97,6 +97,11 @@ class RequestReader:
         elif not self._inline and data[start:start + 1] == b"*" and not self.strict:  # the common case
             if len(data) - start >= EARLY_CHECK and self._big_at_start(data, start):
                 return
+            if self._ahead is None and _count_over(data, start, self.max_multibulk_len):
+                # refused before hiredis sees it: hiredis allocates the whole list for a "*N"
+                # header (seconds to free for N in the billions)
+                self._ahead = ProtocolError("invalid multibulk length")
+                return
             self._enter_hiredis(part)  # type: ignore[arg-type]
         else:
             self._inline += part
@@ -156,14 +161,19 @@ class RequestReader:
         try:
             frame = self._hiredis.gets()
         except hiredis.ProtocolError as exc:
-            if self._switch_to_inline():
+            if self._switch_to_inline() or self._skip_empty_header():
                 return None
+            self._check_failed_frame()
             raise ProtocolError(_hiredis_message(str(exc))) from None
         if frame is False:
             if self._chunks_len >= self._check_at:
                 self._check_pending()
+            elif not self._frames_since:  # a frame on its own: refuse bad headers now, not at its end
+                check_headers(self._chunks[0], 0, self.max_multibulk_len, self.max_bulk_len)
             return None
         self._check_at = PENDING_CHECK
+        if frame is None:  # "*-1": Redis skips a frame of no arguments
+            frame = []
         if frame.__class__ is not list:
             raise ProtocolError(f"expected '*', got '{_type_byte(frame)}'")
         max_bulk = self.max_bulk_len
@@ -205,6 +215,23 @@ class RequestReader:
             return False
         self._leave_hiredis(rest)
         return True
+
+    def _skip_empty_header(self) -> bool:
+        """``*-10``: Redis ignores a multibulk header that counts no arguments (hiredis refuses
+        it); drop the header line and parse on from the bytes after it."""
+        joined = self._joined()
+        rest = joined[skip_frames(joined, self._frames_since) :]
+        end = rest.find(b"\r\n")
+        count = _header_int(rest, 1, end) if end > 0 and rest[:1] == b"*" else None
+        if count is None or count > 0:
+            return False
+        self._leave_hiredis(rest[end + 2 :])
+        return True
+
+    def _check_failed_frame(self) -> None:
+        """hiredis refused a frame: raise Redis's text for it when the headers say which."""
+        joined = self._joined()
+        check_headers(joined, skip_frames(joined, self._frames_since), self.max_multibulk_len, self.max_bulk_len)
 
     def _leave_hiredis(self, rest: bytes) -> None:
         """Put the bytes hiredis had not returned back in front of the inline buffer."""
@@ -387,6 +414,8 @@ def check_headers(buf: bytes | bytearray, pos: int, max_args: int, max_bulk: int
     length of the argument whose payload is still arriving, else -1."""
     end = buf.find(b"\r\n", pos)
     if end < 0:
+        if len(buf) - pos > MAX_INLINE_SIZE:
+            raise ProtocolError("too big mbulk count string")
         return -1
     count = _header_int(buf, pos + 1, end)
     if count is None or count > max_args:
@@ -417,6 +446,13 @@ def _bulk_header(buf: bytes | bytearray, pos: int, end: int, max_bulk: int) -> i
     if size is None or size < 0 or size > max_bulk:
         raise ProtocolError("invalid bulk length")
     return size
+
+
+def _count_over(data: bytes, start: int, limit: int) -> bool:
+    """True when the ``*N`` line at ``start`` is complete and N is over ``limit``."""
+    end = data.find(b"\r\n", start, start + 24)
+    count = _header_int(data, start + 1, end) if end > 0 else None
+    return count is not None and count > limit
 
 
 def _header_int(buf: bytes | bytearray, start: int, end: int) -> int | None:

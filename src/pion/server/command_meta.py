@@ -136,6 +136,10 @@ def keys_with_flags(spec: CommandSpec, argv: list[bytes]) -> list[tuple[int, lis
         for pos in _eval_key_spec(ks, argv):
             covered.setdefault(pos, flags)
     positions = spec.key_positions(argv) if (spec.first_key > 0 or spec.key_finder) else sorted(covered)
+    if spec.full_name.lower() == "sort":  # Redis's sortGetKeys: the STORE key is overwritten
+        for i in range(2, len(argv) - 1):
+            if argv[i].upper() == b"STORE":
+                covered[i + 1] = ["OW", "update"]
     return [(pos, covered.get(pos, derived_key_flags(spec))) for pos in positions if 0 < pos < len(argv)]
 
 

@@ -49,6 +49,7 @@ FAMILIES = (
     "scripting",
     "functions_cmds",
     "acl",
+    "cluster",
 )
 
 

@@ -185,7 +185,7 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
     if argv[1].upper() != b"GROUP":
         raise ReplyError(errors.SYNTAX)
     name, consumer = argv[2], argv[3]
-    count, block, noack, keys, raw_ids = parse_read_options(argv, 4, group=True)
+    count, block, noack, keys, raw_ids = parse_read_options(argv, 4, group=True, in_script=ctx.client.in_script)
     ids = [None if raw == b">" else parse_id(raw, strict=True) for raw in raw_ids]
     for key in keys:
         _group(ctx, key, name, "XREADGROUP with GROUP option")

@@ -326,7 +326,9 @@ def streams_keys(argv: list[bytes]) -> list[int]:
     return []
 
 
-def parse_read_options(argv: list[bytes], start: int, group: bool) -> tuple[int | None, float | None, bool, list[bytes], list[bytes]]:
+def parse_read_options(argv: list[bytes], start: int, group: bool,
+                       in_script: bool = False) -> tuple[int | None, float | None, bool, list[bytes], list[bytes]]:
+    """[COUNT n] [BLOCK ms] [NOACK] STREAMS keys... ids...; BLOCK is refused inside scripts."""
     count = block = None
     noack = False
     i = start
@@ -336,6 +338,9 @@ def parse_read_options(argv: list[bytes], start: int, group: bool) -> tuple[int 
             count = max(parse_int(argv[i + 1]), 0) or None
             i += 2
         elif option == b"BLOCK" and i + 1 < len(argv):
+            if in_script:
+                raise ReplyError(f"ERR {argv[0].decode('utf-8', 'replace')} command is not allowed with BLOCK "
+                                 "option from scripts")
             block = parse_int(argv[i + 1], "ERR timeout is not an integer or out of range")
             if block < 0:
                 raise ReplyError("ERR timeout is negative")
@@ -358,7 +363,7 @@ def parse_read_options(argv: list[bytes], start: int, group: bool) -> tuple[int 
 @command("XREAD", -4, "readonly blocking movablekeys", categories="@read @stream @slow @blocking", group=_GROUP, since="5.0.0", key_finder=streams_keys)
 def xread(ctx: Ctx, argv: list[bytes]):
     """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
-    count, block, _, keys, raw_ids = parse_read_options(argv, 1, group=False)
+    count, block, _, keys, raw_ids = parse_read_options(argv, 1, group=False, in_script=ctx.client.in_script)
     after: list[StreamID] = []
     for key, raw in zip(keys, raw_ids, strict=True):
         if raw == b">":

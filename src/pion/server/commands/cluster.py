@@ -1,0 +1,70 @@
+"""Cluster commands on a server that is not a cluster node: CLUSTER <subcommand>, READONLY,
+READWRITE and ASKING, each refused as a Redis 7 server with ``cluster-enabled no`` refuses them.
+
+They exist so that COMMAND lists what Redis lists and so that clients probing for a cluster
+(``CLUSTER INFO``, ``CLUSTER SLOTS``) get the answer they know how to read.
+"""
+
+from __future__ import annotations
+
+from pion.protocol.errors import ReplyError
+from pion.server.context import Ctx
+from pion.server.registry import command
+
+DISABLED = "ERR This instance has cluster support disabled"
+_ADMIN = "@admin @slow @dangerous"
+
+#: Redis 7.0's CLUSTER subcommands: name -> (arity, flags, categories)
+SUBCOMMANDS = {
+    "addslots": (-3, "admin stale no_async_loading", _ADMIN),
+    "addslotsrange": (-4, "admin stale no_async_loading", _ADMIN),
+    "bumpepoch": (2, "admin stale no_async_loading", _ADMIN),
+    "count-failure-reports": (3, "admin stale", _ADMIN),
+    "countkeysinslot": (3, "stale", "@slow"),
+    "delslots": (-3, "admin stale no_async_loading", _ADMIN),
+    "delslotsrange": (-4, "admin stale no_async_loading", _ADMIN),
+    "failover": (-2, "admin stale no_async_loading", _ADMIN),
+    "flushslots": (2, "admin stale no_async_loading", _ADMIN),
+    "forget": (3, "admin stale no_async_loading", _ADMIN),
+    "getkeysinslot": (4, "stale", "@slow"),
+    "help": (2, "loading stale", "@slow"),
+    "info": (2, "stale", "@slow"),
+    "keyslot": (3, "stale", "@slow"),
+    "links": (2, "stale", "@slow"),
+    "meet": (-4, "admin stale no_async_loading", _ADMIN),
+    "myid": (2, "stale", "@slow"),
+    "nodes": (2, "stale", "@slow"),
+    "replicas": (3, "admin stale", _ADMIN),
+    "replicate": (3, "admin stale no_async_loading", _ADMIN),
+    "reset": (-2, "admin noscript stale", _ADMIN),
+    "saveconfig": (2, "admin stale no_async_loading", _ADMIN),
+    "set-config-epoch": (3, "admin stale no_async_loading", _ADMIN),
+    "setslot": (-4, "admin stale no_async_loading", _ADMIN),
+    "shards": (2, "stale", "@slow"),
+    "slaves": (3, "admin stale", _ADMIN),
+    "slots": (2, "stale", "@slow"),
+}
+
+
+def cluster_disabled(ctx: Ctx, argv: list[bytes]):
+    """CLUSTER <subcommand> [argument ...] -- refused: cluster support is disabled
+
+    This server is not a cluster node.
+    """
+    raise ReplyError(DISABLED)
+
+
+for _name, (_arity, _flags, _cats) in SUBCOMMANDS.items():
+    command(f"CLUSTER|{_name.upper()}", _arity, _flags, categories=_cats, group="cluster", since="3.0.0")(
+        cluster_disabled)
+
+
+@command("READONLY", 1, "loading stale fast", categories="@fast @connection", group="cluster", since="3.0.0")
+@command("READWRITE", 1, "loading stale fast", categories="@fast @connection", group="cluster", since="3.0.0")
+@command("ASKING", 1, "fast", categories="@fast @connection", group="cluster", since="3.0.0")
+def cluster_connection(ctx: Ctx, argv: list[bytes]):
+    """READONLY | READWRITE | ASKING -- refused: cluster support is disabled
+
+    They only mean something on a cluster node.
+    """
+    raise ReplyError(DISABLED)
