@@ -55,7 +55,7 @@ test-slow: venv-dev apt
 
 # Redis 7.0.15's own tcl test suite against Pion (downloads Debian's orig tarball once; long)
 redis-suite: venv-dev apt
-	bash tests/redis_suite/run_redis_suite.sh
+	bash tests/redis_suite/run_redis_suite.sh $(UNITS)
 
 bench: venv-dev apt
 	$(PY) benchmarks/bench_resp.py
