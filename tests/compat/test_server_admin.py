@@ -354,3 +354,46 @@ def test_latency_monitor_samples_commands_over_the_threshold(debug_client):
         assert r.execute_command("LATENCY", "LATEST") == []
     finally:
         r.config_set("latency-monitor-threshold", 0)
+
+
+def test_debug_protocol_answers_each_resp_type_as_redis(debug_client):
+    _, srv = debug_client
+    conn = RawConnection(srv.port)
+    expected = {
+        2: [(b"bignum", b"$37\r\n1234567999999999999999999999999999999\r\n"),
+            (b"attrib", b"$39\r\nSome real reply following the attribute\r\n"),
+            (b"push", b"-ERR RESP2 is not supported by this command\r\n"),
+            (b"map", b"*6\r\n:0\r\n:0\r\n:1\r\n:1\r\n:2\r\n:0\r\n")],
+        3: [(b"bignum", b"(1234567999999999999999999999999999999\r\n"),
+            (b"attrib", b"|1\r\n$14\r\nkey-popularity\r\n*2\r\n$7\r\nkey:123\r\n:90\r\n"
+                        b"$39\r\nSome real reply following the attribute\r\n"),
+            (b"push", b">2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n$40\r\nSome real reply following the push reply\r\n"),
+            (b"verbatim", b"=29\r\ntxt:This is a verbatim\nstring\r\n"),
+            (b"double", b",3.141\r\n"), (b"set", b"~3\r\n:0\r\n:1\r\n:2\r\n")],
+    }
+    for proto, cases in expected.items():
+        conn.cmd("HELLO", str(proto))
+        conn.read_some()
+        for name, reply in cases:
+            conn.cmd("DEBUG", "PROTOCOL", name)
+            assert conn.read_exactly(reply) == reply, (proto, name)
+    conn.cmd("DEBUG", "PROTOCOL", "nope")
+    assert conn.read_some().startswith(b"-ERR Wrong protocol type name.")
+    conn.close()
+
+
+def test_debug_loadaof_rebuilds_the_keyspace_from_the_log(make_server):
+    srv = make_server(enable_debug_command="yes", appendonly=True)
+    r = redis.Redis(port=srv.port)
+    r.config_set("stream-node-max-entries", 100)
+    for j in range(150):
+        r.xadd("s", {"x": j}, maxlen=120, approximate=True)
+    r.set("k", "v", px=100_000)
+    r.incrbyfloat("f", 1.5)
+    before = (r.xlen("s"), r.xrange("s", count=1), r.get("k"), r.get("f"))
+    assert r.execute_command("DEBUG", "LOADAOF") == b"OK"
+    assert (r.xlen("s"), r.xrange("s", count=1), r.get("k"), r.get("f")) == before
+    assert 0 < r.pttl("k") <= 100_000
+    r.config_set("appendonly", "no")
+    with pytest.raises(redis.ResponseError, match="needs appendonly yes"):
+        r.execute_command("DEBUG", "LOADAOF")

@@ -207,3 +207,25 @@ def test_exec_refused_for_oom_aborts_the_whole_transaction(server, raw):
     assert raw.read_exactly(b"+PONG\r\n") == b"+PONG\r\n"
     assert admin.exists("x") == 0
     assert admin.info("errorstats")["errorstat_EXECABORT"]["count"] == 1
+
+
+def test_swapdb_that_only_brings_stale_keys_does_not_touch_a_watch(server, raw):
+    admin = redis.Redis(port=server.port)
+    admin.set("x", "foo", px=1)  # db 0
+    time.sleep(0.01)
+    raw.cmd("SELECT", "1")
+    raw.cmd("WATCH", "x")
+    admin.swapdb(0, 1)  # a missing key replaced by a stale one: no logical change
+    raw.cmd("MULTI")
+    raw.cmd("PING")
+    raw.cmd("EXEC")
+    expected = b"+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n+PONG\r\n"
+    assert raw.read_exactly(expected) == expected
+    admin.set("y", "live")  # db 0
+    raw.cmd("WATCH", "y")  # db 1, where y is missing
+    admin.swapdb(0, 1)  # a missing key replaced by a live one: touched
+    raw.cmd("MULTI")
+    raw.cmd("PING")
+    raw.cmd("EXEC")
+    expected = b"+OK\r\n+OK\r\n+QUEUED\r\n*-1\r\n"
+    assert raw.read_exactly(expected) == expected

@@ -74,6 +74,13 @@ class BigNumber(int):
     __slots__ = ()
 
 
+class Attribute(dict):
+    """A RESP3 attribute map (``|``), sent ahead of the reply it describes inside ``Replies``;
+    nothing at all in RESP2 (DEBUG PROTOCOL attrib)."""
+
+    __slots__ = ()
+
+
 class HumanDouble(bytes):
     """A double whose digits the handler wrote (GEOPOS's ``%.17Lf`` form): RESP3 ``,``, RESP2 bulk."""
 
@@ -267,6 +274,12 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
         out.append(b",%s\r\n" % value if proto == 3 else b"$%d\r\n%s\r\n" % (len(value), value))
     elif cls is BigNumber:
         out.append(b"(%d\r\n" % value if proto == 3 else b"$%d\r\n%d\r\n" % (len(str(int(value))), value))
+    elif cls is Attribute:
+        if proto == 3:
+            out.append(b"|%d\r\n" % len(value))
+            for key, item in value.items():
+                _encode_into(key, proto, out)
+                _encode_into(item, proto, out)
     elif isinstance(value, str):
         data = value.encode()
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))

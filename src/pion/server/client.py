@@ -77,6 +77,22 @@ class Client:
                 return
         self.dirty_cas = True
 
+    def swapped_watched(self, db: Any, key: bytes, existed: bool, present: bool, stale: bool) -> None:
+        """SWAPDB replaced the contents under a watched key. No logical change (Redis's
+        touchAllWatchedKeysInDb): a stale key replaced by nothing or by another stale key, or a
+        missing key replaced by a stale one (which then counts as stale when watched)."""
+        slot = (db.id, key)
+        if slot in self.watched_expired:
+            if not present:
+                self.watched_expired.discard(slot)
+                return
+            if stale:
+                return
+        elif not existed and stale:
+            self.watched_expired.add(slot)
+            return
+        self.dirty_cas = True
+
     def send(self, reply: Any) -> None:
         """Deliver an out-of-order reply (blocked-client wake-up, pub/sub push)."""
         if self.conn is not None:

@@ -41,6 +41,7 @@ def wire(server: Server, owner: Persistence) -> None:
     server.guard = guard
     server.info_sections["persistence"] = owner.info
     server.debug_hooks["reload"] = lambda ctx, argv: debug_reload(owner, argv)
+    server.debug_hooks["loadaof"] = lambda ctx, argv: debug_loadaof(owner)
     server.debug_hooks["panic"] = lambda ctx, argv: debug_panic(owner)
     server.debug_hooks["segfault"] = lambda ctx, argv: debug_segfault(owner)
     server.config_hooks.append(owner.config_changed)
@@ -221,6 +222,22 @@ def debug_reload(owner: Persistence, argv: list[bytes]) -> Any:
         load(owner)
     except Exception as exc:  # the reply says why; the server keeps what it loaded
         return ReplyError(f"ERR Error trying to load the snapshot: {exc}")
+    return OK
+
+
+def debug_loadaof(owner: Persistence) -> Any:
+    """DEBUG LOADAOF: empty the keyspace and load it back from the snapshot and the log, as a
+    restart would, without saving first: what comes back is what the logged effects rebuild.
+    A client's earlier writes are in the log already (its replies wait for that)."""
+    server = owner.server
+    if not server.settings.appendonly:
+        return ReplyError("ERR DEBUG LOADAOF needs appendonly yes: the log is what it loads")
+    for db in [db for dbs in server.all_db_lists() for db in dbs]:
+        db.flush()
+    try:
+        load(owner)
+    except Exception as exc:  # the reply says why; the server keeps what it loaded
+        return ReplyError(f"ERR Error trying to load the log: {exc}")
     return OK
 
 

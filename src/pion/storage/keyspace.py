@@ -290,17 +290,30 @@ class Database:
 
     def swap_contents(self, other: Database) -> None:
         """SWAPDB: exchange keys, TTLs and access data; watchers, hooks and index stay put.
-        Watched keys present on either side are signalled, as Redis's touchAllWatchedKeysInDb."""
-        mine = [key for key in self.watchers if key in self.data or key in other.data]
-        theirs = [key for key in other.watchers if key in other.data or key in self.data]
+        Watched keys present on either side are signalled, as Redis's touchAllWatchedKeysInDb:
+        a watcher whose key only turns from missing or stale into stale sees no change."""
+        mine = {key: key in self.data for key in self.watchers if key in self.data or key in other.data}
+        theirs = {key: key in other.data for key in other.watchers if key in other.data or key in self.data}
         for name in ("data", "expires", "lru", "lfu", "scan_table", "_expiring", "avg_ttl"):
             value = getattr(self, name)
             setattr(self, name, getattr(other, name))
             setattr(other, name, value)
-        for key in mine:
-            self.signal(key)
-        for key in theirs:
-            other.signal(key)
+        for db, keys in ((self, mine), (other, theirs)):
+            for key, existed in keys.items():
+                db._signal_swapped(key, existed)
+
+    def _signal_swapped(self, key: bytes, existed: bool) -> None:
+        present = key in self.data
+        when = self.expires.get(key) if present else None
+        stale = when is not None and when <= now_ms()
+        for client in self.watchers.get(key, ()):
+            swapped = getattr(client, "swapped_watched", None)
+            if swapped is not None:
+                swapped(self, key, existed, present, stale)
+            else:
+                client.touch_watched(self, key)
+        if self.on_signal is not None:
+            self.on_signal(self, key)
 
     def signal(self, key: bytes) -> None:
         """Tell watchers and blocked clients that ``key`` changed."""

@@ -14,7 +14,7 @@ import time
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.protocol.resp import OK, Status, Verbatim
+from pion.protocol.resp import OK, Attribute, BigNumber, Push, Replies, SetReply, Status, Verbatim
 from pion.server.args import parse_float, parse_int
 from pion.server.commands.client_cmds import syntax_error_for
 from pion.server.commands.server_admin import help_lines
@@ -153,6 +153,10 @@ DEBUG_HELP = [
     "    unit tests to simulate Redis errors.",
     "OBJECT <key>",
     "    Show low level info about `key` and associated value.",
+    "PROTOCOL <type>",
+    "    Reply with a test value of the specified type. <type> can be: string,",
+    "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+    "    true, false.",
     "SET-ACTIVE-EXPIRE <0|1>",
     "    Setting it to 0 disables expiring keys in background when they are not",
     "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -236,8 +240,39 @@ def _debug_set_active_expire(ctx: Ctx, argv: list[bytes]):
     return OK
 
 
+def _debug_protocol(ctx: Ctx, argv: list[bytes]):
+    """DEBUG PROTOCOL <type>: one reply of each RESP type, for client tests (Redis's fixtures)."""
+    name = argv[2].decode("utf-8", "replace").lower()
+    if name == "push" and ctx.client.proto < 3:
+        raise ReplyError("ERR RESP2 is not supported by this command")
+    fixture = _PROTOCOL_FIXTURES.get(name)
+    if fixture is None:
+        raise ReplyError("ERR Wrong protocol type name. Please use one of the following: "
+                         "string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false")
+    return fixture()
+
+
+_PROTOCOL_FIXTURES = {
+    "string": lambda: b"Hello World",
+    "integer": lambda: 12345,
+    "double": lambda: 3.141,
+    "bignum": lambda: BigNumber(1234567999999999999999999999999999999),
+    "null": lambda: None,
+    "array": lambda: [0, 1, 2],
+    "set": lambda: SetReply([0, 1, 2]),
+    "map": lambda: {0: False, 1: True, 2: False},
+    "attrib": lambda: Replies([Attribute({b"key-popularity": [b"key:123", 90]}),
+                               b"Some real reply following the attribute"]),
+    "push": lambda: Replies([Push([b"server-cpu-usage", 42]), b"Some real reply following the push reply"]),
+    "verbatim": lambda: Verbatim("This is a verbatim\nstring"),
+    "true": lambda: True,
+    "false": lambda: False,
+}
+
+
 #: (subcommand, argc) -> handler; argc 0 accepts any count
 _DEBUG = {
+    ("protocol", 3): _debug_protocol,
     ("help", 2): _debug_help,
     ("sleep", 3): _debug_sleep,
     ("object", 3): _debug_object,
