@@ -8,6 +8,9 @@ paths restore the first N-1 tokens and run the last one; the cold path prefills 
 - redis: what a user would hand-roll: the same K/V as fp16 blobs in Debian's ``redis-server``,
   one GET per layer and side (pipelined), rebuilt into the runtime's cache;
 - pion (same process) and pion (separate process), per codec: ``PionPromptCache.get_or_prefill``.
+  A codec name alone uses the client's default lane (here, on one host: the local lane, which
+  maps the server's ``V.EXPORT`` file); ``<codec>@socket`` forces the rows through the socket
+  (``local_lane=False``), what a client on another host gets.
 
 Methodology (spec 15.1): medians of ``--runs`` after a warm-up forward; model load outside the
 clock; within a run every path goes once, back to back (cold, floor, redis, then Pion same and
@@ -43,7 +46,7 @@ from pion.client import PionPromptCache  # noqa: E402
 from pion.client import measure as M  # noqa: E402
 
 LENGTHS = (34, 268, 1035, 2049)
-CODECS = ("auto", "bf16", "fp16", "fp8", "int8", "turbo4")
+CODECS = ("auto", "auto@socket", "bf16", "fp16", "fp16@socket", "int8", "turbo4")
 TINY = {"vocab_size": 259, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}
 
@@ -107,12 +110,20 @@ def pion_once(pc, prefix: list[int], last: list[int]) -> dict:
     return {"ms": ms, "hit": hit, "first": int(np.argmax(logits))}
 
 
+def prompt_cache(loaded, url: str, spec: str) -> PionPromptCache:
+    """The prompt cache a codec label names: ``<codec>`` or ``<codec>@socket``."""
+    codec, _, lane = spec.partition("@")
+    if lane not in ("", "socket"):
+        raise SystemExit(f"unknown lane {lane!r} in {spec!r} (want <codec> or <codec>@socket)")
+    return PionPromptCache(loaded.model, url=url, vquant=codec, tokenizer=loaded.tokenizer, model_id=loaded.name,
+                           local_lane="auto" if not lane else False)
+
+
 def worker(spec: str) -> int:
     """Separate process: load and warm the model, then answer one timed hit per line ``N`` on stdin."""
     args = json.loads(spec)
     loaded = M.load(args["model"], args["runtime"], progress=lambda m: None)
-    pc = PionPromptCache(loaded.model, url=args["url"], vquant=args["codec"], tokenizer=loaded.tokenizer,
-                         model_id=loaded.name)
+    pc = prompt_cache(loaded, args["url"], args["codec"])
     prompts = {n: M.filler_prompt(loaded, n) for n in args["lengths"]}
     pc.client.ping()  # connected, as a serving process is
     print("ready", flush=True)
@@ -199,7 +210,7 @@ def check(rows: list[dict], codecs: list[str]) -> list[str]:
             result = row[label]
             if not result["hits"]:
                 problems.append(f"N={row['n']} {label}: not a hit")
-            if label.endswith("/auto") and result["first"] != row["cold"]["first"]:
+            if label.split("/")[1].partition("@")[0] == "auto" and result["first"] != row["cold"]["first"]:
                 problems.append(f"N={row['n']} {label}: first token {result['first']} != cold {row['cold']['first']}")
     return problems
 
@@ -269,7 +280,7 @@ def parse_args(argv):
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.smoke:
-        args.lengths, args.runs, args.codecs = [34, 68], 1, ["auto", "int8"]
+        args.lengths, args.runs, args.codecs = [34, 68], 1, ["auto", "auto@socket", "int8"]
     return args
 
 
@@ -305,8 +316,7 @@ def bench(args, redis_srv) -> int:
 
     log(f"loading {args.model or 'the built-in demo model'} ({args.runtime})")
     loaded = M.load(args.model, args.runtime, log)
-    caches = {c: PionPromptCache(loaded.model, url=args.url, vquant=c, tokenizer=loaded.tokenizer,
-                                 model_id=loaded.name) for c in args.codecs}
+    caches = {c: prompt_cache(loaded, args.url, c) for c in args.codecs}
     for pc in caches.values():
         pc.client.kv_drop(*[pc.namespace(M.filler_prompt(loaded, n)[:-1]) for n in args.lengths])
     r = redis.Redis(port=redis_srv.port) if redis_srv is not None else None

@@ -66,6 +66,8 @@ class Settings:
     maxmemory_samples: int = 5
     # K/V cache: byte budget of stored rows and SSM blobs, 0 = none (evicts whole prefixes, LRU, leaves first)
     kv_maxmemory: int = 0
+    # V.EXPORT: byte budget of the export files (under <dir>/export), 0 = V.EXPORT disabled
+    kv_export_maxbytes: int = 4 * 1024**3
     # misc
     enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
@@ -90,6 +92,7 @@ class Settings:
         _check(self.loglevel in LOGLEVELS, f"loglevel must be one of {', '.join(LOGLEVELS)}")
         _check(self.maxmemory >= 0, "maxmemory must be >= 0")
         _check(self.kv_maxmemory >= 0, "kv-maxmemory must be >= 0")
+        _check(self.kv_export_maxbytes >= 0, "kv-export-maxbytes must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
         _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
         _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
@@ -196,6 +199,7 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "maxmemory-policy": ("maxmemory_policy", str.lower, str),
     "maxmemory-samples": ("maxmemory_samples", parse_int_value, str),
     "kv-maxmemory": ("kv_maxmemory", parse_memory, str),
+    "kv-export-maxbytes": ("kv_export_maxbytes", parse_memory, str),
     "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pion.client import PionClient, errors
-from pion.client.blocks import block_hashes, hash_blob, token_blob
+from pion.client.blocks import block_hashes, chain_seed, hash_blob, token_blob
 
 
 @pytest.fixture
@@ -76,6 +76,21 @@ def test_prefix_register_lookup_manifest_match_and_drop(client):
     assert "registered_prefixes" in client.kv_info()
     assert client.kv_drop("ns1", "nope") == 1
     assert client.kv_lookup("ns1") is False
+
+
+def test_a_seeded_chain_matches_only_hashes_of_its_seed(client):
+    tokens = list(range(8))
+    seed = chain_seed("model-a/fp16")
+    client.kv_register("sd", 32, "fp16", chain=(4, token_blob(tokens)), seed=seed)
+    for side in ("sd_pk", "sd_pv"):
+        client.v_storebatch(side, 0, 0, rows(8, 32))
+    assert client.kv_match(4, hash_blob(block_hashes(tokens, 4, seed)), token_blob(tokens)) == ("sd", 2)
+    assert client.kv_match(4, hash_blob(block_hashes(tokens, 4)), token_blob(tokens)) is None
+    assert PionClient.register_args("x", 32, "fp16", chain=(4, b""), seed=seed)[-2:] == ["SEED", seed]
+    with pytest.raises(ValueError, match="seed needs chain"):
+        PionClient.register_args("x", 32, "fp16", seed=seed)
+    with pytest.raises(ValueError, match="root must be 16 bytes"):
+        PionClient.register_args("x", 32, "fp16", chain=(4, b""), seed=b"short")
 
 
 def test_blocks_and_membership_use_the_reference_u64_table(client):

@@ -201,3 +201,16 @@ def test_an_unreachable_server_degrades_to_plain_prefill():
     with pytest.warns(RuntimeWarning, match="Pion prompt cache"):
         cache = pc.get_or_prefill(prompt(10))
     assert cache.get_seq_length() == 10 and pc.stats()["errors"] >= 1
+
+
+def test_fetch_nearest_never_offers_another_models_prefix_of_the_same_tokens(url):
+    ids = prompt(48)
+    a = PionPromptCache(hf_llama(seed=0), url=url, block_size=16)
+    b = PionPromptCache(hf_llama(seed=1), url=url, block_size=16)
+    a.get_or_prefill(ids[:32])
+    assert a.chain_seed != b.chain_seed
+    cache, rest = b.fetch_nearest(ids)
+    assert cache is None and rest == ids
+    assert b.stats()["manifest_mismatches"] == 0  # MATCH never named a's namespace: the chains differ
+    cache, rest = a.fetch_nearest(ids)
+    assert cache.get_seq_length() == 32 and rest == ids[32:]

@@ -50,6 +50,10 @@ def test_warm_cache_equals_cold_cache_tensor_for_tensor(url, dtype):
     warm = pc.get_or_prefill(ids)
     assert pc.stats()["hits"] == 1 and isinstance(warm, list)
     assert_same_cache(cold, warm)
+    assert pc.stats()["local_hits"] == 1  # a loopback server: the V.EXPORT file was mapped
+    socket = PionPromptCache(pc.adapter.model, url=url, local_lane=False)
+    assert_same_cache(cold, socket.get_or_prefill(ids))
+    assert socket.stats()["hits"] == 1 and socket.stats()["local_hits"] == 0
 
 
 def test_generate_step_from_the_warm_cache_equals_the_cold_one(url):

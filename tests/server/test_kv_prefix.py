@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
+from tests.support.servers import ThreadServer
 
 from pion.codecs import block_hashes
+from pion.storage.snapshot import FILENAME as SNAPSHOT_FILE
 
 
 def err(r, *args) -> str:
@@ -53,10 +56,14 @@ def test_register_creates_both_sessions(r):
         (("ns", 64, "fp16", "PREFILL_MS", 86400001), "PREFILL_MS out of range (0..86400000)"),
         (("ns", 64, "fp16", "PREFILL_MS", -1), "PREFILL_MS out of range (0..86400000)"),
         (("ns", 64, "fp16", "PREFILL_MS"), "KV.PREFIX.REGISTER option needs a value"),
-        (("ns", 64, "fp16", "COLOR", 1), "KV.PREFIX.REGISTER unknown option (BLOCKS, PREFILL_MS, MANIFEST, CHAIN, PARENT)"),
+        (("ns", 64, "fp16", "COLOR", 1), "KV.PREFIX.REGISTER unknown option (BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT)"),
         (("ns", 64, "fp16", "PREFILL_MS", 5, "BLOCKS", 16, 0, b""), "BLOCKS must come right after vquant"),
         (("ns", 64, "fp16", "CHAIN", 0, b""), "CHAIN block_size out of range (1..8192)"),
         (("ns", 64, "fp16", "CHAIN", 4, b"123"), "CHAIN token_blob length must be a multiple of 4 (u32 token ids)"),
+        (("ns", 64, "fp16", "SEED", b"s" * 16), "KV.PREFIX.REGISTER SEED needs CHAIN"),
+        (("ns", 64, "fp16", "CHAIN", 4, b"", "SEED", b"s" * 15), "SEED must be 16 bytes"),
+        (("ns", 64, "fp16", "SEED", b"s" * 17, "CHAIN", 4, b""), "SEED must be 16 bytes"),
+        (("ns", 64, "fp16", "CHAIN", 4, b"", "SEED"), "KV.PREFIX.REGISTER option needs a value"),
         (("ns", 64, "fp16", "MANIFEST", "nope"), "KV.PREFIX.REGISTER: MANIFEST is not valid JSON"),
         (("ns", 64, "fp16", "PARENT", "other"), "KV.PREFIX.REGISTER: PARENT 'other' is not a registered namespace"),
         (("", 64, "fp16"), "ns_key length must be 1..200"),
@@ -251,6 +258,69 @@ def test_match_finds_the_longest_stored_prefix_in_one_round_trip(r, raw):
         "KV.PREFIX.MATCH TOKENS blob length must be a multiple of 4 (u32 token ids)"
 
 
+SEED_A, SEED_B = b"A" * 16, b"B" * 16
+
+
+def seeded_hashes(tokens, seed: bytes = b"\0" * 16) -> bytes:
+    return b"".join(block_hashes(tokens, 16, seed))
+
+
+def test_a_seed_keeps_apart_chains_of_the_same_tokens(server, r):
+    """Two models storing the same token ids: MATCH with one's seed never answers the other's."""
+    tokens = np.arange(32, dtype="<u4")
+    for ns, seed in (("a", SEED_A), ("b", SEED_B), ("z", None)):
+        r.execute_command("KV.PREFIX.REGISTER", ns, 32, "fp16", "CHAIN", 16, tokens.tobytes(),
+                          *(("SEED", seed) if seed else ()))
+        store_prefix(r, ns, 32)
+    for ns, seed in (("a", SEED_A), ("b", SEED_B), ("z", b"\0" * 16)):
+        assert r.execute_command("KV.PREFIX.MATCH", 16, seeded_hashes(tokens, seed)) == [ns.encode(), 2]
+        assert r.execute_command("KV.PREFIX.MATCH", 16, seeded_hashes(tokens, seed), "TOKENS", tokens.tobytes()) == \
+            [ns.encode(), 2]
+    assert r.execute_command("KV.PREFIX.MATCH", 16, seeded_hashes(tokens, b"C" * 16)) == [None, 0]
+    # a longer chain becomes the child of the registered head of its own seed only
+    longer = np.arange(48, dtype="<u4").tobytes()
+    r.execute_command("KV.PREFIX.REGISTER", "a2", 32, "fp16", "SEED", SEED_A, "CHAIN", 16, longer)
+    r.execute_command("KV.PREFIX.REGISTER", "c2", 32, "fp16", "CHAIN", 16, longer, "SEED", b"C" * 16)
+    r.execute_command("KV.PREFIX.REGISTER", "z2", 32, "fp16", "CHAIN", 16, longer)
+    registry = server.server.engines["kvcache"].default.registry
+    parents = server.call(lambda: {ns: registry.get(ns).parent for ns in (b"a2", b"c2", b"z2")})
+    assert parents == {b"a2": b"a", b"c2": None, b"z2": b"z"}
+
+
+def test_re_registering_with_another_seed_is_refused(r):
+    tokens = np.arange(32, dtype="<u4").tobytes()
+    r.execute_command("KV.PREFIX.REGISTER", "a", 32, "fp16", "CHAIN", 16, tokens, "SEED", SEED_A)
+    assert r.execute_command("KV.PREFIX.REGISTER", "a", 32, "fp16", "CHAIN", 16, tokens, "SEED", SEED_A) == b"OK"
+    refused = "KV.PREFIX.REGISTER: namespace 'a' exists with a different token chain"
+    assert err(r, "KV.PREFIX.REGISTER", "a", 32, "fp16", "CHAIN", 16, tokens, "SEED", SEED_B) == refused
+    assert err(r, "KV.PREFIX.REGISTER", "a", 32, "fp16", "CHAIN", 16, tokens) == refused  # no SEED: the zero seed
+    r.execute_command("KV.PREFIX.REGISTER", "z", 32, "fp16", "CHAIN", 16, tokens)
+    assert err(r, "KV.PREFIX.REGISTER", "z", 32, "fp16", "CHAIN", 16, tokens, "SEED", b"\1" * 16) == \
+        "KV.PREFIX.REGISTER: namespace 'z' exists with a different token chain"
+
+
+def test_a_seed_survives_a_restart_from_the_log(make_server):
+    srv = make_server()
+    r = redis.Redis(port=srv.port)
+    tokens = np.arange(32, dtype="<u4")
+    r.execute_command("KV.PREFIX.REGISTER", "a", 32, "fp16", "CHAIN", 16, tokens.tobytes(), "SEED", SEED_A)
+    store_prefix(r, "a", 32)
+    r.close()
+    srv.stop()
+    assert not Path(srv.settings.dir, SNAPSHOT_FILE).exists()  # what comes back comes from the log
+    again = ThreadServer(srv.settings).start()
+    try:
+        r2 = redis.Redis(port=again.port)
+        assert r2.execute_command("KV.PREFIX.MATCH", 16, seeded_hashes(tokens, SEED_A)) == [b"a", 2]
+        assert r2.execute_command("KV.PREFIX.MATCH", 16, seeded_hashes(tokens)) == [None, 0]
+        replayed = int(r2.execute_command("KV.PREFIX.INFO").split(b"wal_replayed:")[1].split(b"\r\n")[0])
+        assert replayed >= 5  # the REGISTER and the rows came back from log records
+        assert err(r2, "KV.PREFIX.REGISTER", "a", 32, "fp16", "CHAIN", 16, tokens.tobytes()) == \
+            "KV.PREFIX.REGISTER: namespace 'a' exists with a different token chain"
+    finally:
+        again.stop()
+
+
 def test_pin_and_unpin(r):
     assert r.execute_command("KV.PREFIX.PIN", "ns") == 0
     r.execute_command("KV.PREFIX.REGISTER", "ns", 32, "fp16")
@@ -283,6 +353,9 @@ def test_save_snapshots_the_kv_state_and_a_restart_loads_it(make_server):
     r = redis.Redis(port=srv.port)
     r.execute_command("KV.PREFIX.REGISTER", "ns", 32, "turbo4", "CHAIN", 4, np.arange(8, dtype="<u4").tobytes())
     store_prefix(r, "ns", 8)
+    r.execute_command("KV.PREFIX.REGISTER", "seeded", 32, "fp16", "CHAIN", 4, np.arange(8, dtype="<u4").tobytes(),
+                      "SEED", SEED_A)
+    store_prefix(r, "seeded", 8)
     raw_rows = r.execute_command("V.FETCH", "ns_pk", 1, "RANGE", 0, 8, "FMT", "RAW")
     big = np.random.default_rng(1).standard_normal((256, 64)).astype(np.float32)  # 64 KiB: kept in an arena
     r.execute_command("V.CREATE", "big", 64, "VQUANT", "fp32")
@@ -307,5 +380,7 @@ def test_save_snapshots_the_kv_state_and_a_restart_loads_it(make_server):
         assert r2.execute_command("V.FETCH", "ns_pk", 1, "RANGE", 0, 8, "FMT", "RAW") == raw_rows
         assert r2.execute_command("V.FETCH", "big", 0, "RANGE", 0, 256) == big.tobytes()
         assert r2.execute_command("KV.PREFIX.MATCH", 4, b"".join(block_hashes(np.arange(8), 4))) == [b"ns", 2]
+        assert r2.execute_command("KV.PREFIX.MATCH", 4, b"".join(block_hashes(np.arange(8), 4, SEED_A))) == \
+            [b"seeded", 2]
     finally:
         again.stop()

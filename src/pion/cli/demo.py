@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vquant", default="auto", help="codec of the stored K/V (default auto = exact)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per path (the median is shown)")
     parser.add_argument("--new-tokens", type=int, default=24, help="greedy tokens compared cold vs warm")
+    parser.add_argument("--socket", action="store_true",
+                        help="send the rows over the socket even to a server on this host (no local lane)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
@@ -127,7 +129,7 @@ def worker(spec: str) -> int:
     args = json.loads(spec)
     loaded = load(args["model"], args["runtime"], progress=lambda m: None)
     pc = PionPromptCache(loaded.model, url=args["url"], vquant=args["vquant"], tokenizer=loaded.tokenizer,
-                         model_id=loaded.name)
+                         model_id=loaded.name, local_lane=False if args.get("socket") else "auto")
     pc.client.ping()  # connected, as a serving process is
     print("ready", flush=True)
     for _ in sys.stdin:
@@ -140,7 +142,7 @@ class SeparateProcess:
 
     def __init__(self, args, url: str, prefix, suffix) -> None:
         spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "vquant": args.vquant,
-                           "prefix": prefix, "suffix": suffix})
+                           "socket": args.socket, "prefix": prefix, "suffix": suffix})
         self.proc = subprocess.Popen([sys.executable, "-m", "pion.cli.demo", "--worker", spec],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         if self.proc.stdout.readline().strip() != "ready":
@@ -200,7 +202,8 @@ def measure_all(args, server: DemoServer | None, url: str) -> int:
     progress(f"loading {'the built-in demo model' if args.model is None else args.model} ({args.runtime})")
     loaded = load(args.model, args.runtime, progress)
     prefix, suffix = prompt_parts(loaded, args.prefix_tokens)
-    pc = PionPromptCache(loaded.model, url=url, vquant=args.vquant, tokenizer=loaded.tokenizer, model_id=loaded.name)
+    pc = PionPromptCache(loaded.model, url=url, vquant=args.vquant, tokenizer=loaded.tokenizer, model_id=loaded.name,
+                         local_lane=False if args.socket else "auto")
     pc.client.kv_drop(pc.namespace(prefix))  # a clean start even on a shared --url server
     progress("storing the prefix in Pion (one miss: prefill + store)")
     pc.get_or_prefill(prefix)
@@ -256,6 +259,10 @@ def print_report(args, loaded, pc, prefix, suffix, rows, cold_logits, warm_logit
     if "restart_ms" in rows:
         print(f"server restart after kill -9: {rows['restart_ms']:,.0f} ms; stored prefix: "
               f"{pc.stats()['bytes_fetched'] // max(1, pc.stats()['hits']) / 1e6:,.1f} MB fetched per hit")
+    lane = ("local: the server's V.EXPORT file, mapped" if pc.local_lane
+            else "socket: the rows over the connection")
+    print(f"hits in this process: {pc.stats()['local_hits']} of {pc.stats()['hits']} through the local lane "
+          f"(lane now {lane})")
     print(f"continuation text: {loaded.decode(warm_tokens)!r}")
     if args.model is None:
         print("(the built-in demo model has random weights: its text is meaningless; pass --model for a real one)")

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from pion.client import fastread
+from pion.client.blocks import check_root
 from pion.client.errors import CorruptReply, translate
 from pion.client.rows import decode_rows, wire_rows
 
@@ -175,8 +176,12 @@ class PionClient:
     @staticmethod
     def register_args(ns, kv_dim: int, vquant: str, *, blocks: tuple[int, bytes] | None = None,
                       prefill_ms: float | None = None, manifest: bytes | None = None,
-                      chain: tuple[int, bytes] | None = None) -> list:
-        """The argv of ``KV.PREFIX.REGISTER`` (also used inside pipelines)."""
+                      chain: tuple[int, bytes] | None = None, seed: bytes | None = None) -> list:
+        """The argv of ``KV.PREFIX.REGISTER`` (also used inside pipelines).
+
+        ``seed`` (16 bytes, e.g. ``blocks.chain_seed(model fingerprint)``) seeds the CHAIN's hashes;
+        MATCH must then send ``blocks.block_hashes(tokens, B, seed)``.
+        """
         args = ["KV.PREFIX.REGISTER", ns, kv_dim, vquant]
         if blocks is not None:
             block_size, blob = blocks
@@ -186,12 +191,16 @@ class PionClient:
         if chain is not None:
             block_size, token_blob = chain
             args += ["CHAIN", block_size, token_blob]
+            if seed is not None:
+                args += ["SEED", check_root(seed)]
+        elif seed is not None:
+            raise ValueError("seed needs chain")
         if manifest is not None:
             args += ["MANIFEST", manifest]
         return args
 
     def kv_register(self, ns, kv_dim: int, vquant: str, **options) -> None:
-        """``KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS ...] [PREFILL_MS ms] [CHAIN ...] [MANIFEST json]``."""
+        """``KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS ...] [PREFILL_MS ms] [CHAIN ... [SEED s]] [MANIFEST json]``."""
         self.execute(*self.register_args(ns, kv_dim, vquant, **options))
 
     def kv_lookup(self, ns, tokens: int | None = None, prefill_ms: float | None = None) -> bool:

@@ -3,7 +3,9 @@
 ``get_or_prefill(prefix_ids)`` returns what the runtime's own prompt-cache API returns (a
 transformers ``DynamicCache``, or mlx-lm's ``make_prompt_cache`` list) with the prefix inside.
 On a hit it costs one round trip (manifest, K rows, V rows and recurrent state in one
-pipeline), then a local decode; on a miss it prefills locally, returns the cache, and stores it
+pipeline), then a local decode. When the server is on this host, the rows do not cross the
+socket at all: the same round trip asks for ``V.EXPORT`` and the client maps the file it names
+(``pion.client.local_lane``). On a miss it prefills locally, returns the cache, and stores it
 (unless the namespace has not yet been missed ``admission_threshold`` times).
 ``fetch_nearest(token_ids)`` reuses the longest stored block-aligned prefix of a longer prompt.
 
@@ -19,14 +21,15 @@ from collections import Counter
 
 from pion.client import transfer
 from pion.client.adapters import adapter_for
-from pion.client.blocks import DEFAULT_BLOCK_SIZE, block_hashes, hash_blob, token_blob
+from pion.client.blocks import DEFAULT_BLOCK_SIZE, block_hashes, chain_seed, hash_blob, token_blob
 from pion.client.client import DEFAULT_URL, PionClient
 from pion.client.errors import PionConnectionError, PionError
+from pion.client.local_lane import EXPORT_DTYPE, export_args, is_local, open_export
 from pion.client.manifest import build_manifest, encode_manifest, mismatch, parse_manifest
 from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_hash
 from pion.client.rows import check_schema, make_schema
 
-STAT_KEYS = ("hits", "misses", "partial_hits", "admission_skips", "manifest_mismatches", "errors")
+STAT_KEYS = ("hits", "misses", "partial_hits", "local_hits", "admission_skips", "manifest_mismatches", "errors")
 
 
 class PionPromptCache:
@@ -45,11 +48,16 @@ class PionPromptCache:
         adapter_id: the LoRA/adapter in use, if any: part of the model fingerprint.
         model_id: the model's name (defaults to the runtime's own, e.g. ``config._name_or_path``).
         client: an existing ``PionClient`` (then ``url`` is ignored).
+        local_lane: on a hit, map the server's ``V.EXPORT`` file instead of receiving the rows
+            over the socket: ``"auto"`` (default) when the server is on this host (a unix socket
+            or a loopback address), ``True``/``False`` to force. Falls back to the socket, with
+            one warning, when the file cannot be opened (the server runs in another container).
     """
 
     def __init__(self, model, url: str = DEFAULT_URL, vquant: str = "auto", boundary_protect: int = 0,
                  admission_threshold: int = 1, block_size: int = DEFAULT_BLOCK_SIZE, *, tokenizer=None,
-                 adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None) -> None:
+                 adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None,
+                 local_lane: bool | str = "auto") -> None:
         if admission_threshold < 1:
             raise ValueError("admission_threshold must be >= 1")
         if block_size < 1:
@@ -69,10 +77,18 @@ class PionPromptCache:
         self.fingerprint = {**self.adapter.fingerprint(), "tokenizer": tokenizer_hash(tokenizer), "adapter": adapter_id}
         self.fp_hash = fingerprint_hash(self.fingerprint)
         self.schema_tag = "k=" + ",".join(self.schema["k"]) + ";v=" + ",".join(self.schema["v"])
+        #: the root of this model's block chains: another model (or codec schema) storing the same
+        #: token ids builds other hashes, so MATCH never offers it this one's prefixes
+        self.chain_seed = chain_seed(f"{self.fp_hash}|{self.schema_tag}")
         self._misses_seen: Counter[str] = Counter()
         self._counts: Counter[str] = Counter()
         self._ms = {"fetch_ms_total": 0.0, "store_ms_total": 0.0, "last_prefill_ms": 0.0}
         self._bytes_fetched = 0
+        if local_lane not in ("auto", True, False):
+            raise ValueError("local_lane must be 'auto', True or False")
+        wanted = is_local(self.client.url) if local_lane == "auto" else bool(local_lane)
+        #: is the local lane on? (it turns itself off for good when the server's files are out of reach)
+        self.local_lane = wanted and export_args("", "", 1, layout) is not None
         #: why the last manifest check failed (for logs and tests)
         self.last_mismatch = ""
 
@@ -140,8 +156,12 @@ class PionPromptCache:
                 raise ValueError(f"the cache holds {kv[0][0].shape[0]} tokens, prefix_ids has {len(ids)}")
             manifest = build_manifest(fingerprint=self.fingerprint, fp_hash=self.fp_hash, layout=self.layout,
                                       codecs=self.schema, token_ids=ids, block_size=self.block_size)
-            transfer.store(self.client, ns, ids, kv, states, self.schema, encode_manifest(manifest),
-                           self.block_size, prefill_ms)
+            layout = self.adapter.layout
+            after = [export_args(*transfer.sides(ns), len(ids), layout)] if self.local_lane else []
+            replies = transfer.store(self.client, ns, ids, kv, states, self.schema, encode_manifest(manifest),
+                                     self.block_size, prefill_ms, after=after, seed=self.chain_seed)
+            if replies and isinstance(replies[0], PionError):
+                self._lane_off(f"the server refused V.EXPORT ({replies[0]})")
             return True
         except PionError as exc:
             self._error("store", exc)
@@ -177,17 +197,14 @@ class PionPromptCache:
         """``(runtime cache or None, "hit" | "miss" | "mismatch" | "error")`` for the first ``n_tokens`` of ``ns``."""
         started = time.perf_counter()
         try:
+            if self.local_lane:
+                found = self._fetch_local(ns, ids, n_tokens, exact)
+                if found is not None:
+                    return found
             got = transfer.fetch(self.client, ns, n_tokens, self.adapter.layout, partial=not exact)
             if got is None:
                 return None, "miss"
-            manifest = parse_manifest(got.manifest)
-            why = mismatch(manifest, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema,
-                           token_ids=ids if exact else None, min_tokens=n_tokens)
-            if why is None and not exact and self.adapter.layout.state and manifest.get("token_count") != n_tokens:
-                why = "its recurrent state is at another position"
-            if why is not None:
-                self._counts["manifest_mismatches"] += 1
-                self.last_mismatch = f"{ns}: {why}"
+            if not self._verify(ns, got.manifest, ids, n_tokens, exact):
                 return None, "mismatch"
             kv = transfer.decode(got, n_tokens, self.schema, self.adapter.layout)
             self._bytes_fetched += got.nbytes
@@ -198,8 +215,49 @@ class PionPromptCache:
         finally:
             self._ms["fetch_ms_total"] += (time.perf_counter() - started) * 1000
 
+    def _fetch_local(self, ns: str, ids: list[int], n_tokens: int, exact: bool):
+        """The local lane's answer, or None to go on with the socket (the lane just turned off)."""
+        layout = self.adapter.layout
+        pk, pv = transfer.sides(ns)
+        got = transfer.fetch_export(self.client, ns, n_tokens, layout, export_args(pk, pv, n_tokens, layout),
+                                    partial=not exact)
+        if got is None:
+            return None, "miss"
+        if not self._verify(ns, got.manifest, ids, n_tokens, exact):
+            return None, "mismatch"
+        if isinstance(got.path, PionError):
+            self._lane_off(f"the server refused V.EXPORT ({got.path})")
+            return None
+        heads, dim, _ = layout.heads[0]
+        try:
+            kv = open_export(got.path, len(layout.attn), (1, heads, n_tokens, dim), EXPORT_DTYPE[layout.dtype])
+        except (OSError, ValueError) as exc:
+            self._lane_off(f"cannot map the server's export file ({exc})")
+            return None
+        self._counts["local_hits"] += 1
+        self._bytes_fetched += sum(k.nbytes + v.nbytes for k, v in kv)
+        return self.adapter.build_heads(kv, got.states), "hit"
+
+    def _verify(self, ns: str, raw_manifest: bytes, ids: list[int], n_tokens: int, exact: bool) -> bool:
+        """Is the stored manifest this model's, this codec schema's and these tokens'? Counted if not."""
+        manifest = parse_manifest(raw_manifest)
+        why = mismatch(manifest, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema,
+                       token_ids=ids if exact else None, min_tokens=n_tokens)
+        if why is None and not exact and self.adapter.layout.state and manifest.get("token_count") != n_tokens:
+            why = "its recurrent state is at another position"
+        if why is None:
+            return True
+        self._counts["manifest_mismatches"] += 1
+        self.last_mismatch = f"{ns}: {why}"
+        return False
+
+    def _lane_off(self, why: str) -> None:
+        self.local_lane = False
+        warnings.warn(f"Pion prompt cache: local lane off, hits go through the socket: {why}", RuntimeWarning,
+                      stacklevel=4)
+
     def _match(self, ids: list[int]) -> tuple[str, int] | None:
-        hashes = block_hashes(ids, self.block_size)
+        hashes = block_hashes(ids, self.block_size, root=self.chain_seed)
         if not hashes:
             return None
         try:

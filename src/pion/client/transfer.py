@@ -41,8 +41,13 @@ def encode_layer(rows: np.ndarray, codec: str) -> bytes | memoryview:
 
 
 def store(client: PionClient, ns: str, ids: list[int], kv: list[tuple[np.ndarray, np.ndarray]],
-          states: dict[int, bytes], schema: dict, manifest: bytes, block_size: int, prefill_ms: float | None) -> None:
-    """Store one prefix in one pipeline; raises the first error reply."""
+          states: dict[int, bytes], schema: dict, manifest: bytes, block_size: int, prefill_ms: float | None,
+          after: list[list] = (), seed: bytes | None = None) -> list:
+    """Store one prefix in one pipeline; raises the first error reply of the store itself.
+
+    ``after``: commands to run in the same round trip once the rows are in (the local lane's
+    ``V.EXPORT``); their replies, errors included, are returned.
+    """
     pk, pv = sides(ns)
     dims = {rows.shape[1] for pair in kv for rows in pair}
     if len(dims) > 1:
@@ -57,13 +62,16 @@ def store(client: PionClient, ns: str, ids: list[int], kv: list[tuple[np.ndarray
         commands.append(["V.CREATE", pv, 0, "SCHEMA", len(kv), *[f"fmt={c},dim={kv_dim}" for c in schema["v"]]])
         vquant = schema["k"][0]
     commands.append(PionClient.register_args(ns, kv_dim, vquant, prefill_ms=prefill_ms,
-                                             chain=(block_size, token_blob(ids)), manifest=manifest))
+                                             chain=(block_size, token_blob(ids)), manifest=manifest,
+                                             **({"seed": seed} if seed is not None else {})))
     for layer, (k_rows, v_rows) in enumerate(kv):
         commands.append(["V.STOREBATCH", pk, layer, 0, n, encode_layer(k_rows, schema["k"][layer]), "FMT", "RAW"])
         commands.append(["V.STOREBATCH", pv, layer, 0, n, encode_layer(v_rows, schema["v"][layer]), "FMT", "RAW"])
-    for reply in client.pipeline_execute(commands):
+    replies = client.pipeline_execute([*commands, *after])
+    for reply in replies[:len(commands)]:
         if isinstance(reply, PionError):
             raise reply
+    return replies[len(commands):]
 
 
 class Fetched(NamedTuple):
@@ -102,6 +110,33 @@ def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = Fa
     k_raw, v_raw = (rows[0], rows[1]) if form == "batch" and n_layers else (rows[:n_layers], rows[n_layers:])
     nbytes = sum(len(x) for x in (*k_raw, *v_raw, *state_raw) if x is not None)
     return Fetched(manifest, k_raw, v_raw, dict(zip(layout.state, state_raw, strict=True)), nbytes)
+
+
+class Exported(NamedTuple):
+    manifest: bytes
+    #: the export file's path, or the server's error (V.EXPORT disabled, a full disk)
+    path: str | PionError
+    states: dict[int, bytes]
+
+
+def fetch_export(client: PionClient, ns: str, n_tokens: int, layout, export: list,
+                 partial: bool = False) -> Exported | None:
+    """The local lane's round trip: LOOKUP, MANIFEST, ``export`` (a V.EXPORT) and the state
+    blobs; None on a miss. The rows stay on the server's disk for the caller to map."""
+    lookup = ["KV.PREFIX.LOOKUP", ns] + (["TOKENS", n_tokens] if partial else [])
+    commands = [lookup, ["KV.PREFIX.MANIFEST", ns], export, *[["SSM.PREFIX.FETCH", ns, s] for s in layout.state]]
+    replies = client.pipeline_execute(commands)
+    hit, manifest, path, state_raw = replies[0], replies[1], replies[2], replies[3:]
+    if isinstance(hit, PionError):
+        raise hit
+    if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
+        return None
+    if any(isinstance(r, PionError) or r is None for r in state_raw):
+        return None  # dropped or evicted meanwhile: a miss
+    if isinstance(path, PionError) and "session not found" in str(path):
+        return None
+    path = path if isinstance(path, PionError) else _text(path)
+    return Exported(bytes(manifest), path, dict(zip(layout.state, state_raw, strict=True)))
 
 
 def row_commands(ns: str, n_tokens: int, n_layers: int, form: str) -> list[list]:

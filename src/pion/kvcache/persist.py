@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from pion.codecs.chain import ROOT
 from pion.kvcache.layer import Chunk, LayerSpec
 from pion.kvcache.prefix import Chain, Prefix
 from pion.kvcache.space import KVEngine, KVSpace
@@ -80,7 +81,8 @@ def dump_space(space: KVSpace) -> dict:
 
 def _dump_prefix(p: Prefix) -> tuple:
     blocks = None if p.block_hashes is None else p.block_hashes.astype("<u8").tobytes()
-    chain = None if p.chain is None else (p.chain.block_size, p.chain.tokens.astype("<u4").tobytes())
+    # (block_size, tokens, seed): an item of an older snapshot has no seed, which means ROOT
+    chain = None if p.chain is None else (p.chain.block_size, p.chain.tokens.astype("<u4").tobytes(), p.chain.seed)
     return (p.ns, p.kv_dim, p.vquant.encode(), p.block_size, blocks, p.prefill_us, p.manifest_raw, chain, p.parent)
 
 
@@ -127,7 +129,7 @@ def _load_prefix(space: KVSpace, item: tuple) -> None:
         prefix.manifest_raw, prefix.manifest = manifest_raw, json.loads(manifest_raw)
     space.registry.add(prefix)
     if chain is not None:
-        space.registry.attach_chain(prefix, Chain.build(chain[0], chain[1]))
+        space.registry.attach_chain(prefix, Chain.build(chain[0], chain[1], chain[2] if len(chain) > 2 else ROOT))
 
 
 def dump(engine: KVEngine) -> bytes:

@@ -4,8 +4,9 @@ A namespace ``ns`` is a prefix whose K rows live in session ``ns_pk`` and V rows
 The registry keeps, per namespace: kv_dim and codec, the reference's u64 block table
 (``BLOCKS``, for ``MEMBERSHIP``), the measured prefill time (``PREFILL_MS``), an optional JSON
 **manifest** (the model and token fingerprint a client checks before loading: fail closed), and
-an optional **token chain** (``CHAIN``: the token ids and their 16-byte block hashes, indexed
-for ``KV.PREFIX.MATCH``). Re-registering with a different codec, dim, manifest or chain is refused.
+an optional **token chain** (``CHAIN``: the token ids and their 16-byte block hashes, seeded by
+``SEED``, indexed for ``KV.PREFIX.MATCH``). Re-registering with a different codec, dim,
+manifest or chain (tokens, block size or seed) is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pion.codecs.chain import block_hashes
+from pion.codecs.chain import ROOT, block_hashes
 from pion.protocol.errors import ReplyError
 
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -24,17 +25,23 @@ MAX_MANIFEST_BYTES = 64 * 1024
 
 @dataclass(slots=True)
 class Chain:
+    """A prefix's token ids and block hashes; ``seed`` (16 bytes, ``SEED``) starts the hashes, so
+    chains of other models (other seeds) never share a hash nor become parent and child."""
+
     block_size: int
     tokens: np.ndarray  # uint32 token ids
     hashes: list[bytes]
+    seed: bytes = ROOT
 
     @classmethod
-    def build(cls, block_size: int, token_blob: bytes) -> Chain:
+    def build(cls, block_size: int, token_blob: bytes, seed: bytes = ROOT) -> Chain:
         tokens = np.frombuffer(token_blob, dtype="<u4").astype(np.uint32)
-        return cls(block_size, tokens, block_hashes(token_blob, block_size))
+        seed = bytes(seed)
+        return cls(block_size, tokens, block_hashes(token_blob, block_size, seed), seed)
 
     def same(self, other: Chain) -> bool:
-        return self.block_size == other.block_size and np.array_equal(self.tokens, other.tokens)
+        same_shape = self.block_size == other.block_size and self.seed == other.seed
+        return same_shape and np.array_equal(self.tokens, other.tokens)
 
 
 @dataclass(slots=True)
@@ -157,6 +164,8 @@ class PrefixRegistry:
             for other, other_pos in index.get(chain.hashes[position], ()):
                 other_prefix = self.prefixes.get(other)
                 if other == ns or other_pos != position or other_prefix is None or other_prefix.chain is None:
+                    continue
+                if other_prefix.chain.seed != chain.seed:  # equal hashes imply it; a collision must not link models
                     continue
                 if len(other_prefix.chain.tokens) == (position + 1) * chain.block_size < len(chain.tokens):
                     return other

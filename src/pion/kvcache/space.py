@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pion.codecs import CodecError
 from pion.kvcache.eviction import Evictor, unit_of
+from pion.kvcache.export import ExportCache
 from pion.kvcache.layer import LayerSpec
 from pion.kvcache.prefix import Chain, Prefix, PrefixRegistry, manifest_codecs, parse_manifest
 from pion.kvcache.ssm import SSMStore
@@ -34,6 +35,7 @@ class KVSpace:
         self.ssm = SSMStore()
         self.state = StateStore()
         self.evictor = Evictor()
+        self.exports = ExportCache()
         self.next_snap_id = 0
 
     # -- accounting --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ it holds so the evictor can keep it under ``--kv-maxmemory``.
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass
 
 from pion.codecs import CODEC_NAMES, CodecError
@@ -23,6 +24,9 @@ MAX_LAYERS = 4096
 MAX_TOKENS = 1 << 24
 MAX_SNAPSHOTS = 16
 SESSION_NOT_FOUND = "ERR session not found"
+#: stamps of session contents: a new one at every create and change, never reused in a process,
+#: so "same stamp" means "same rows" even across a drop and re-create (V.EXPORT's cache key)
+_stamps = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -33,7 +37,7 @@ class SessionSnapshot:
 
 
 class Session:
-    __slots__ = ("sid", "index", "default", "schema", "layers", "snapshots", "nbytes")
+    __slots__ = ("sid", "index", "default", "schema", "layers", "snapshots", "nbytes", "version")
 
     def __init__(self, sid: bytes, index: int, default: LayerSpec, schema: tuple[LayerSpec, ...] | None) -> None:
         self.sid = sid
@@ -44,6 +48,7 @@ class Session:
         self.layers: dict[int, Layer] = {}
         self.snapshots: dict[int, SessionSnapshot] = {}
         self.nbytes = 0
+        self.version = next(_stamps)
 
     @property
     def heterogeneous(self) -> bool:
@@ -147,6 +152,7 @@ class VStore:
         durable: memoryview | None = None,
     ) -> None:
         delta = session.layer_for_write(layer).store(start, count, data, seq, durable)
+        session.version = next(_stamps)
         session.nbytes += delta
         self.nbytes += delta
 
@@ -154,6 +160,7 @@ class VStore:
         found = session.layer(layer)
         if found is not None:
             delta = found.truncate(tokens)
+            session.version = next(_stamps)
             session.nbytes += delta
             self.nbytes += delta
 
@@ -175,6 +182,7 @@ class VStore:
             if [id(c) for c in saved] == [id(c) for c in layer.chunks]:
                 continue
             delta = layer.replace_chunks(saved)
+            session.version = next(_stamps)
             session.nbytes += delta
             self.nbytes += delta
             changed.append((index, saved))

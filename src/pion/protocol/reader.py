@@ -15,6 +15,11 @@ Large arguments: when that check finds the frame in the middle of an argument of
 bytes or more, the frame is taken back from hiredis and finished by ``BigFrame``, which receives
 each large argument straight into a buffer of its size (one copy instead of hiredis's several)
 and, for the commands named in ``zero_copy``, hands it to the handler as a memoryview.
+
+Layout: this module is the state machine (which parser holds the bytes, when to switch); the
+stateless parts live beside it: ``inline`` splits inline command lines, ``multibulk`` reads
+``*N`` / ``$len`` headers (limit checks, frame boundaries, pre-auth frames), ``bigframe``
+receives frames with large arguments.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ import hiredis
 
 from pion.protocol.bigframe import BIG_ARG, BigFrame
 from pion.protocol.errors import ProtocolError
+from pion.protocol.inline import MAX_INLINE_SIZE, split_inline
+from pion.protocol.multibulk import check_headers, count_over, header_int, skip_frames, take_strict
 
-MAX_INLINE_SIZE = 64 * 1024
+#: ``split_inline`` is re-exported: callers and tests import it from here
+__all__ = ["MAX_MULTIBULK_LEN", "RequestReader", "split_inline"]
+
 MAX_MULTIBULK_LEN = 1024 * 1024 * 1024
-#: Redis's caps for a client that has not authenticated yet (processMultibulkBuffer)
-UNAUTH_MAX_ARGS = 10
-UNAUTH_MAX_BULK = 16384
 #: an incomplete frame holding more than this has its headers checked before the rest arrives
 PENDING_CHECK = 256 * 1024
 #: a read at least this large that starts a frame has its headers looked at first (large argument?)
@@ -97,12 +103,12 @@ class RequestReader:
         elif not self._inline and data[start:start + 1] == b"*" and not self.strict:  # the common case
             if len(data) - start >= EARLY_CHECK and self._big_at_start(data, start):
                 return
-            if self._ahead is None and _count_over(data, start, self.max_multibulk_len):
+            if self._ahead is None and count_over(data, start, self.max_multibulk_len):
                 # refused before hiredis sees it: hiredis allocates the whole list for a "*N"
                 # header (seconds to free for N in the billions)
                 self._ahead = ProtocolError("invalid multibulk length")
                 return
-            self._enter_hiredis(part)  # type: ignore[arg-type]
+            self._enter_hiredis(data[start:] if start else data)  # a copy only right after a big frame
         else:
             self._inline += part
 
@@ -222,7 +228,7 @@ class RequestReader:
         joined = self._joined()
         rest = joined[skip_frames(joined, self._frames_since) :]
         end = rest.find(b"\r\n")
-        count = _header_int(rest, 1, end) if end > 0 and rest[:1] == b"*" else None
+        count = header_int(rest, 1, end) if end > 0 and rest[:1] == b"*" else None
         if count is None or count > 0:
             return False
         self._leave_hiredis(rest[end + 2 :])
@@ -305,34 +311,7 @@ class RequestReader:
 
     def _next_strict(self) -> list[bytes] | None:
         """One multibulk frame under the pre-auth caps, parsed here (such frames are small)."""
-        buf = self._inline
-        end = buf.find(b"\r\n")
-        if end < 0:
-            if len(buf) > MAX_INLINE_SIZE:
-                raise ProtocolError("too big mbulk count string")
-            return None
-        count = _header_int(buf, 1, end)
-        if count is None or count > self.max_multibulk_len:
-            raise ProtocolError("invalid multibulk length")
-        if count > UNAUTH_MAX_ARGS:
-            raise ProtocolError("unauthenticated multibulk length")
-        pos = end + 2
-        argv: list[bytes] = []
-        for _ in range(max(count, 0)):
-            if pos >= len(buf):
-                return None
-            end = buf.find(b"\r\n", pos)
-            size = _bulk_header(buf, pos, end, self.max_bulk_len)
-            if size is None:
-                return None
-            if size > UNAUTH_MAX_BULK:
-                raise ProtocolError("unauthenticated bulk length")
-            if len(buf) < end + 4 + size:
-                return None
-            argv.append(bytes(buf[end + 2 : end + 2 + size]))
-            pos = end + 4 + size
-        del buf[:pos]
-        return argv
+        return take_strict(self._inline, self.max_multibulk_len, self.max_bulk_len)
 
     def _next_inline(self) -> list[bytes] | None:
         buf = self._inline
@@ -344,123 +323,6 @@ class RequestReader:
         line = bytes(buf[:end]).rstrip(b"\r")
         del buf[: end + 1]
         return split_inline(line)
-
-
-def split_inline(line: bytes) -> list[bytes]:
-    """Split an inline command as Redis's sdssplitargs does: quotes, escapes, spaces."""
-    args: list[bytes] = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i] in b" \t\n\r\v\f":
-            i += 1
-        if i >= n:
-            return args
-        current = bytearray()
-        quote = 0
-        while i < n:
-            ch = line[i]
-            if quote == 0x22:  # inside "..."
-                if ch == 0x5C and i + 1 < n:  # backslash
-                    i, esc = _read_escape(line, i)
-                    current += esc
-                    continue
-                if ch == 0x22:
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
-                        raise ProtocolError("unbalanced quotes in request")
-                    quote = 0
-                    i += 1
-                    break
-                current.append(ch)
-            elif quote == 0x27:  # inside '...'
-                if ch == 0x5C and i + 1 < n and line[i + 1] == 0x27:
-                    current.append(0x27)
-                    i += 2
-                    continue
-                if ch == 0x27:
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
-                        raise ProtocolError("unbalanced quotes in request")
-                    quote = 0
-                    i += 1
-                    break
-                current.append(ch)
-            elif ch in b" \t\n\r\v\f":
-                break
-            elif ch in (0x22, 0x27):
-                quote = ch
-            else:
-                current.append(ch)
-            i += 1
-        if quote:
-            raise ProtocolError("unbalanced quotes in request")
-        args.append(bytes(current))
-
-
-_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
-
-
-def _read_escape(line: bytes, i: int) -> tuple[int, bytes]:
-    nxt = line[i + 1]
-    if nxt == ord("x") and i + 3 < len(line):
-        try:
-            return i + 4, bytes([int(line[i + 2 : i + 4], 16)])
-        except ValueError:
-            pass
-    return i + 2, _ESCAPES.get(nxt, bytes([nxt]))
-
-
-def check_headers(buf: bytes | bytearray, pos: int, max_args: int, max_bulk: int) -> int:
-    """Check the ``*N`` and ``$len`` headers of the (possibly incomplete) frame at ``pos``,
-    skipping payloads by their length; raises ProtocolError with Redis's text. Returns the
-    length of the argument whose payload is still arriving, else -1."""
-    end = buf.find(b"\r\n", pos)
-    if end < 0:
-        if len(buf) - pos > MAX_INLINE_SIZE:
-            raise ProtocolError("too big mbulk count string")
-        return -1
-    count = _header_int(buf, pos + 1, end)
-    if count is None or count > max_args:
-        raise ProtocolError("invalid multibulk length")
-    pos = end + 2
-    for _ in range(count):
-        if pos >= len(buf):
-            return -1
-        end = buf.find(b"\r\n", pos)
-        size = _bulk_header(buf, pos, end, max_bulk)
-        if size is None:
-            return -1
-        pos = end + 4 + size
-        if pos > len(buf):
-            return size
-    return -1
-
-
-def _bulk_header(buf: bytes | bytearray, pos: int, end: int, max_bulk: int) -> int | None:
-    """The length in the ``$len`` header at ``pos`` (line end ``end``, -1 if not there yet)."""
-    if buf[pos] != 0x24:
-        raise ProtocolError(f"expected '$', got '{chr(buf[pos])}'")
-    if end < 0:
-        if len(buf) - pos > MAX_INLINE_SIZE:
-            raise ProtocolError("too big bulk count string")
-        return None
-    size = _header_int(buf, pos + 1, end)
-    if size is None or size < 0 or size > max_bulk:
-        raise ProtocolError("invalid bulk length")
-    return size
-
-
-def _count_over(data: bytes, start: int, limit: int) -> bool:
-    """True when the ``*N`` line at ``start`` is complete and N is over ``limit``."""
-    end = data.find(b"\r\n", start, start + 24)
-    count = _header_int(data, start + 1, end) if end > 0 else None
-    return count is not None and count > limit
-
-
-def _header_int(buf: bytes | bytearray, start: int, end: int) -> int | None:
-    """The decimal number of a ``*N`` / ``$N`` header line, or None if it is not one."""
-    text = bytes(buf[start:end])
-    if not text or len(text) > 20 or not (text.isdigit() or (text[:1] == b"-" and text[1:].isdigit())):
-        return None
-    return int(text)
 
 
 def _type_byte(frame: object) -> str:
@@ -477,24 +339,3 @@ def _hiredis_message(text: str) -> str:
     if "bulk length" in text or "multi-bulk" in text.lower():
         return "invalid bulk length"
     return text.removeprefix("Protocol error, ")
-
-
-def skip_frames(buf: bytes | bytearray, count: int) -> int:
-    """Offset just past ``count`` complete multibulk frames at the start of ``buf``.
-
-    hiredis also accepts ``+simple`` elements inside a frame, which no client sends: such a
-    stream is refused with ProtocolError here rather than miscounted."""
-    pos = 0
-    for _ in range(count):
-        end = buf.find(b"\r\n", pos)
-        num = _header_int(buf, pos + 1, end) if end > pos and buf[pos] == 0x2A else None
-        if num is None:
-            raise ProtocolError("invalid multibulk length")
-        pos = end + 2
-        for _ in range(num):
-            end = buf.find(b"\r\n", pos)
-            size = _header_int(buf, pos + 1, end) if end > pos and buf[pos] == 0x24 else None
-            if size is None or size < 0:
-                raise ProtocolError(f"expected '$', got '{chr(buf[pos]) if pos < len(buf) else ''}'")
-            pos = end + 4 + size
-    return pos

@@ -59,6 +59,8 @@ class Server:
         #: extra checks before a command runs (auth/ACL, memory, write refusal); returns an error or None
         self.guard: Callable[[Client, CommandSpec, list[bytes]], ReplyError | None] | None = None
         self.loading = False
+        #: log records replayed at the last load (KV.PREFIX.INFO wal_replayed)
+        self.replayed_records = 0
         self.dirty = 0
         self.stat_numcommands = 0
         self.stat_numconnections = 0

@@ -93,6 +93,7 @@ def load(owner: Persistence) -> None:
     owner.memory.follow_settings(owner.journal)
     if owner.memory.active:
         owner.memory.rescan()
+    server.replayed_records = report.records  # KV.PREFIX.INFO's wal_replayed
     if replayer.failed:
         log.warning("%d logged commands failed again on replay (first: %s)", replayer.failed, replayer.first_failure)
     log.info(

@@ -11,50 +11,37 @@ since the last sync) runs on the log writer thread, before the log records that 
 A large blob can be written off the loop: ``reserve`` (loop) takes its room, ``write_at`` (any
 thread, e.g. a worker encoding it) writes it, ``commit`` (loop) registers it as ``put`` would.
 See docs/dev/arena-contract.md for the contract with the engines.
+
+Layout: ``BlobRef`` and ``ArenaError`` live in ``blobref`` (shared with the log and snapshot
+code), the snapshot tokens (``pack_blob`` / ``unpack_blob`` / ``snapshot_scope``) in
+``blobpack``; both are re-exported here. This module is the store: files, allocation, views,
+durability and compaction.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import mmap
 import os
-import struct
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import crc32c
 import numpy as np
 
+from pion.storage.blobpack import pack_blob, snapshot_scope, unpack_blob
+from pion.storage.blobref import ArenaError, BlobRef
 from pion.storage.fileops import fsync_dir, gaps, punch_hole, round_up
 
-_REF = struct.Struct("<IQQI")
+#: the ref type and the snapshot tokens are re-exported: engines and the server import them from here
+__all__ = [
+    "DEFAULT_ARENA_SIZE", "ArenaError", "ArenaStore", "BlobRef", "pack_blob", "snapshot_scope", "unpack_blob",
+]
+
 DEFAULT_ARENA_SIZE = 256 * 1024 * 1024
 _SUFFIX = ".arena"
-
-
-@dataclass(frozen=True, slots=True)
-class BlobRef:
-    """Where a blob lives: arena file id, byte offset, length, crc32c of the bytes."""
-
-    arena_id: int
-    offset: int
-    length: int
-    crc: int
-
-    def pack(self) -> bytes:
-        return _REF.pack(self.arena_id, self.offset, self.length, self.crc)
-
-    @classmethod
-    def unpack(cls, data: bytes | memoryview) -> BlobRef:
-        return cls(*_REF.unpack(data))
-
-
-class ArenaError(OSError):
-    """A ref that points outside its arena, or an arena file that is missing."""
 
 
 class _Arena:
@@ -360,58 +347,3 @@ class ArenaStore:
             with contextlib.suppress(OSError):
                 total += os.fstat(arena.fd).st_blocks * 512
         return total
-
-
-# -- snapshot scope: pack_blob / unpack_blob ---------------------------------------------------
-
-
-class _Scope:
-    __slots__ = ("store", "live")
-
-    def __init__(self, store: ArenaStore) -> None:
-        self.store = store
-        self.live: set[BlobRef] = set()
-
-
-_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("pion_arena_scope", default=None)
-_TOKEN_INLINE = b"\x00"
-_TOKEN_REF = b"\x01"
-
-
-@contextlib.contextmanager
-def snapshot_scope(store: ArenaStore, live: set[BlobRef] | None = None) -> Iterator[set[BlobRef]]:
-    """Within this block ``pack_blob`` turns arena views into refs and records them in ``live``."""
-    scope = _Scope(store)
-    if live is not None:
-        scope.live = live
-    token = _scope.set(scope)
-    try:
-        yield scope.live
-    finally:
-        _scope.reset(token)
-
-
-def pack_blob(buf: bytes | bytearray | memoryview) -> bytes:
-    """A token for a buffer: a 25-byte ref inside a snapshot for arena views, else the bytes."""
-    scope = _scope.get()
-    if scope is not None:
-        ref = scope.store.ref_of(buf)
-        if ref is not None:
-            scope.live.add(ref)
-            return _TOKEN_REF + ref.pack()
-    return _TOKEN_INLINE + bytes(buf)
-
-
-def unpack_blob(token: bytes | memoryview) -> bytes | memoryview:
-    """The buffer a ``pack_blob`` token stands for (a mapped view for refs)."""
-    kind = bytes(token[:1])
-    if kind == _TOKEN_INLINE:
-        return bytes(token[1:])
-    if kind != _TOKEN_REF:
-        raise ValueError("not a blob token")
-    ref = BlobRef.unpack(token[1:])
-    scope = _scope.get()
-    if scope is None:
-        raise ArenaError("an arena ref outside a snapshot load")
-    scope.live.add(ref)
-    return scope.store.view(ref)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pion.codecs.chain import ROOT, block_hashes
 from pion.kvcache import KVEngine, persist
 from pion.kvcache.layer import LayerSpec
+from pion.storage.serialize import pack_tree, unpack_tree
 from tests.unit.kvcache.helpers import fill, manifest, register, tokens_blob
 
 
@@ -44,3 +46,25 @@ def test_dump_and_load_round_trip_everything():
     assert sp2.evictor.pinned == {b"root"} and sp2.nbytes == sp.nbytes
     assert sp2.registry.chain_index.keys() == sp.registry.chain_index.keys()
     assert len(persist.dump(engine)) < 2 * sp.nbytes + 4096  # split chunks share one copy of their blob
+
+
+def test_a_chain_seed_survives_a_snapshot_and_an_old_item_without_one_means_root():
+    seed = bytes(range(16))
+    engine = KVEngine()
+    register(engine.default, b"seeded", chain=(4, tokens_blob(range(8)), seed))
+    register(engine.default, b"plain", chain=(4, tokens_blob(range(8))))
+    tree = unpack_tree(persist.dump(engine))
+    again = KVEngine()
+    persist.load(again, pack_tree(tree))
+    registry = again.default.registry
+    assert registry.get(b"seeded").chain.seed == seed
+    assert registry.get(b"seeded").chain.hashes == block_hashes(range(8), 4, seed)
+    assert registry.get(b"plain").chain.seed == ROOT
+    # a snapshot written before SEED existed: (block_size, tokens) only
+    items = tree[b"spaces"][b""][b"prefixes"]
+    tree[b"spaces"][b""][b"prefixes"] = [(*item[:7], item[7][:2], *item[8:]) for item in items]
+    old = KVEngine()
+    persist.load(old, pack_tree(tree))
+    for ns in (b"seeded", b"plain"):
+        assert old.default.registry.get(ns).chain.seed == ROOT
+        assert old.default.registry.get(ns).chain.hashes == block_hashes(range(8), 4)

@@ -45,6 +45,12 @@ class CacheLayout:
                 "state": list(self.state), "heads": [list(h) for h in self.heads], "dtype": self.dtype}
 
 
+def heads_major(rows, heads: int, dim: int):
+    """``(n, heads*dim)`` numpy rows as a ``[1, heads, n, dim]`` view (no copy): the runtimes'
+    K/V layout, and ``V.EXPORT``'s."""
+    return rows.reshape(rows.shape[0], heads, dim).transpose(1, 0, 2)[None]
+
+
 def adapter_for(model, **options):
     """The adapter for a transformers (PyTorch) or mlx-lm model."""
     module = type(model).__module__ or ""

@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from pion.client.adapters import CacheLayout, require
+from pion.client.adapters import CacheLayout, heads_major, require
 from pion.client.namespace import config_hash, pick_probe, weights_digest
 from pion.client.state_blob import pack_state, unpack_state
 
@@ -133,15 +133,19 @@ class MlxLmAdapter:
         return pack_state("ArraysCache", arrays, {"size": len(slot.cache)})
 
     def build(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]) -> list:
+        """A fresh prompt cache holding the given rows ``(n, heads*dim)`` and states."""
+        return self.build_heads([(heads_major(k, h, dk), heads_major(v, h, dv))
+                                 for (k, v), (h, dk, dv) in zip(kv, self.layout.heads, strict=True)], states)
+
+    def build_heads(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]) -> list:
+        """A fresh prompt cache from ``[1, heads, n, dim]`` arrays (copied into mlx arrays)."""
         mx = self.mx
         cache = self.new_cache()
         dtype = getattr(mx, self.layout.dtype)
-        for (k_rows, v_rows), slot, (heads, dk, dv) in zip(kv, self.layout.attn, self.layout.heads, strict=True):
+        for (k_arr, v_arr), slot in zip(kv, self.layout.attn, strict=True):
             c = cache[slot]
-            n = k_rows.shape[0]
-            c.keys = self._heads_major(k_rows, heads, dk, dtype)
-            c.values = self._heads_major(v_rows, heads, dv, dtype)
-            c.offset = n
+            c.keys, c.values = self._array(k_arr, dtype), self._array(v_arr, dtype)
+            c.offset = k_arr.shape[2]
         for slot in self.layout.state:
             type_name, arrays, meta = unpack_state(states[slot])
             if type_name != "ArraysCache" or meta.get("size") != len(cache[slot].cache):
@@ -150,9 +154,8 @@ class MlxLmAdapter:
         mx.eval([c.state for c in cache])
         return cache
 
-    def _heads_major(self, rows: np.ndarray, heads: int, dim: int, dtype):
-        n = rows.shape[0]
-        arr = self.mx.array(rows.reshape(n, heads, dim).transpose(1, 0, 2)[None])
+    def _array(self, values: np.ndarray, dtype):
+        arr = self.mx.array(values)
         return arr if arr.dtype == dtype else arr.astype(dtype)
 
     def copy_cache(self, cache) -> list:

@@ -15,7 +15,7 @@ import inspect
 
 import numpy as np
 
-from pion.client.adapters import CacheLayout, require
+from pion.client.adapters import CacheLayout, heads_major, require
 from pion.client.namespace import config_hash, pick_probe, weights_digest
 from pion.client.state_blob import pack_state, unpack_state
 
@@ -142,26 +142,25 @@ class TransformersAdapter:
         return pack_state(type(layer).__name__, arrays, meta)
 
     def build(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]):
-        """A fresh ``DynamicCache`` holding the given rows and states."""
+        """A fresh ``DynamicCache`` holding the given rows ``(n, heads*dim)`` and states."""
+        return self.build_heads([(heads_major(k, h, dk), heads_major(v, h, dv))
+                                 for (k, v), (h, dk, dv) in zip(kv, self.layout.heads, strict=True)], states)
+
+    def build_heads(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]):
+        """A fresh ``DynamicCache`` from ``[1, heads, n, dim]`` arrays (views of them when the
+        dtype and device allow: the first forward's concatenation makes the cache's own copy)."""
         cache = self.new_cache()
         dtype = self._torch_dtype(self.layout.dtype)
         device = next(self.model.parameters()).device
-        for (k_rows, v_rows), slot, (heads, dk, dv) in zip(kv, self.layout.attn, self.layout.heads, strict=True):
-            k = self._heads_major(k_rows, heads, dk, dtype, device)
-            v = self._heads_major(v_rows, heads, dv, dtype, device)
+        for (k_arr, v_arr), slot in zip(kv, self.layout.attn, strict=True):
+            k = from_numpy(self.torch, k_arr).to(device=device, dtype=dtype)
+            v = from_numpy(self.torch, v_arr).to(device=device, dtype=dtype)
             layer = cache.layers[slot]
             self.cu.DynamicLayer.lazy_initialization(layer, k, v)
             layer.keys, layer.values = k, v
         for slot in self.layout.state:
             self._restore_state(cache.layers[slot], states[slot], device)
         return cache
-
-    def _heads_major(self, rows: np.ndarray, heads: int, dim: int, dtype, device):
-        """``(n, heads*dim)`` rows as a ``[1, heads, n, dim]`` tensor (a view when dtype and device allow)."""
-        tensor = from_numpy(self.torch, rows)
-        n = rows.shape[0]
-        tensor = tensor.view(n, heads, dim).permute(1, 0, 2).unsqueeze(0)
-        return tensor.to(device=device, dtype=dtype)
 
     def _restore_state(self, layer, blob: bytes, device) -> None:
         type_name, arrays, meta = unpack_state(blob)

@@ -44,6 +44,7 @@ FAMILIES = (
     "persistence",
     "kvcache",
     "kv_vstore",
+    "kv_export",
     "kv_prefix",
     "kv_substrates",
     "scripting",

@@ -4,7 +4,7 @@ A prefix namespace ``ns`` keeps K rows in V-store session ``ns_pk`` and V rows i
 Pion's differences: LOOKUP answers ``+HIT`` only when every layer of both sides holds every row
 of the prefix and those rows are durable; re-registering with a different codec, dim, manifest
 or token chain is refused; and there are new commands and options: ``MANIFEST``, ``MATCH``,
-``PIN``/``UNPIN``, and REGISTER's ``MANIFEST``, ``CHAIN`` and ``PARENT``.
+``PIN``/``UNPIN``, and REGISTER's ``MANIFEST``, ``CHAIN`` (with ``SEED``) and ``PARENT``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pion.server.registry import command
 MAX_HASHES = 1_048_576
 MAX_PREFILL_MS = 86_400_000
 MAX_TOKENS_CREDIT = 100_000_000
-REGISTER_OPTIONS = "BLOCKS, PREFILL_MS, MANIFEST, CHAIN, PARENT"
+REGISTER_OPTIONS = "BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT"
 
 
 # -- REGISTER --------------------------------------------------------------------------------
@@ -56,14 +56,16 @@ def parse_blocks(argv: list[bytes], at: int) -> tuple[int, bytes]:
 
 
 def parse_register_options(argv: list[bytes]) -> dict:
+    """The options after vquant; ``chain`` is ``(block_size, token_blob, seed)`` (seed ROOT without SEED)."""
     options: dict = {}
+    seed = None
     pos = 4
     if pos < len(argv) and arg(argv[pos]).upper() == b"BLOCKS":
         options["blocks"] = parse_blocks(argv, pos)
         pos += 4
     while pos < len(argv):
         name = arg(argv[pos]).upper()
-        needs = {b"PREFILL_MS": 1, b"MANIFEST": 1, b"CHAIN": 2, b"PARENT": 1}.get(name)
+        needs = {b"PREFILL_MS": 1, b"MANIFEST": 1, b"CHAIN": 2, b"SEED": 1, b"PARENT": 1}.get(name)
         if name == b"BLOCKS":
             raise ReplyError("ERR BLOCKS must come right after vquant")
         if needs is None:
@@ -77,18 +79,30 @@ def parse_register_options(argv: list[bytes]) -> dict:
             options["manifest"] = value
         elif name == b"PARENT":
             options["parent"] = check_ns(value)
+        elif name == b"SEED":
+            seed = arg(value)
+            if len(seed) != HASH_BYTES:
+                raise ReplyError("ERR SEED must be 16 bytes")
         else:
             size = strict_int(value, 1, 8192, "ERR CHAIN block_size out of range (1..8192)")
             if len(argv[pos + 2]) % 4:
                 raise ReplyError("ERR CHAIN token_blob length must be a multiple of 4 (u32 token ids)")
             options["chain"] = (size, argv[pos + 2])
         pos += 1 + needs
+    if seed is not None:
+        if "chain" not in options:
+            raise ReplyError("ERR KV.PREFIX.REGISTER SEED needs CHAIN")
+        options["chain"] = (*options["chain"], seed)
     return options
 
 
 @command("KV.PREFIX.REGISTER", -4, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
 def kv_prefix_register(ctx, argv):
-    """KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS size count blob] [PREFILL_MS ms] [MANIFEST json] [CHAIN size tokens] [PARENT ns]."""
+    """KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS size count blob] [PREFILL_MS ms] [MANIFEST json] [CHAIN size tokens [SEED seed]] [PARENT ns].
+
+    SEED (16 bytes) starts the CHAIN's block hashes instead of 16 zero bytes: give each model (and
+    codec schema) its own, so MATCH never answers with another model's namespace.
+    """
     ns = check_ns(argv[1])
     kv_dim = strict_int(argv[2], 1, 8192, "ERR kv_dim out of range")
     vquant = parse_vquant(argv[3])

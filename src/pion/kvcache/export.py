@@ -1,0 +1,189 @@
+"""V.EXPORT's files: a prefix's K/V as a safetensors file a client on the same host maps.
+
+Why: a client on the same machine does not need the rows to cross a socket. Sending 94 MB
+through loopback TCP costs the server and the client tens of milliseconds of copying; mapping a
+file that is already in the page cache costs page-table entries. So the server renders the rows
+once, head-major and in the runtime's dtype, and hands back the file's absolute path; a client
+that can open it maps it, one that cannot (another host, another user) fetches over RESP.
+
+The files are a cache of the V-store, never a second copy of record: they are not logged,
+not fsynced, and the export directory is emptied when a server first uses it. A file is written
+under a temporary name and renamed, and never changed after: a reader that mapped an older file
+keeps valid bytes even after the server unlinks it. Any change to either session makes its
+export stale; stale files are deleted at the next V.EXPORT, and the least recently used ones go
+when the directory would pass its byte budget (``kv-export-maxbytes``).
+
+Layout (the reference's): tensors ``k.<i>`` and ``v.<i>`` of shape ``[1, n_kv_heads, end-start,
+head_dim]``, in layer order, K before V, contiguous; the header is padded with spaces so the
+data starts on a 4 KiB boundary (every tensor is then aligned for a zero-copy view).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import shutil
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from pion.kvcache.layer import Layer
+
+#: V.EXPORT's DTYPE names -> (safetensors dtype, numpy dtype, the stored codec shipped as is)
+DTYPES = {
+    b"F16": ("F16", np.dtype("<f2"), "fp16"),
+    b"F32": ("F32", np.dtype("<f4"), "fp32"),
+    b"BF16": ("BF16", np.dtype(ml_dtypes.bfloat16), "bf16"),
+}
+DATA_ALIGN = 4096
+SUFFIX = ".safetensors"
+
+
+@dataclass(frozen=True, slots=True)
+class ExportKey:
+    sid_k: bytes
+    sid_v: bytes
+    start: int
+    end: int
+    n_layers: int
+    heads: int
+    head_dim: int
+    dtype: bytes
+
+
+@dataclass(slots=True)
+class ExportFile:
+    path: str
+    #: the two sessions' content stamps when the rows were read
+    versions: tuple[int, int]
+    nbytes: int
+    last_used: int
+
+
+def tensor_bytes(key: ExportKey) -> int:
+    return key.heads * (key.end - key.start) * key.head_dim * DTYPES[key.dtype][1].itemsize
+
+
+def build_header(key: ExportKey, metadata: dict[str, str]) -> tuple[bytes, list[int]]:
+    """``(header bytes incl. the u64 length, absolute offset of each tensor in k.0, v.0, k.1 order)``."""
+    size = tensor_bytes(key)
+    shape = [1, key.heads, key.end - key.start, key.head_dim]
+    entries: dict[str, object] = {"__metadata__": metadata}
+    offsets = []
+    for index, name in enumerate(f"{side}.{layer}" for layer in range(key.n_layers) for side in "kv"):
+        entries[name] = {"dtype": DTYPES[key.dtype][0], "shape": shape, "data_offsets": [index * size, (index + 1) * size]}
+        offsets.append(index * size)
+    text = json.dumps(entries, separators=(",", ":")).encode()
+    padded = -(-(8 + len(text)) // DATA_ALIGN) * DATA_ALIGN - 8
+    header = struct.pack("<Q", padded) + text + b" " * (padded - len(text))
+    return header, [len(header) + offset for offset in offsets]
+
+
+def render_tensor(fd: int, offset: int, layer: Layer, data, key: ExportKey) -> None:
+    """One layer's rows, decoded if needed, head-major, written at ``offset`` (a pool job).
+
+    Rows stored in the asked dtype are copied as they are (bit-exact); other codecs are decoded
+    to float32 by the same code ``V.FETCH`` uses, then cast (fp16/bf16 round to nearest even).
+    """
+    _, dtype, as_is = DTYPES[key.dtype]
+    rows = key.end - key.start
+    if layer.spec.fmt == as_is:
+        values = np.frombuffer(data, dtype=dtype)
+    else:
+        decoded = layer.codec.decode(data, (rows, layer.spec.dim))
+        values = decoded if decoded.dtype == dtype else decoded.astype(dtype)
+    heads_major = np.ascontiguousarray(values.reshape(rows, key.heads, key.head_dim).transpose(1, 0, 2))
+    write_all(fd, memoryview(heads_major.reshape(-1).view(np.uint8)), offset)
+
+
+def write_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
+
+
+@dataclass
+class ExportCache:
+    """One space's export files: where they are, which rows they hold, how many bytes."""
+
+    directory: Path | None = None
+    files: dict[ExportKey, ExportFile] = field(default_factory=dict)
+    nbytes: int = 0
+    _clock: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _names: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def open_directory(self, root: str, tenant: bytes) -> Path:
+        """The export directory (mode 0700), emptied the first time this server uses it."""
+        if self.directory is None:
+            name = "default" if not tenant else "t-" + tenant.hex()[:64]
+            directory = Path(os.path.abspath(root)) / "export" / name
+            if directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir(mode=0o700, parents=True)
+            os.chmod(directory.parent, 0o700)
+            self.directory = directory
+        return self.directory
+
+    def lookup(self, key: ExportKey, versions: tuple[int, int]) -> str | None:
+        """The path of a fresh export of ``key``, if there is one on disk."""
+        found = self.files.get(key)
+        if found is None or found.versions != versions or not os.path.exists(found.path):
+            return None
+        found.last_used = next(self._clock)
+        return found.path
+
+    def sweep(self, stamp_of: Callable[[bytes], int | None]) -> None:
+        """Delete the exports whose sessions changed or went (``stamp_of``: a session's content stamp)."""
+        for key, found in list(self.files.items()):
+            if (stamp_of(key.sid_k), stamp_of(key.sid_v)) != found.versions:
+                self._remove(key)
+
+    def make_room(self, incoming: int, budget: int) -> bool:
+        """Drop least recently used exports until ``incoming`` more bytes fit; False if they never can."""
+        if incoming > budget:
+            return False
+        for key in sorted(self.files, key=lambda k: self.files[k].last_used):
+            if self.nbytes + incoming <= budget:
+                break
+            self._remove(key)
+        return self.nbytes + incoming <= budget
+
+    def temp_path(self) -> tuple[Path, Path]:
+        """``(temporary name, final name)`` for a new file; names are never reused."""
+        assert self.directory is not None
+        stem = f"{next(self._names):08d}-{secrets.token_hex(6)}"
+        return self.directory / f".{stem}.tmp", self.directory / f"{stem}{SUFFIX}"
+
+    def add(self, key: ExportKey, path: str, versions: tuple[int, int], nbytes: int) -> str:
+        """Keep a finished file; if a fresh export of ``key`` landed meanwhile, that one wins."""
+        existing = self.lookup(key, versions)
+        if existing is not None:
+            _unlink(path)
+            return existing
+        if key in self.files:
+            self._remove(key)
+        self.files[key] = ExportFile(path, versions, nbytes, next(self._clock))
+        self.nbytes += nbytes
+        return path
+
+    def clear(self) -> None:
+        for key in list(self.files):
+            self._remove(key)
+
+    def _remove(self, key: ExportKey) -> None:
+        found = self.files.pop(key)
+        self.nbytes -= found.nbytes
+        _unlink(found.path)
+
+
+def _unlink(path: str | Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
