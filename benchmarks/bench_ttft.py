@@ -122,7 +122,7 @@ def prompt_cache(loaded, url: str, spec: str) -> PionPromptCache:
 def worker(spec: str) -> int:
     """Separate process: load and warm the model, then answer one timed hit per line ``N`` on stdin."""
     args = json.loads(spec)
-    loaded = M.load(args["model"], args["runtime"], progress=lambda m: None)
+    loaded = M.load(args["model"], args["runtime"], progress=lambda m: None, device=args["device"])
     pc = prompt_cache(loaded, args["url"], args["codec"])
     prompts = {n: M.filler_prompt(loaded, n) for n in args["lengths"]}
     pc.client.ping()  # connected, as a serving process is
@@ -138,6 +138,7 @@ class CrossProcess:
 
     def __init__(self, args, codec: str) -> None:
         spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": args.url, "codec": codec,
+                           "device": args.device,
                            "lengths": list(args.lengths)})
         self.proc = subprocess.Popen([sys.executable, __file__, "--worker", spec], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, cwd=ROOT)
@@ -274,6 +275,7 @@ def parse_args(argv):
     p.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=list(LENGTHS))
     p.add_argument("--codecs", type=lambda s: s.split(","), default=list(CODECS))
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--device", default=None, help="hf only: run the model there (e.g. cuda); default: CPU")
     p.add_argument("--url", default=None, help="an existing Pion (default: start one)")
     p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--smoke", action="store_true", help="tiny model, two lengths, one run, two codecs")
@@ -315,7 +317,7 @@ def bench(args, redis_srv) -> int:
     import redis
 
     log(f"loading {args.model or 'the built-in demo model'} ({args.runtime})")
-    loaded = M.load(args.model, args.runtime, log)
+    loaded = M.load(args.model, args.runtime, log, device=args.device)
     caches = {c: prompt_cache(loaded, args.url, c) for c in args.codecs}
     for pc in caches.values():
         pc.client.kv_drop(*[pc.namespace(M.filler_prompt(loaded, n)[:-1]) for n in args.lengths])
@@ -329,8 +331,9 @@ def bench(args, redis_srv) -> int:
             w.close()
     print_table(rows, args.codecs)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"ttft_{args.runtime}" + ("_smoke" if args.smoke else "")
-    meta = {"model": loaded.name, "runtime": args.runtime, "runs": args.runs, "loadavg": os.getloadavg()}
+    stem = f"ttft_{args.runtime}" + (f"_{args.device}" if args.device else "") + ("_smoke" if args.smoke else "")
+    meta = {"model": loaded.name, "runtime": args.runtime, "device": args.device or "cpu", "runs": args.runs,
+            "loadavg": os.getloadavg()}
     (args.out_dir / f"{stem}.json").write_text(json.dumps({"rows": rows, **meta}, indent=1))
     plot(rows, args.codecs, args.out_dir / f"{stem}.png", f"TTFT, {loaded.name} ({args.runtime})")
     log(f"wrote {args.out_dir / stem}.json and .png")

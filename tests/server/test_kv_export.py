@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from pion.client.local_lane import open_export
+from pion.kvcache.export import export_base
 
 H, D = 3, 64
 safetensors = pytest.importorskip("safetensors.numpy")
@@ -95,18 +96,24 @@ def test_dropped_sessions_take_their_exports_with_them(r):
     assert not os.path.exists(path)
 
 
-def test_files_are_private_and_the_directory_is_emptied_at_first_use(make_server):
+def test_files_are_private_and_the_directory_is_emptied_at_first_use_and_removed_at_shutdown(make_server):
     srv = make_server()
-    stale = srv.settings.dir + "/export/default/00000001-old.safetensors"
-    os.makedirs(os.path.dirname(stale))
-    open(stale, "wb").close()
+    base = export_base(srv.settings.dir)
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        assert str(base).startswith("/dev/shm/pion-export-")  # memory, not the data disk
+    stale = base / "default" / "00000001-old.safetensors"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"left by a killed server")
     r = redis.Redis(port=srv.port)
     fill(r)
     path = export(r, 0, 50, 2, H, D)
+    assert os.path.dirname(path) == str(base / "default")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
-    assert not os.path.exists(stale)
-    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
+    assert stat.S_IMODE(os.stat(base).st_mode) == stat.S_IMODE(os.stat(base / "default").st_mode) == 0o700
+    assert not stale.exists() and os.listdir(base / "default") == [os.path.basename(path)]
+    r.close()
+    srv.stop()
+    assert not base.exists()
 
 
 @pytest.mark.parametrize(

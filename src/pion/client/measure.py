@@ -34,9 +34,10 @@ class LoadedModel:
         return self.tokenizer.decode(ids)
 
 
-def load(model_arg: str | None, runtime: str, progress=print) -> LoadedModel:
+def load(model_arg: str | None, runtime: str, progress=print, device: str | None = None) -> LoadedModel:
     """The built-in demo model (``model_arg`` None), another built-in shape (``builtin:<shape>``), a
-    directory written by ``demo_model.write_model_dir``, or a real model, in the asked runtime."""
+    directory written by ``demo_model.write_model_dir``, or a real model, in the asked runtime;
+    ``device`` (hf only, e.g. ``"cuda"``) moves the model there before the warm-up."""
     from pion.client import demo_model
     from pion.client.adapters import adapter_for
 
@@ -59,6 +60,10 @@ def load(model_arg: str | None, runtime: str, progress=print) -> LoadedModel:
         from pion.client.adapters.transformers import load_model
 
         (model, tokenizer), name = load_model(model_arg), model_arg
+    if device is not None:
+        if runtime != "hf":
+            raise ValueError("--device applies to the hf runtime only (mlx picks its own device)")
+        model = model.to(device)
     adapter = adapter_for(model, model_id=name)
     warm = adapter.new_cache()  # warm-up, untimed: a prefill and a decode step (kernel set-up)
     adapter.forward([0, 0, 0, 0], warm)

@@ -7,7 +7,8 @@ once, head-major and in the runtime's dtype, and hands back the file's absolute 
 that can open it maps it, one that cannot (another host, another user) fetches over RESP.
 
 The files are a cache of the V-store, never a second copy of record: they are not logged,
-not fsynced, and the export directory is emptied when a server first uses it. A file is written
+not fsynced, they live in shared memory where the host has it (``export_base``), and the
+export directory is emptied when a server first uses it and removed at a clean shutdown. A file is written
 under a temporary name and renamed, and never changed after: a reader that mapped an older file
 keeps valid bytes even after the server unlinks it. Any change to either session makes its
 export stale; stale files are deleted at the next V.EXPORT, and the least recently used ones go
@@ -20,6 +21,8 @@ data starts on a 4 KiB boundary (every tensor is then aligned for a zero-copy vi
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -122,11 +125,13 @@ class ExportCache:
         """The export directory (mode 0700), emptied the first time this server uses it."""
         if self.directory is None:
             name = "default" if not tenant else "t-" + tenant.hex()[:64]
-            directory = Path(os.path.abspath(root)) / "export" / name
+            base = export_base(root)
+            directory = base / name
             if directory.exists():
                 shutil.rmtree(directory)
-            directory.mkdir(mode=0o700, parents=True)
-            os.chmod(directory.parent, 0o700)
+            base.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(base, 0o700)
+            directory.mkdir(mode=0o700)
             self.directory = directory
         return self.directory
 
@@ -172,14 +177,36 @@ class ExportCache:
         self.nbytes += nbytes
         return path
 
-    def clear(self) -> None:
+    def close(self) -> None:
+        """Delete every export and the directory (a clean shutdown: the files are memory)."""
         for key in list(self.files):
             self._remove(key)
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.directory.parent.rmdir()  # only once no tenant's directory is left
+            self.directory = None
 
     def _remove(self, key: ExportKey) -> None:
         found = self.files.pop(key)
         self.nbytes -= found.nbytes
         _unlink(found.path)
+
+
+def export_base(root: str) -> Path:
+    """Where a server keeps its exports: shared memory when the host has it, else the data dir.
+
+    Why shared memory: the files exist to be mapped by local clients, and tmpfs pages are not
+    written back to disk nor dropped by the kernel's reclaim of idle file pages (measured here:
+    a hit that maps a disk-backed export idle for a few seconds pays ~20 ms of refaults). The
+    name includes the data directory's path, so two servers on one host never share it.
+    """
+    data = os.path.abspath(root)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        tag = hashlib.sha256(data.encode()).hexdigest()[:16]
+        return shm / f"pion-export-{os.getuid()}-{tag}"
+    return Path(data) / "export"
 
 
 def _unlink(path: str | Path) -> None:

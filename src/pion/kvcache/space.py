@@ -234,6 +234,11 @@ class KVEngine:
         self.spaces: dict[bytes, KVSpace] = {b"": self.default}
         self.ledger = Ledger()
 
+    def close_exports(self) -> None:
+        """Delete every space's V.EXPORT files (the server is stopping)."""
+        for space in self.spaces.values():
+            space.exports.close()
+
     def space(self, tenant: bytes = b"") -> KVSpace:
         found = self.spaces.get(tenant)
         if found is None:

@@ -19,6 +19,9 @@ from pion.client.adapters import CacheLayout, heads_major, require
 from pion.client.namespace import config_hash, pick_probe, weights_digest
 from pion.client.state_blob import pack_state, unpack_state
 
+#: cache layer classes whose K/V Pion does not store (names differ across 5.x: QuantizedLayer
+#: became BaseQuantizedLayer; a name a version lacks is skipped)
+_UNSUPPORTED = ("DynamicSlidingWindowLayer", "DynamicIndexedLayer", "BaseQuantizedLayer", "QuantizedLayer", "StaticLayer")
 _NP_NAMES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 
 
@@ -81,8 +84,7 @@ class TransformersAdapter:
         return CacheLayout(self.runtime, len(cache.layers), tuple(attn), tuple(state), tuple(heads), dtype)
 
     def _check_supported(self, index: int, layer) -> None:
-        cu = self.cu
-        unsupported = (cu.DynamicSlidingWindowLayer, cu.DynamicIndexedLayer, cu.BaseQuantizedLayer, cu.StaticLayer)
+        unsupported = tuple(getattr(self.cu, name) for name in _UNSUPPORTED if hasattr(self.cu, name))
         if isinstance(layer, unsupported):
             raise NotImplementedError(
                 f"layer {index} uses {type(layer).__name__}; Pion stores full-attention K/V and linear-attention "

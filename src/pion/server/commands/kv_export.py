@@ -15,7 +15,7 @@ from pion.kvcache.export import DTYPES, ExportKey, build_header, render_tensor, 
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, Session
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.server.commands.kv_vstore import DEFER_MIN
-from pion.server.commands.kvcache import arg, space, strict_int
+from pion.server.commands.kvcache import arg, engine_of, space, strict_int
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -41,8 +41,10 @@ def v_export(ctx, argv):
         check_session(side, session, key)
     sp.touch(key.sid_k)
     exports = sp.exports
-    tenant = getattr(ctx.client, "tenant", None) or b""
-    exports.open_directory(ctx.server.settings.dir, tenant.encode() if isinstance(tenant, str) else tenant)
+    if exports.directory is None:
+        tenant = getattr(ctx.client, "tenant", None) or b""
+        exports.open_directory(ctx.server.settings.dir, tenant.encode() if isinstance(tenant, str) else tenant)
+        remove_at_shutdown(ctx.server)
     exports.sweep(lambda sid: None if (s := sp.vstore.get(sid)) is None else s.version)
     versions = (sessions[0].version, sessions[1].version)
     found = exports.lookup(key, versions)
@@ -77,6 +79,13 @@ def v_export(ctx, argv):
         abandon()
         raise
     return finish(ctx, None)
+
+
+def remove_at_shutdown(server) -> None:
+    """Once per server: a clean shutdown deletes the export files (they may be shared memory)."""
+    if not getattr(server, "exports_hooked", False):
+        server.exports_hooked = True
+        server.shutdown_hooks.append(lambda srv: engine_of(srv).close_exports())
 
 
 def guarded(job, path) -> None:
