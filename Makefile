@@ -9,7 +9,7 @@ APT_PACKAGES := redis-server redis-tools
 # the CPU build of torch lies on disk here; a bare index lookup would pull a multi-GB CUDA build
 PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: demo test test-slow lint venv venv-dev apt bench clean node-client redis-suite
+.PHONY: demo test test-slow test-gpu lint venv venv-dev apt bench clean node-client redis-suite
 
 $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -52,6 +52,10 @@ node-client:
 
 test-slow: venv-dev apt
 	$(PY) -m pytest -m slow -q
+
+# CUDA models (skipped without a GPU; docs/dev/gpu-checks.md runs them on an accelerator machine)
+test-gpu: venv-dev
+	$(PY) -m pytest -q tests/gpu
 
 # Redis 7.0.15's own tcl test suite against Pion (downloads Debian's orig tarball once; long)
 redis-suite: venv-dev apt

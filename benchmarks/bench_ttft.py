@@ -248,7 +248,7 @@ def plot(rows: list[dict], codecs: list[str], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     n = [row["n"] for row in rows]
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
     ax.plot(n, [r["cold"]["ms"] for r in rows], "k-o", label="cold prefill")
     ax.plot(n, [r["floor"]["ms"] for r in rows], "k:", label="in-process copy (floor)")
     if "redis" in rows[0]:
@@ -260,7 +260,7 @@ def plot(rows: list[dict], codecs: list[str], path: Path, title: str) -> None:
     ax.set(xlabel="prompt tokens (prefix = all but the last)", ylabel="time to first token (ms)", title=title)
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

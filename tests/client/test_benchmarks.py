@@ -1,4 +1,4 @@
-"""The benchmark scripts run end to end in their CI-sized mode (slow: they start servers and processes)."""
+"""The benchmark scripts run end to end in their CI-sized mode (`--smoke`: tiny models, two lengths)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow, pytest.mark.hf]
+pytestmark = [pytest.mark.hf]
 
 
 def run(script: str, *args: str) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks, on an accelerator machine whose image has torch + transformers but not Pion's
-# own dependencies: those travel as wheels in .whl/ (see docs/dev/gpu-checks.md). Writes its
+# own dependencies: those travel as wheels in .whl/ (docs/dev/gpu-checks.md). Writes its
 # logs and results under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/pion-gpu-out}
