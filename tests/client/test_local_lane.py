@@ -13,11 +13,6 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
 
 
-@pytest.fixture
-def url(server):
-    return f"pion://127.0.0.1:{server.port}"
-
-
 def same_cache(a, b) -> bool:
     for la, lb in zip(a.layers, b.layers, strict=True):
         if getattr(la, "keys", None) is not None:

@@ -15,11 +15,6 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
 
 
-@pytest.fixture
-def url(server):
-    return f"pion://127.0.0.1:{server.port}"
-
-
 def assert_same_cache(a, b):
     assert len(a.layers) == len(b.layers)
     for la, lb in zip(a.layers, b.layers, strict=True):

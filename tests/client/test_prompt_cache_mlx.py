@@ -15,11 +15,6 @@ pytest.importorskip("mlx_lm")
 pytestmark = pytest.mark.mlx
 
 
-@pytest.fixture
-def url(server):
-    return f"pion://127.0.0.1:{server.port}"
-
-
 def assert_same_cache(a, b):
     assert [type(x).__name__ for x in a] == [type(x).__name__ for x in b]
     for ca, cb in zip(a, b, strict=True):

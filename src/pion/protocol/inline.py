@@ -34,11 +34,8 @@ def split_inline(line: bytes) -> list[bytes]:
                     i, esc = _read_escape(line, i)
                     current += esc
                     continue
-                if ch == 0x22:
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
-                        raise ProtocolError("unbalanced quotes in request")
-                    quote = 0
-                    i += 1
+                if ch == quote:
+                    i, quote = _after_closing_quote(line, i), 0
                     break
                 current.append(ch)
             elif quote == 0x27:  # inside '...'
@@ -46,11 +43,8 @@ def split_inline(line: bytes) -> list[bytes]:
                     current.append(0x27)
                     i += 2
                     continue
-                if ch == 0x27:
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
-                        raise ProtocolError("unbalanced quotes in request")
-                    quote = 0
-                    i += 1
+                if ch == quote:
+                    i, quote = _after_closing_quote(line, i), 0
                     break
                 current.append(ch)
             elif ch in b" \t\n\r\v\f":
@@ -63,6 +57,13 @@ def split_inline(line: bytes) -> list[bytes]:
         if quote:
             raise ProtocolError("unbalanced quotes in request")
         args.append(bytes(current))
+
+
+def _after_closing_quote(line: bytes, i: int) -> int:
+    """The index after a closing quote at ``line[i]``, which must end the argument (Redis's rule)."""
+    if i + 1 < len(line) and line[i + 1] not in b" \t\n\r\v\f":
+        raise ProtocolError("unbalanced quotes in request")
+    return i + 1
 
 
 def _read_escape(line: bytes, i: int) -> tuple[int, bytes]:
