@@ -4,6 +4,7 @@ commands answer -NOPERM; quotas answer -OOM; tenants' data survives a kill -9 an
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -276,6 +277,16 @@ def test_kv_sessions_namespaces_ssm_state_and_stats_are_per_tenant(trio):
     assert kv_stats(bob)[b"kvprefix_hits"] == 0 and kv_stats(bob)[b"kvprefix_misses"] >= 1
     bob.execute_command("PION.STATS", "RESET")
     assert kv_stats(alice)[b"kvprefix_hits"] >= 1  # bob's RESET reset only his ledger
+    path = alice.execute_command("V.EXPORT", "ns_pk", "ns_pv", 0, 4, 1, 1, 32).decode()
+    with pytest.raises(redis.ResponseError, match="session not found"):
+        bob.execute_command("V.EXPORT", "ns_pk", "ns_pv", 0, 4, 1, 1, 32)
+    for sid in ("ns_pk", "ns_pv"):
+        bob.execute_command("V.CREATE", sid, 32, "VQUANT", "fp16")
+        bob.execute_command("V.STOREBATCH", sid, 0, 0, 4, data)
+    theirs = bob.execute_command("V.EXPORT", "ns_pk", "ns_pv", 0, 4, 1, 1, 32).decode()
+    assert os.path.dirname(path) != os.path.dirname(theirs)  # a directory per tenant
+    assert os.path.basename(os.path.dirname(path)) == "t-" + b"alice".hex()
+    assert os.path.exists(path) and os.path.exists(theirs)  # bob's export swept nothing of alice's
 
 
 # -- memory ----------------------------------------------------------------------------------------
