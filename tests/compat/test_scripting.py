@@ -176,6 +176,10 @@ def test_globals_are_protected(r):
         ev(r, "string.upper = nil")
     with pytest.raises(redis.ResponseError, match=r"Attempt to modify a readonly table"):
         ev(r, "rawset(_G, 'x', 1)")
+    # _G's metatable is itself read-only (Redis's "Try trick global protection 2"), and empty
+    with pytest.raises(redis.ResponseError, match=r"user_script:1: Attempt to modify a readonly table"):
+        ev(r, "local g = getmetatable(_G); g.__index = {}")
+    assert ev(r, "return type(getmetatable(_G).__index)") == b"nil"
     for name in ("loadfile", "dofile", "print", "require", "debug", "io", "getfenv"):
         with pytest.raises(redis.ResponseError, match=f"nonexistent global variable '{name}'"):
             ev(r, f"return {name}")
@@ -244,9 +248,11 @@ def test_shebang_errors(r):
 
 def test_script_load_exists_flush_and_evalsha(r):
     assert r.script_load("return 1") == SHA_RETURN_1
+    assert r.info("memory")["number_of_cached_scripts"] == 1
     assert r.script_exists(SHA_RETURN_1, "f" * 40) == [True, False]
     assert r.execute_command("EVALSHA", SHA_RETURN_1.upper(), 0) == 1
     assert r.execute_command("SCRIPT", "FLUSH", "ASYNC")
+    assert r.info("memory")["number_of_cached_scripts"] == 0
     with pytest.raises(redis.exceptions.NoScriptError):
         r.execute_command("EVALSHA", SHA_RETURN_1, 0)
     with pytest.raises(redis.ResponseError, match="SCRIPT FLUSH only support SYNC|ASYNC option"):

@@ -122,6 +122,19 @@ def clients_section(server: Server) -> dict[str, Any]:
     }
 
 
+def script_counts(server: Server) -> dict[str, int]:
+    """Redis's script cache and function counts (the suite reads them after SCRIPT FLUSH); the
+    scripting engine is installed lazily, so a server that never ran a script has none."""
+    engine = server.engines.get("scripting")
+    scripts = getattr(engine, "scripts", {})
+    libraries = getattr(engine, "libraries", None)
+    return {
+        "number_of_cached_scripts": len(scripts),
+        "number_of_functions": len(libraries.functions) if libraries is not None else 0,
+        "number_of_libraries": len(libraries.libraries) if libraries is not None else 0,
+    }
+
+
 def memory_section(server: Server) -> dict[str, Any]:
     used, rss = used_memory(server), rss_bytes()
     peak = max(_peaks.get(server, 0), used)
@@ -133,7 +146,7 @@ def memory_section(server: Server) -> dict[str, Any]:
         "used_memory_rss_human": human_bytes(rss), "used_memory_peak": peak,
         "used_memory_peak_human": human_bytes(peak), "used_memory_peak_perc": "%.2f%%" % (100 * used / peak if peak else 100.0),
         "total_system_memory": total, "total_system_memory_human": human_bytes(total),
-        "maxmemory": maxmemory, "maxmemory_human": human_bytes(maxmemory),
+        **script_counts(server), "maxmemory": maxmemory, "maxmemory_human": human_bytes(maxmemory),
         "maxmemory_policy": server.settings.maxmemory_policy, "mem_allocator": "pymalloc",
         "lazyfree_pending_objects": 0,
     }

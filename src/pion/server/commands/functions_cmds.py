@@ -108,7 +108,9 @@ def function_delete(ctx: Ctx, argv: list[bytes]):
 @command("FUNCTION|FLUSH", -2, "write noscript", categories=_WCATS, group="scripting", since="7.0.0")
 def function_flush(ctx: Ctx, argv: list[bytes]):
     """FUNCTION FLUSH [ASYNC|SYNC]"""
-    if len(argv) > 3 or (len(argv) == 3 and argv[2].lower() not in (b"async", b"sync")):
+    if len(argv) > 3:
+        raise ReplyError(f"ERR unknown subcommand or wrong number of arguments for '{argv[1].decode('utf-8', 'replace')}'. Try FUNCTION HELP.")
+    if len(argv) == 3 and argv[2].lower() not in (b"async", b"sync"):
         raise ReplyError("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")
     engine_of(ctx.server).libraries.flush()
     ctx.dirty()

@@ -11,14 +11,14 @@ reads LZF-compressed and integer-encoded strings, so payloads move between Redis
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lupa import lua51
 
-from pion.protocol.errors import ReplyError
+from pion.protocol.errors import ProtocolError, ReplyError
+from pion.protocol.inline import split_inline
 from pion.protocol.resp import SetReply, Status
 from pion.storage.glob import glob_match
 
@@ -60,9 +60,11 @@ def parse_shebang(code: bytes) -> tuple[str, list[str], int]:
     end = code.find(b"\n")
     if end < 0:
         raise ReplyError("ERR Invalid library metadata")
+    # Redis splits it with sdssplitargs (as an inline command): a backslash outside quotes is
+    # an ordinary character, so ``name=bad\0name`` is a bad name, not ``bad0name``.
     try:
-        parts = shlex.split(code[:end].decode("utf-8", "surrogateescape"))
-    except ValueError:
+        parts = [part.decode("utf-8", "surrogateescape") for part in split_inline(code[:end])]
+    except ProtocolError:
         parts = []
     if not parts:
         raise ReplyError("ERR Invalid library metadata")
@@ -135,8 +137,8 @@ class Libraries:
     def install(self, libraries: list[Library], replace: bool) -> None:
         """Add libraries atomically: every collision is checked before anything changes."""
         replaced = {lib.name for lib in libraries if lib.name in self.libraries}
-        if replaced and not replace:
-            raise ReplyError(f"ERR Library '{sorted(replaced)[0]}' already exists")
+        if replaced and not replace:  # only RESTORE gets here; Redis's libraryJoin leaves out the quotes
+            raise ReplyError(f"ERR Library {sorted(replaced)[0]} already exists")
         seen: set[str] = set()
         for library in libraries:
             for key, function in library.functions.items():

@@ -211,7 +211,9 @@ R.redis = protect(api)
 -- the globals proxy --------------------------------------------------------------------------
 strict(R)
 G = {}
-local gmeta = {__index = R, __newindex = readonly_error, __metatable = false}
+-- getmetatable(_G) is a read-only empty table: writing to it fails as Redis's does ("Attempt to
+-- modify a readonly table"), and it hands out nothing (the real __index is R itself)
+local gmeta = {__index = R, __newindex = readonly_error, __metatable = protect({})}
 setmetatable(G, gmeta)
 backing[G] = R
 R._G = G
