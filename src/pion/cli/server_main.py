@@ -21,7 +21,7 @@ Any redis.conf parameter may be given as --name value; flags override the config
 
 K/V cache: --kv-maxmemory BYTES caps the stored prefixes (0 = no cap; whole prefixes are evicted,
 least recently used first, leaves of a chain before their roots, pinned ones never).
---kv-export-maxbytes BYTES caps V.EXPORT's files under <dir>/export (default 4gb; 0 disables it).
+--kv-export-maxbytes BYTES caps V.EXPORT's files, kept in /dev/shm (default 4gb; 0 disables it).
 --kvcache is accepted for the reference's scripts and does nothing: the K/V cache is always on.
 Reference flags for hardware Pion does not drive (--metal-attention, --cuda-attention, --gpu,
 --xdp, --iouring, --inference, ...) are refused with the reason.
