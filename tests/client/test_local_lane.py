@@ -109,6 +109,7 @@ def test_a_server_with_exports_disabled_turns_the_lane_off_at_the_first_store(ma
 def test_a_remote_url_or_an_irregular_layout_never_uses_the_lane(url):
     model = hf_llama()
     assert not PionPromptCache(model, url="pion://10.1.2.3:1974").local_lane
+    assert PionPromptCache(model, url=url, keep_freed_memory=False).allocator_tuned is False
     layout = PionPromptCache(model, url=url).adapter.layout
     assert export_args("a_pk", "a_pv", 8, layout)[:5] == ["V.EXPORT", "a_pk", "a_pv", 0, 8]
     uneven = type(layout)(layout.runtime, 2, (0, 1), (), ((2, 16, 16), (4, 16, 16)), layout.dtype)

@@ -205,3 +205,23 @@ def test_the_client_imports_without_a_runtime_and_adapters_name_the_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'pion[hf]'" in out and "pip install 'pion[mlx]'" in out
+
+
+def test_keep_freed_memory_sets_glibc_once_and_yields_to_the_operators_variables(monkeypatch):
+    import platform
+
+    from pion.client import allocator
+
+    monkeypatch.setattr(allocator, "_applied", None)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000000")
+    assert allocator.keep_freed_memory() is False  # the operator's setting wins
+    assert allocator._applied is None
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert allocator.keep_freed_memory() is glibc
+    if glibc:
+        assert allocator._applied == allocator.DEFAULT_TRIM_BYTES
+        assert allocator.keep_freed_memory(1024) is True  # already in force, at least that much
+        assert allocator.keep_freed_memory(2 * allocator.DEFAULT_TRIM_BYTES) is False

@@ -19,7 +19,7 @@ import time
 import warnings
 from collections import Counter
 
-from pion.client import transfer
+from pion.client import allocator, transfer
 from pion.client.adapters import adapter_for
 from pion.client.blocks import DEFAULT_BLOCK_SIZE, block_hashes, chain_seed, hash_blob, token_blob
 from pion.client.client import DEFAULT_URL, PionClient
@@ -48,6 +48,10 @@ class PionPromptCache:
         adapter_id: the LoRA/adapter in use, if any: part of the model fingerprint.
         model_id: the model's name (defaults to the runtime's own, e.g. ``config._name_or_path``).
         client: an existing ``PionClient`` (then ``url`` is ignored).
+        keep_freed_memory: let glibc keep freed heap memory (``pion.client.allocator``), so
+            the runtime's per-hit K/V buffers reuse mapped pages instead of page-faulting fresh
+            ones (20-30 ms for a 94 MB prefix on a small machine). Process-wide; ``False`` leaves
+            the allocator alone, as do glibc's own ``MALLOC_*`` variables when set.
         local_lane: on a hit, map the server's ``V.EXPORT`` file instead of receiving the rows
             over the socket: ``"auto"`` (default) when the server is on this host (a unix socket
             or a loopback address), ``True``/``False`` to force. Falls back to the socket, with
@@ -57,12 +61,14 @@ class PionPromptCache:
     def __init__(self, model, url: str = DEFAULT_URL, vquant: str = "auto", boundary_protect: int = 0,
                  admission_threshold: int = 1, block_size: int = DEFAULT_BLOCK_SIZE, *, tokenizer=None,
                  adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None,
-                 local_lane: bool | str = "auto") -> None:
+                 local_lane: bool | str = "auto", keep_freed_memory: bool = True) -> None:
         if admission_threshold < 1:
             raise ValueError("admission_threshold must be >= 1")
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         self.adapter = adapter_for(model, **({"model_id": model_id} if model_id else {}))
+        #: is glibc keeping freed memory for the next hit (see ``keep_freed_memory``)?
+        self.allocator_tuned = allocator.keep_freed_memory() if keep_freed_memory else False
         self.client = client or PionClient(url)
         self.vquant = vquant.lower()
         self.boundary_protect = boundary_protect

@@ -15,7 +15,7 @@ import inspect
 
 import numpy as np
 
-from pion.client.adapters import CacheLayout, heads_major, require
+from pion.client.adapters import CacheLayout, require
 from pion.client.namespace import config_hash, pick_probe, weights_digest
 from pion.client.state_blob import pack_state, unpack_state
 
@@ -144,19 +144,28 @@ class TransformersAdapter:
         return pack_state(type(layer).__name__, arrays, meta)
 
     def build(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]):
-        """A fresh ``DynamicCache`` holding the given rows ``(n, heads*dim)`` and states."""
-        return self.build_heads([(heads_major(k, h, dk), heads_major(v, h, dv))
-                                 for (k, v), (h, dk, dv) in zip(kv, self.layout.heads, strict=True)], states)
+        """A fresh ``DynamicCache`` holding the given rows ``(n, heads*dim)`` and states.
+
+        The rows become tensors first and are transposed there (a view): read-only rows are
+        copied as they lie (one memcpy), never through a strided numpy copy."""
+        tensors = [(self._heads_major(k, h, dk), self._heads_major(v, h, dv))
+                   for (k, v), (h, dk, dv) in zip(kv, self.layout.heads, strict=True)]
+        return self._fill(tensors, states)
 
     def build_heads(self, kv: list[tuple[np.ndarray, np.ndarray]], states: dict[int, bytes]):
         """A fresh ``DynamicCache`` from ``[1, heads, n, dim]`` arrays (views of them when the
         dtype and device allow: the first forward's concatenation makes the cache's own copy)."""
+        return self._fill([(from_numpy(self.torch, k), from_numpy(self.torch, v)) for k, v in kv], states)
+
+    def _heads_major(self, rows: np.ndarray, heads: int, dim: int):
+        return from_numpy(self.torch, rows).view(rows.shape[0], heads, dim).permute(1, 0, 2).unsqueeze(0)
+
+    def _fill(self, tensors: list, states: dict[int, bytes]):
         cache = self.new_cache()
         dtype = self._torch_dtype(self.layout.dtype)
         device = next(self.model.parameters()).device
-        for (k_arr, v_arr), slot in zip(kv, self.layout.attn, strict=True):
-            k = from_numpy(self.torch, k_arr).to(device=device, dtype=dtype)
-            v = from_numpy(self.torch, v_arr).to(device=device, dtype=dtype)
+        for (k, v), slot in zip(tensors, self.layout.attn, strict=True):
+            k, v = k.to(device=device, dtype=dtype), v.to(device=device, dtype=dtype)
             layer = cache.layers[slot]
             self.cu.DynamicLayer.lazy_initialization(layer, k, v)
             layer.keys, layer.values = k, v
