@@ -366,3 +366,14 @@ def test_tenant_data_survives_a_restart(tmp_path):
         assert "start with the same --tenant list" in proc.log()
     finally:
         proc.stop()
+
+
+def test_debug_reload_brings_back_every_tenants_keys_once(make_server):
+    srv = make_server(requirepass=ADMIN_PW, tenants=TENANTS, enable_debug_command="yes")
+    admin, alice = connect(srv, None, ADMIN_PW), connect(srv, "alice", "apw")
+    alice.rpush("list", "a", "b")
+    alice.sadd("set", "x")
+    admin.set("k", "v")
+    assert admin.execute_command("DEBUG", "RELOAD") == b"OK"
+    assert alice.lrange("list", 0, -1) == [b"a", b"b"] and alice.smembers("set") == {b"x"}
+    assert admin.get("k") == b"v" and alice.dbsize() == 2

@@ -216,29 +216,26 @@ def debug_reload(owner: Persistence, argv: list[bytes]) -> Any:
     if len(argv) > 2:
         return ReplyError("ERR DEBUG RELOAD options (MERGE, NOFLUSH, NOSAVE) are not supported by Pion")
     owner.save()
-    server = owner.server
-    for db in server.dbs:
-        db.flush()
-    try:
-        load(owner)
-    except Exception as exc:  # the reply says why; the server keeps what it loaded
-        return ReplyError(f"ERR Error trying to load the snapshot: {exc}")
-    return OK
+    return _reload(owner, "the snapshot")
 
 
 def debug_loadaof(owner: Persistence) -> Any:
     """DEBUG LOADAOF: empty the keyspace and load it back from the snapshot and the log, as a
     restart would, without saving first: what comes back is what the logged effects rebuild.
     A client's earlier writes are in the log already (its replies wait for that)."""
-    server = owner.server
-    if not server.settings.appendonly:
+    if not owner.server.settings.appendonly:
         return ReplyError("ERR DEBUG LOADAOF needs appendonly yes: the log is what it loads")
-    for db in [db for dbs in server.all_db_lists() for db in dbs]:
+    return _reload(owner, "the log")
+
+
+def _reload(owner: Persistence, what: str) -> Any:
+    """Empty every keyspace (tenants' too: the load fills them all) and load it back from disk."""
+    for db in [db for dbs in owner.server.all_db_lists() for db in dbs]:
         db.flush()
     try:
         load(owner)
     except Exception as exc:  # the reply says why; the server keeps what it loaded
-        return ReplyError(f"ERR Error trying to load the log: {exc}")
+        return ReplyError(f"ERR Error trying to load {what}: {exc}")
     return OK
 
 
