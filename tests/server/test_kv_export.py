@@ -9,12 +9,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 import redis
+import safetensors.numpy
 
 from pion.client.local_lane import open_export
 from pion.kvcache.export import export_base
 
 H, D = 3, 64
-safetensors = pytest.importorskip("safetensors.numpy")
 
 
 def rows(n: int, seed: int) -> np.ndarray:
@@ -44,7 +44,7 @@ def test_f32_export_is_the_stored_rows_head_major_bit_for_bit(r):
     data = fill(r)
     path = export(r, 10, 40, 2, H, D, "DTYPE", "F32")
     assert os.path.isabs(path)
-    tensors = safetensors.load_file(path)
+    tensors = safetensors.numpy.load_file(path)
     assert sorted(tensors) == ["k.0", "k.1", "v.0", "v.1"]
     for layer in range(2):
         assert np.array_equal(tensors[f"k.{layer}"], heads_major(data["pk", layer][10:40]))
@@ -52,12 +52,12 @@ def test_f32_export_is_the_stored_rows_head_major_bit_for_bit(r):
     mapped = open_export(path, 2, (1, H, 30, D), "F32")
     assert np.array_equal(mapped[1][0], tensors["k.1"])
     mapped[1][0][...] = 0  # a private mapping: the reader's writes never reach the file
-    assert np.array_equal(safetensors.load_file(path)["k.1"], tensors["k.1"])
+    assert np.array_equal(safetensors.numpy.load_file(path)["k.1"], tensors["k.1"])
 
 
 def test_default_dtype_is_fp16_as_the_reference_and_bf16_is_exact_for_bf16_rows(r):
     data = fill(r)
-    tensors = safetensors.load_file(export(r, 0, 50, 1, H, D))
+    tensors = safetensors.numpy.load_file(export(r, 0, 50, 1, H, D))
     assert tensors["k.0"].dtype == np.float16
     assert np.array_equal(tensors["k.0"], heads_major(data["pk", 0]).astype(np.float16))
     fill(r, "b", fmt="bf16", seed=5)
@@ -82,7 +82,7 @@ def test_same_request_same_file_until_either_session_changes(r):
     r.execute_command("V.STOREBATCH", "ns_pv", 1, 49, 1, rows(1, 99).tobytes())
     second = export(r, 0, 50, 2, H, D, "DTYPE", "F32")
     assert second != first and not os.path.exists(first) and not os.path.exists(other)
-    assert np.array_equal(safetensors.load_file(second)["v.1"][0, :, 49], rows(1, 99).reshape(H, D))
+    assert np.array_equal(safetensors.numpy.load_file(second)["v.1"][0, :, 49], rows(1, 99).reshape(H, D))
     r.execute_command("V.TRUNCATE", "ns_pk", 0, 50)  # a no-op truncate still counts as a change
     assert export(r, 0, 50, 2, H, D, "DTYPE", "F32") != second
 
@@ -170,6 +170,6 @@ def test_export_inside_multi_answers_in_place(r):
 
 def test_a_large_export_from_the_worker_pool_is_complete(r):
     data = fill(r, layers=3, n=2000)
-    got = safetensors.load_file(export(r, 0, 2000, 3, H, D, "DTYPE", "F32"))
+    got = safetensors.numpy.load_file(export(r, 0, 2000, 3, H, D, "DTYPE", "F32"))
     for layer in range(3):
         assert np.array_equal(got[f"v.{layer}"], heads_major(data["pv", layer]))
