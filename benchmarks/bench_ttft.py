@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -105,11 +104,6 @@ def start_redis(workdir: Path):
 # -- Pion paths ------------------------------------------------------------------------------
 
 
-def pion_once(pc, prefix: list[int], last: list[int]) -> dict:
-    ms, logits, _, hit = M.warm_ttft(pc, prefix, last)
-    return {"ms": ms, "hit": hit, "first": int(np.argmax(logits))}
-
-
 def prompt_cache(loaded, url: str, spec: str) -> PionPromptCache:
     """The prompt cache a codec label names: ``<codec>`` or ``<codec>@socket``."""
     codec, _, lane = spec.partition("@")
@@ -123,39 +117,17 @@ def worker(spec: str) -> int:
     """Separate process: load and warm the model, then answer one timed hit per line ``N`` on stdin."""
     args = json.loads(spec)
     loaded = M.load(args["model"], args["runtime"], progress=lambda m: None, device=args["device"])
-    pc = prompt_cache(loaded, args["url"], args["codec"])
     prompts = {n: M.filler_prompt(loaded, n) for n in args["lengths"]}
-    pc.client.ping()  # connected, as a serving process is
-    print("ready", flush=True)
-    for line in sys.stdin:
-        prompt = prompts[int(line)]
-        print(json.dumps(pion_once(pc, prompt[:-1], prompt[-1:])), flush=True)
+    M.serve_hits(prompt_cache(loaded, args["url"], args["codec"]),
+                 lambda line: (prompts[int(line)][:-1], prompts[int(line)][-1:]))
     return 0
 
 
-class CrossProcess:
+def cross_process(args, codec: str) -> M.HitWorker:
     """A worker process per codec, kept alive so its runs interleave with the other paths'."""
-
-    def __init__(self, args, codec: str) -> None:
-        spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": args.url, "codec": codec,
-                           "device": args.device,
-                           "lengths": list(args.lengths)})
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", spec], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        if self.proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the {codec} worker did not start (exit {self.proc.poll()})")
-
-    def hit(self, n: int) -> dict:
-        self.proc.stdin.write(f"{n}\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"a cross-process worker died (exit {self.proc.wait()})")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(30)
+    spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": args.url, "codec": codec,
+                       "device": args.device, "lengths": list(args.lengths)})
+    return M.HitWorker([sys.executable, __file__, "--worker", spec], f"the {codec} worker", cwd=ROOT)
 
 
 # -- one length --------------------------------------------------------------------------------
@@ -177,9 +149,9 @@ def one_run(args, loaded, prompt, prefix_cache, caches: dict, workers: dict, r) 
         out["redis"] = {"ms": ms, "first": first, "hit": True}
     for codec, pc in caches.items():
         M.settle()
-        out[f"same/{codec}"] = pion_once(pc, prefix, last)
+        out[f"same/{codec}"] = M.timed_hit(pc, prefix, last)
         M.settle()
-        out[f"cross/{codec}"] = workers[codec].hit(n)
+        out[f"cross/{codec}"] = workers[codec].hit(str(n))
     return out
 
 
@@ -323,7 +295,7 @@ def bench(args, redis_srv) -> int:
         pc.client.kv_drop(*[pc.namespace(M.filler_prompt(loaded, n)[:-1]) for n in args.lengths])
     r = redis.Redis(port=redis_srv.port) if redis_srv is not None else None
     log("starting one separate process per codec (model load outside the clock)")
-    workers = {c: CrossProcess(args, c) for c in args.codecs}
+    workers = {c: cross_process(args, c) for c in args.codecs}
     try:
         rows = [measure_length(args, loaded, n, caches, workers, r) for n in args.lengths]
     finally:

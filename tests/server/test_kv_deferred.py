@@ -76,14 +76,21 @@ def test_a_large_decoding_fetch_matches_the_codec(r, fmt):
     assert got == [codec.decode(codec.encode(rows(layer)), (TOKENS, DIM)).astype(dtype).tobytes() for layer in range(2)]
 
 
-def test_other_clients_run_while_a_store_is_encoded(server, r, gated):
-    r.execute_command("V.CREATE", "s", DIM, "VQUANT", "fp16")
+def start_gated_store(server, r, gated, codec: str):
+    """``(other client, writer thread, its reply box)``: a large V.STOREBATCH into a new ``codec``
+    session, held by the gate inside its encoding job."""
+    r.execute_command("V.CREATE", "s", DIM, "VQUANT", codec)
     other = redis.Redis(port=server.port, socket_timeout=10)
     box: list = []
     writer = threading.Thread(target=lambda: box.append(
         r.execute_command("V.STOREBATCH", "s", 0, 0, TOKENS, rows(0).tobytes())))
     writer.start()
     assert gated.started.wait(10)
+    return other, writer, box
+
+
+def test_other_clients_run_while_a_store_is_encoded(server, r, gated):
+    other, writer, box = start_gated_store(server, r, gated, "fp16")
     assert other.ping() is True
     assert b"layer_0_tokens" not in other.execute_command("V.INFO", "s")  # not stored before it is done
     gated.gate.set()
@@ -93,13 +100,7 @@ def test_other_clients_run_while_a_store_is_encoded(server, r, gated):
 
 
 def test_a_store_takes_effect_against_the_session_as_it_is_when_done(server, r, gated):
-    r.execute_command("V.CREATE", "s", DIM, "VQUANT", "turbo4")
-    other = redis.Redis(port=server.port, socket_timeout=10)
-    box: list = []
-    writer = threading.Thread(target=lambda: box.append(
-        r.execute_command("V.STOREBATCH", "s", 0, 0, TOKENS, rows(0).tobytes())))
-    writer.start()
-    assert gated.started.wait(10)
+    other, writer, box = start_gated_store(server, r, gated, "turbo4")
     assert other.execute_command("V.DROP", "s") == 1
     assert other.execute_command("V.CREATE", "s", DIM, "VQUANT", "int8") == 0  # another codec meanwhile
     gated.gate.set()

@@ -114,51 +114,26 @@ def summarize(results: list[dict], cold_first: int) -> dict:
             "same_first": all(r["first"] == cold_first for r in results)}
 
 
-def timed_hit(pc, prefix, suffix) -> dict:
-    from pion.client.measure import warm_ttft
-
-    ms, logits, _, hit = warm_ttft(pc, prefix, suffix)
-    return {"ms": ms, "hit": hit, "first": int(logits.argmax())}
-
-
 def worker(spec: str) -> int:
     """The separate process: load the model and warm up, then one timed hit per line read from stdin."""
     from pion.client import PionPromptCache
-    from pion.client.measure import load
+    from pion.client.measure import load, serve_hits
 
     args = json.loads(spec)
     loaded = load(args["model"], args["runtime"], progress=lambda m: None)
     pc = PionPromptCache(loaded.model, url=args["url"], vquant=args["vquant"], tokenizer=loaded.tokenizer,
                          model_id=loaded.name, local_lane=False if args.get("socket") else "auto")
-    pc.client.ping()  # connected, as a serving process is
-    print("ready", flush=True)
-    for _ in sys.stdin:
-        print(json.dumps(timed_hit(pc, args["prefix"], args["suffix"])), flush=True)
+    serve_hits(pc, lambda _line: (args["prefix"], args["suffix"]))
     return 0
 
 
-class SeparateProcess:
+def separate_process(args, url: str, prefix, suffix):
     """A second Python process with its own copy of the model, answering hits on request."""
+    from pion.client.measure import HitWorker
 
-    def __init__(self, args, url: str, prefix, suffix) -> None:
-        spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "vquant": args.vquant,
-                           "socket": args.socket, "prefix": prefix, "suffix": suffix})
-        self.proc = subprocess.Popen([sys.executable, "-m", "pion.cli.demo", "--worker", spec],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        if self.proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the separate process failed to start (exit {self.proc.wait()})")
-
-    def hit(self) -> dict:
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the separate process died (exit {self.proc.wait()})")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(30)
+    spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": url, "vquant": args.vquant,
+                       "socket": args.socket, "prefix": prefix, "suffix": suffix})
+    return HitWorker([sys.executable, "-m", "pion.cli.demo", "--worker", spec], "the separate process")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,9 +152,9 @@ def run(args: argparse.Namespace) -> int:
                 server.stop()
 
 
-def interleaved_runs(args, pc, other: SeparateProcess, prefix, suffix) -> tuple[dict, object]:
+def interleaved_runs(args, pc, other, prefix, suffix) -> tuple[dict, object]:
     """Per run: cold, warm here, warm in the other process, back to back (load drift hits all alike)."""
-    from pion.client.measure import cold_ttft, settle
+    from pion.client.measure import cold_ttft, settle, timed_hit
 
     results: dict[str, list] = {"cold": [], "same": [], "process": []}
     for i in range(args.runs):
@@ -197,7 +172,7 @@ def interleaved_runs(args, pc, other: SeparateProcess, prefix, suffix) -> tuple[
 
 def measure_all(args, server: DemoServer | None, url: str) -> int:
     from pion.client import PionPromptCache
-    from pion.client.measure import greedy, load, settle, warm_ttft
+    from pion.client.measure import greedy, load, settle, timed_hit, warm_ttft
 
     progress(f"loading {'the built-in demo model' if args.model is None else args.model} ({args.runtime})")
     loaded = load(args.model, args.runtime, progress)
@@ -208,7 +183,7 @@ def measure_all(args, server: DemoServer | None, url: str) -> int:
     progress("storing the prefix in Pion (one miss: prefill + store)")
     pc.get_or_prefill(prefix)
     progress("starting the separate process (python + model load, outside the clock)")
-    other = SeparateProcess(args, url, prefix, suffix)
+    other = separate_process(args, url, prefix, suffix)
     try:
         results, cold_cache = interleaved_runs(args, pc, other, prefix, suffix)
     finally:

@@ -38,16 +38,19 @@ def is_local(url: str) -> bool:
     return host in _LOOPBACK or host.startswith("127.")
 
 
+def can_export(layout) -> bool:
+    """Can V.EXPORT's one shape hold this layout? (every layer the same heads, K and V the same
+    head dim, a dtype it writes)"""
+    return (bool(layout.attn) and len(set(layout.heads)) == 1 and layout.heads[0][1] == layout.heads[0][2]
+            and layout.dtype in EXPORT_DTYPE)
+
+
 def export_args(pk: str, pv: str, n_tokens: int, layout) -> list | None:
-    """The ``V.EXPORT`` command for a layout, or None when the layout cannot use it
-    (layers of different head counts or K and V of different head dims)."""
-    if not layout.attn or len(set(layout.heads)) != 1:
+    """The ``V.EXPORT`` command for a layout, or None when the layout cannot use it."""
+    if not can_export(layout):
         return None
-    heads, dk, dv = layout.heads[0]
-    dtype = EXPORT_DTYPE.get(layout.dtype)
-    if dk != dv or dtype is None:
-        return None
-    return ["V.EXPORT", pk, pv, 0, n_tokens, len(layout.attn), heads, dk, "DTYPE", dtype]
+    heads, dim, _ = layout.heads[0]
+    return ["V.EXPORT", pk, pv, 0, n_tokens, len(layout.attn), heads, dim, "DTYPE", EXPORT_DTYPE[layout.dtype]]
 
 
 def open_export(path: str, n_layers: int, shape: tuple[int, ...], dtype: str) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -124,3 +124,48 @@ def settle(seconds: float = 0.25) -> None:
 
 def median(values) -> float:
     return float(statistics.median(values)) if values else float("nan")
+
+
+def timed_hit(prompt_cache, prefix_ids, suffix_ids) -> dict:
+    """One warm run as a JSON-able row: ``ms``, whether it was a ``hit``, the ``first`` token."""
+    ms, logits, _, hit = warm_ttft(prompt_cache, prefix_ids, suffix_ids)
+    return {"ms": ms, "hit": hit, "first": int(np.argmax(logits))}
+
+
+def serve_hits(prompt_cache, prompt_for) -> None:
+    """The separate process's side: say ``ready``, then one timed hit per stdin line, a JSON row
+    each on stdout; ``prompt_for(line)`` gives ``(prefix_ids, suffix_ids)``."""
+    import json
+    import sys
+
+    prompt_cache.client.ping()  # connected, as a serving process is
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(timed_hit(prompt_cache, *prompt_for(line.strip()))), flush=True)
+
+
+class HitWorker:
+    """A separate Python process (``argv``) with its own model, answering timed hits on request:
+    the model loads outside any clock, and the process stays up between runs."""
+
+    def __init__(self, argv: list[str], name: str, **popen) -> None:
+        import subprocess
+
+        self.name = name
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **popen)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{name} did not start (exit {self.proc.wait()})")
+
+    def hit(self, line: str = "go") -> dict:
+        import json
+
+        self.proc.stdin.write(f"{line}\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"{self.name} died (exit {self.proc.wait()})")
+        return json.loads(reply)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)

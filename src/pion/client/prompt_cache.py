@@ -24,7 +24,7 @@ from pion.client.adapters import adapter_for
 from pion.client.blocks import DEFAULT_BLOCK_SIZE, block_hashes, chain_seed, hash_blob, token_blob
 from pion.client.client import DEFAULT_URL, PionClient
 from pion.client.errors import PionConnectionError, PionError
-from pion.client.local_lane import EXPORT_DTYPE, export_args, is_local, open_export
+from pion.client.local_lane import EXPORT_DTYPE, can_export, export_args, is_local, open_export
 from pion.client.manifest import build_manifest, encode_manifest, mismatch, parse_manifest
 from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_hash
 from pion.client.rows import check_schema, make_schema
@@ -94,7 +94,7 @@ class PionPromptCache:
             raise ValueError("local_lane must be 'auto', True or False")
         wanted = is_local(self.client.url) if local_lane == "auto" else bool(local_lane)
         #: is the local lane on? (it turns itself off for good when the server's files are out of reach)
-        self.local_lane = wanted and export_args("", "", 1, layout) is not None
+        self.local_lane = wanted and can_export(layout)
         #: why the last manifest check failed (for logs and tests)
         self.last_mismatch = ""
 

@@ -10,13 +10,6 @@ import pytest
 from pion.storage.arena import ArenaError, ArenaStore, BlobRef, pack_blob, snapshot_scope, unpack_blob
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ArenaStore(str(tmp_path / "arenas"), arena_size=1 << 20)
-    yield s
-    s.close()
-
-
 def test_put_then_view_returns_the_same_bytes_without_copying(store):
     ref = store.put(b"abc" * 1000)
     view = store.view(ref)

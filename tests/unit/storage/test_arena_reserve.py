@@ -9,13 +9,6 @@ import pytest
 from pion.storage.arena import ArenaError, ArenaStore
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ArenaStore(str(tmp_path / "arenas"), arena_size=1 << 20)
-    yield s
-    s.close()
-
-
 def test_a_blob_written_in_parts_by_threads_is_the_blob_put_would_store(store):
     data = bytes(range(256)) * 1000
     room = store.reserve(len(data))
