@@ -70,3 +70,13 @@ def hf_gpt2(seed: int = 0):
 
     torch.manual_seed(seed)
     return GPT2LMHeadModel(GPT2Config(vocab_size=models.VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=1024)).eval()
+
+
+#: the corpus every chunk-cache test composes: a stub, four chunks of different lengths, a question
+STUB = models.prompt(10, offset=9)
+CHUNKS = {f"c{i}": models.prompt(14 + 3 * i, offset=i) for i in range(4)}
+QUESTION = models.prompt(5, offset=77)
+
+
+def tiny(runtime: str):
+    return models.mlx_llama() if runtime == "mlx" else models.hf_llama()

@@ -14,17 +14,15 @@ import pytest
 from pion.client.retrieval import HybridRetrievalCache, Repair
 from pion.client.retrieval.compose import rel_error
 from tests.client import models
+from tests.client.retrieval_models import CHUNKS, QUESTION, STUB, tiny
 from tests.client.test_retrieval_rope import naive_split_half
 
 RUNTIMES = [pytest.param("hf", marks=pytest.mark.hf), pytest.param("mlx", marks=pytest.mark.mlx)]
-STUB = models.prompt(10, offset=9)
-CHUNKS = {f"c{i}": models.prompt(14 + 3 * i, offset=i) for i in range(4)}
-QUESTION = models.prompt(5, offset=77)
 
 
 def make_model(runtime: str):
     pytest.importorskip("mlx_lm" if runtime == "mlx" else "transformers")
-    return models.mlx_llama() if runtime == "mlx" else models.hf_llama()
+    return tiny(runtime)
 
 
 @pytest.fixture(params=RUNTIMES)

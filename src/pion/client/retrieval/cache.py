@@ -126,8 +126,26 @@ class HybridRetrievalCache:
         return self._ingest(str(chunk_id), ids, "chunk", stub_sha="", encoded_at=0).describe()
 
     def has(self, chunk_id: str) -> bool:
-        """Is ``chunk_id`` stored (as a chunk, or as a pack of the current stub) and loadable here?"""
-        return self._entry(str(chunk_id)) is not None
+        """Is ``chunk_id`` stored (as a chunk, or as a pack of the current stub) and loadable here?
+
+        Asks the backend (one ``KV.PREFIX.MANIFEST`` on ``pion``) and checks the manifest; the rows
+        can still be evicted before a later ``prepare``, which then raises KeyError."""
+        entry = self._entry(str(chunk_id))
+        if entry is None:
+            return False
+        try:
+            stored = self.store.manifest(entry.namespace)
+        except PionError:
+            self._counts["errors"] += 1
+            return False
+        why = "not stored" if stored is None else chunk_mismatch(
+            stored, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema, chunk_id=entry.chunk_id,
+            kind=entry.kind, stub_sha256=entry.stub_sha256)
+        if why is None and stored.get("tokens_sha256") != entry.tokens_sha256:
+            why = "other tokens than this cache's entry"
+        if why is not None and stored is not None:
+            self._mismatch(entry.namespace, why)
+        return why is None
 
     def evict(self, chunk_id: str) -> bool:
         """Forget ``chunk_id`` here and in the backend (every form of it this cache can name)."""
@@ -257,9 +275,6 @@ class HybridRetrievalCache:
             raise ValueError("token_ids is empty")
         ns = self.chunk_namespace(chunk_id, stub_sha)
         entry = ChunkEntry(chunk_id, ns, len(ids), self.backend, kind, encoded_at, stub_sha, digest_tokens(ids))
-        known = self.manifest.entries.get(chunk_id)
-        if known == entry and self.store.manifest(ns) is not None:
-            return known
         stored = self.store.manifest(ns)
         if stored is not None:
             if chunk_mismatch(stored, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema, chunk_id=chunk_id,
