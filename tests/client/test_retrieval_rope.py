@@ -165,3 +165,18 @@ def test_rotation_keeps_unrotated_dims_and_composes():
     assert rel_error(two_steps, spec.rotate(k, heads, p, r)) < 1e-6
     kept = k.reshape(5, heads, dim)[..., 4:]
     assert np.array_equal(spec.rotate(k, heads, p, q).reshape(5, heads, dim)[..., 4:], kept)
+
+
+@pytest.mark.parametrize("runtime", [pytest.param("hf", marks=pytest.mark.hf), pytest.param("mlx", marks=pytest.mark.mlx)])
+def test_the_fresh_prefill_check_refuses_a_wrong_rotation(runtime):
+    """``verify_rotation`` compares with a real prefill at the offset: a table that rotates the
+    wrong way (as a runtime whose RoPE we misread would) is refused with the measured error."""
+    pytest.importorskip("mlx_lm" if runtime == "mlx" else "transformers")
+    model = mlx_rope("default") if runtime == "mlx" else hf_rope("default")
+    composer = Composer(adapter_for(model))
+    assert composer.verify_rotation(300) < TOL and composer.verified_upto >= 300
+    wrong = Composer(adapter_for(model))
+    wrong.runtime.rope.ensure(2048)
+    wrong.runtime.rope._sin = -wrong.runtime.rope._sin
+    with pytest.raises(RotationRefused, match="differs from a fresh prefill"):
+        wrong.verify_rotation(300)

@@ -22,6 +22,8 @@ from pion.client.retrieval.rope import RotationRefused
 PROBE_TOKENS = [1, 5, 9, 13, 17, 21, 25, 29]
 #: relative error a rotation may show against a fresh prefill, for float32 K
 ROTATION_TOL = 2e-5
+#: the fresh-prefill check looks this far ahead at least (rounded up to a power of two)
+VERIFY_BLOCK = 1024
 
 
 @dataclass
@@ -93,11 +95,14 @@ class Composer:
         if positions <= self.verified_upto:
             return self.verified_error
         runtime, n = self.runtime, len(PROBE_TOKENS)
-        offset = max(positions, 2 * n) - n
+        limit = runtime.rope.limit
+        reach = max(VERIFY_BLOCK, 1 << (positions - 1).bit_length())  # check ahead: fewer re-checks
+        reach = positions if limit is not None and reach > limit >= positions else reach
+        offset = max(reach, 2 * n) - n
         runtime.rope.ensure(offset + n)
         heads = self.adapter.layout.heads[0][0]
-        base = self.adapter.export(runtime.prefill_at(PROBE_TOKENS, 0))[0][0][0]
-        fresh = self.adapter.export(runtime.prefill_at(PROBE_TOKENS, offset))[0][0][0]
+        base = runtime.first_layer_k(runtime.prefill_at(PROBE_TOKENS, 0, first_layer_only=True))
+        fresh = runtime.first_layer_k(runtime.prefill_at(PROBE_TOKENS, offset, first_layer_only=True))
         moved = runtime.rope.rotate(base, heads, np.arange(n), np.arange(offset, offset + n))
         error = rel_error(moved, fresh)
         tol = rotation_tolerance(self.adapter.layout.dtype)

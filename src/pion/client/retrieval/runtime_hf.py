@@ -72,13 +72,35 @@ class HfRuntime(RuntimeShim):
 
     # -- forwards ------------------------------------------------------------------------
 
-    def prefill_at(self, token_ids, start: int):
-        """A fresh cache of ``token_ids`` placed at positions ``start, start+1, ...`` (nothing before them)."""
+    def prefill_at(self, token_ids, start: int, first_layer_only: bool = False):
+        """A fresh cache of ``token_ids`` placed at positions ``start, start+1, ...`` (nothing before
+        them); ``first_layer_only`` ends the forward once the first attention layer is cached."""
         torch = self.torch
         cache = self.adapter.new_cache()
         positions = torch.arange(start, start + len(token_ids), device=self.device)[None]
-        self._forward(token_ids, positions, cache, None)
+        if not first_layer_only:
+            self._forward(token_ids, positions, cache, None)
+            return cache
+        first = self.adapter.layout.attn[0]
+        plain = cache.update
+
+        def update(key_states, value_states, layer_idx, *args, **kwargs):
+            if layer_idx > first:
+                raise StopForward
+            return plain(key_states, value_states, layer_idx, *args, **kwargs)
+
+        cache.update = update
+        try:
+            self._forward(token_ids, positions, cache, None)
+        except StopForward:
+            pass
+        finally:
+            del cache.update
         return cache
+
+    def first_layer_k(self, cache) -> np.ndarray:
+        """The first attention layer's K rows ``(n, heads*dim)`` of a cache."""
+        return self.adapter._rows(cache.layers[self.adapter.layout.attn[0]].keys)
 
     def run_in_place(self, cache, token_ids, positions: np.ndarray, *, on_update=None, stop_after: int | None = None):
         """Recompute ``token_ids`` at ``positions`` (sorted, inside the cache) through the model.

@@ -58,20 +58,30 @@ class MlxRuntime(RuntimeShim):
 
     # -- forwards ------------------------------------------------------------------------
 
-    def prefill_at(self, token_ids, start: int) -> list:
-        """A prompt cache of ``token_ids`` placed at positions ``start...`` (nothing before them)."""
+    def prefill_at(self, token_ids, start: int, first_layer_only: bool = False) -> list:
+        """A prompt cache of ``token_ids`` placed at positions ``start...`` (nothing before them);
+        ``first_layer_only`` fills only the first attention layer (the others stay empty)."""
         mx = self.mx
+        attn = self.adapter.layout.attn
         slots = self.adapter.new_cache()
-        for slot in self.adapter.layout.attn:
-            slots[slot] = _OffsetSlot(start)
-        self.model(mx.array([[int(t) for t in token_ids]]), cache=slots)
-        mx.eval([s.keys for s in slots if isinstance(s, _OffsetSlot)] +
-                [s.values for s in slots if isinstance(s, _OffsetSlot)])
+        for slot in attn:
+            slots[slot] = _OffsetSlot(start, stop=first_layer_only and slot > attn[0])
+        try:
+            self.model(mx.array([[int(t) for t in token_ids]]), cache=slots)
+        except StopForward:
+            pass
+        filled = [slots[s] for s in attn if slots[s].keys is not None]
+        mx.eval([s.keys for s in filled] + [s.values for s in filled])
         cache = self.adapter.new_cache()
-        for slot in self.adapter.layout.attn:
-            cache[slot].keys, cache[slot].values = slots[slot].keys, slots[slot].values
-            cache[slot].offset = len(token_ids)
+        for slot in attn:
+            if slots[slot].keys is not None:
+                cache[slot].keys, cache[slot].values = slots[slot].keys, slots[slot].values
+                cache[slot].offset = len(token_ids)
         return cache
+
+    def first_layer_k(self, cache) -> np.ndarray:
+        kv = cache[self.adapter.layout.attn[0]]
+        return self.adapter._rows(kv.keys[..., : kv.offset, :])
 
     def run_in_place(self, cache: list, token_ids, positions: np.ndarray, *, on_update=None,
                      stop_after: int | None = None) -> None:
@@ -112,11 +122,13 @@ class MlxRuntime(RuntimeShim):
 class _OffsetSlot:
     """A cache slot for one forward whose tokens sit at ``offset...`` with nothing cached before."""
 
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
+    def __init__(self, offset: int, stop: bool = False) -> None:
+        self.offset, self.stop = offset, stop
         self.keys = self.values = None
 
     def update_and_fetch(self, keys, values):
+        if self.stop:
+            raise StopForward
         self.keys, self.values = keys, values
         return keys, values
 
