@@ -212,3 +212,18 @@ def forge(rc: HybridRetrievalCache, chunk_id: str, ids, namespace: str, kind: st
     manifest = chunk_manifest(fingerprint=rc.fingerprint, fp_hash=rc.fp_hash, layout=rc.layout, codecs=rc.schema,
                               token_ids=list(ids), block_size=rc.block_size, entry=entry)
     rc.store.put(namespace, manifest, np.ascontiguousarray(k), np.ascontiguousarray(v))
+
+
+@pytest.mark.hf
+def test_copy_to_warms_a_server_without_encoding(url):
+    local = HybridRetrievalCache(models.hf_llama())
+    local.set_shared_stub(STUB)
+    for chunk_id, ids in CHUNKS.items():
+        local.ingest_pack(chunk_id, ids)
+    remote = make("hf", url)
+    assert local.copy_to(remote) == 4
+    remote.set_shared_stub(STUB)  # found in the server: not encoded
+    assert remote.stats()["ingest_count"] == 0
+    assert np.array_equal(composed_logits(remote), composed_logits(local))
+    with pytest.raises(ValueError, match="same model"):
+        local.copy_to(HybridRetrievalCache(models.hf_llama(seed=1), backend="pion", url=url))

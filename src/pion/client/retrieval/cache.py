@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 
@@ -263,6 +264,31 @@ class HybridRetrievalCache:
             out["bytes_fetched"] = self.store.bytes_fetched
         out["rope"] = self.composer.runtime.rope.describe() if self.composer.has_rope else None
         return out
+
+    def copy_to(self, other: HybridRetrievalCache, chunk_ids=None) -> int:
+        """Copy this cache's stored chunks (default: all it knows) and its stub into ``other``,
+        a cache of the same model on another backend (e.g. warm a server from this process),
+        without encoding anything again; ``other``'s codecs apply. The number copied."""
+        if other.fp_hash != self.fp_hash:
+            raise ValueError("copy_to needs a cache of the same model (the fingerprints differ)")
+        wanted = list(self.manifest.entries) if chunk_ids is None else [str(c) for c in chunk_ids]
+        if self._stub_ids:
+            entry = ChunkEntry("<stub>", stub_namespace(self.fp_hash, self.schema_tag, self._stub_sha,
+                                                        self.namespace_prefix), len(self._stub_ids), self.backend,
+                               "stub", 0, "", self._stub_sha)
+            target = stub_namespace(other.fp_hash, other.schema_tag, self._stub_sha, other.namespace_prefix)
+            other._put(replace(entry, namespace=target, backend=other.backend), self._stub_ids, *self._stub_kv)
+        copied = 0
+        for chunk_id in wanted:
+            entry = self._entry(chunk_id)
+            if entry is None:
+                raise KeyError(f"chunk {chunk_id!r} is not stored")
+            manifest, k, v = self._load(entry)
+            moved = replace(entry, namespace=other.chunk_namespace(chunk_id, entry.stub_sha256), backend=other.backend)
+            other._put(moved, manifest_tokens(manifest), k, v)
+            other.manifest.put(moved)
+            copied += 1
+        return copied
 
     def close(self) -> None:
         if self.prompt_cache is not None:
