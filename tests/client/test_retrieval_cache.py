@@ -220,3 +220,22 @@ def test_repair_validation(rc):
         Repair(first_k=-1)
     with pytest.raises(ValueError, match="attention layers"):
         rc.prepare_multi(["c0", "c1"], QUESTION, repair=Repair(ratio=0.1, check_layer=9))
+
+
+def test_the_deviation_funnel_reranks_the_preselected_tokens_on_a_deeper_layer(rc):
+    order = ["c2", "c3", "c0"]
+    plain_v = rows(rc, rc.prepare_multi(order, QUESTION)[0])[1]
+    full_v = rows(rc, rc.adapter.prefill(STUB + [t for c in order for t in CHUNKS[c]]))[1]
+    rc.prepare_multi(order, QUESTION, repair=Repair.cacheblend(0.2, check_layer=1, refine_layer=3, preselect=0.5))
+    report = rc.last_prepare["repair"]
+    chunk_positions = np.arange(len(STUB), plain_v.shape[1])
+    n = len(chunk_positions)
+    deviation = ((full_v[1, chunk_positions] - plain_v[1, chunk_positions]) ** 2).sum(axis=-1)
+    preselected = set(chunk_positions[np.argsort(-deviation)[: int(np.ceil(0.5 * n))]].tolist())
+    assert set(report["positions"]) <= preselected and report["recomputed"] == int(np.ceil(0.2 * n))
+    expected = (n * 2 + int(np.ceil(0.5 * n)) * 4 + report["recomputed"] * 4) / (n * 4)
+    assert report["compute"] == pytest.approx(expected)
+    with pytest.raises(ValueError, match="deeper"):
+        Repair.cacheblend(0.2, check_layer=2, refine_layer=1)
+    with pytest.raises(ValueError, match="preselect"):
+        Repair(ratio=0.3, refine_layer=3, preselect=0.1)

@@ -36,6 +36,10 @@ class Repair:
     ratio: float = 0.0
     #: the attention layer (index among attention layers) whose V deviation picks the tokens
     check_layer: int = 1
+    #: a deeper layer to re-rank on: the ``preselect`` share of chunk tokens that deviated most on
+    #: ``check_layer`` runs on to it, and its deviation picks the final ``ratio`` (None: no funnel)
+    refine_layer: int | None = None
+    preselect: float = 0.0
 
     def __post_init__(self) -> None:
         if self.first_k < 0:
@@ -44,21 +48,38 @@ class Repair:
             raise ValueError("Repair.ratio must be in [0, 1]")
         if self.check_layer < 0:
             raise ValueError("Repair.check_layer must be >= 0")
+        if self.refine_layer is not None:
+            if self.refine_layer <= self.check_layer:
+                raise ValueError("Repair.refine_layer must be deeper than check_layer")
+            if not self.ratio <= self.preselect <= 1.0:
+                raise ValueError("Repair.preselect must be between ratio and 1")
 
     @classmethod
     def epic(cls, k: int = 16) -> Repair:
         return cls(first_k=k)
 
     @classmethod
-    def cacheblend(cls, ratio: float = 0.15, check_layer: int = 1) -> Repair:
-        return cls(ratio=ratio, check_layer=check_layer)
+    def cacheblend(cls, ratio: float = 0.15, check_layer: int = 1, refine_layer: int | None = None,
+                   preselect: float | None = None) -> Repair:
+        preselect = (min(1.0, 2 * ratio) if refine_layer is not None else 0.0) if preselect is None else preselect
+        return cls(ratio=ratio, check_layer=check_layer, refine_layer=refine_layer, preselect=preselect)
+
+    def stages(self, n_tokens: int) -> list[tuple[int, int]]:
+        """``(attention layer, tokens kept after it)`` of the deviation funnel."""
+        final = math.ceil(self.ratio * n_tokens)
+        if self.refine_layer is None:
+            return [(self.check_layer, final)]
+        return [(self.check_layer, max(final, math.ceil(self.preselect * n_tokens))), (self.refine_layer, final)]
 
     @property
     def active(self) -> bool:
         return self.first_k > 0 or self.ratio > 0
 
     def describe(self) -> dict:
-        return {"first_k": self.first_k, "ratio": self.ratio, "check_layer": self.check_layer}
+        out = {"first_k": self.first_k, "ratio": self.ratio, "check_layer": self.check_layer}
+        if self.refine_layer is not None:
+            out.update(refine_layer=self.refine_layer, preselect=self.preselect)
+        return out
 
 
 def first_tokens(segments: list[tuple[int, int]], k: int) -> np.ndarray:
@@ -76,42 +97,57 @@ def top_deviation(positions: np.ndarray, deviation: np.ndarray, count: int) -> n
 
 
 def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, int]], plan: Repair) -> dict:
-    """Apply ``plan`` to ``cache`` (holding ``token_ids``; chunks at ``segments``); a report."""
+    """Apply ``plan`` to ``cache`` (holding ``token_ids``; chunks at ``segments``); a report.
+
+    The deviation selection is a funnel: every chunk token runs to ``check_layer`` (those layers
+    become exact), the most deviating ``preselect`` share of them runs on to ``refine_layer``
+    when one is given, and the top ``ratio`` by the last deviation measured is recomputed
+    through every layer. ``compute`` in the report is the work done, in token-layers, as a
+    share of prefilling the chunk tokens (what text RAG pays for them).
+    """
     started = time.perf_counter()
     attn = runtime.adapter.layout.attn
     chunk_positions = np.concatenate([np.arange(s, e) for s, e in segments]) if segments else np.zeros(0, np.int64)
     chosen = first_tokens(segments, plan.first_k) if plan.first_k else np.zeros(0, np.int64)
-    checked = 0
-    check_ms = 0.0
+    token_layers, checked, check_ms = 0, 0, 0.0
     if plan.ratio > 0 and len(chunk_positions):
-        if plan.check_layer >= len(attn):
-            raise ValueError(f"Repair.check_layer {plan.check_layer}: the model has {len(attn)} attention layers")
-        check_slot = attn[plan.check_layer]
-        found: dict[str, np.ndarray] = {}
-
-        def on_update(slot, new_k, new_v, old_k, old_v):
-            if slot == check_slot:
-                found["deviation"] = runtime.deviation(new_v, old_v)
-
-        runtime.run_in_place(cache, token_ids[chunk_positions], chunk_positions, on_update=on_update,
-                             stop_after=check_slot)
-        checked = len(chunk_positions)
-        check_ms = (time.perf_counter() - started) * 1000
         count = math.ceil(plan.ratio * len(chunk_positions))
-        rest = np.setdiff1d(chunk_positions, chosen)
-        deviation = found["deviation"][np.searchsorted(chunk_positions, rest)]
-        chosen = np.concatenate([chosen, top_deviation(rest, deviation, count - len(chosen))])
+        candidates = np.setdiff1d(chunk_positions, chosen)
+        for layer, keep in plan.stages(len(chunk_positions)):
+            if layer >= len(attn):
+                raise ValueError(f"Repair check layer {layer}: the model has {len(attn)} attention layers")
+            deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[layer])
+            token_layers += len(candidates) * (layer + 1)
+            checked = max(checked, len(candidates))
+            ranked = top_deviation(candidates, deviation, keep)  # most deviating first
+            candidates = np.sort(ranked)
+        check_ms = (time.perf_counter() - started) * 1000
+        chosen = np.concatenate([chosen, ranked[: max(0, count - len(chosen))]])
     chosen = np.unique(chosen)
     if len(chosen):
         runtime.run_in_place(cache, token_ids[chosen], chosen)
+        token_layers += len(chosen) * len(attn)
+    total = len(chunk_positions) * len(attn)
     return {
         "recomputed": int(len(chosen)),
         "positions": chosen.tolist(),
         "chunk_tokens": int(len(chunk_positions)),
         "recompute_fraction": len(chosen) / len(chunk_positions) if len(chunk_positions) else 0.0,
+        "compute": token_layers / total if total else 0.0,
         "checked_tokens": checked,
-        "check_layers": plan.check_layer + 1 if checked else 0,
         "check_ms": round(check_ms, 3),
         "repair_ms": round((time.perf_counter() - started) * 1000, 3),
         "plan": plan.describe(),
     }
+
+
+def _deviation_at(runtime, cache, token_ids: np.ndarray, positions: np.ndarray, slot: int) -> np.ndarray:
+    """Recompute ``positions`` up to attention ``slot`` in place; their V deviation there."""
+    found: dict[str, np.ndarray] = {}
+
+    def on_update(at, new_k, new_v, old_k, old_v):
+        if at == slot:
+            found["deviation"] = runtime.deviation(new_v, old_v)
+
+    runtime.run_in_place(cache, token_ids[positions], positions, on_update=on_update, stop_after=slot)
+    return found["deviation"]
