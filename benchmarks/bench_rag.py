@@ -9,7 +9,9 @@ greedily (up to 32 tokens, or the end-of-turn token) by:
 - ``none``: ``prepare_multi`` of the cached passages, K re-rotated, no repair;
 - ``first16``: the same with EPIC repair of the first 16 tokens of every passage;
 - ``blend15``: the same with CacheBlend repair of the 15% most deviating passage tokens (V on
-  attention layer 1);
+  attention layer 1, LMCache's default);
+- ``blend15f``: CacheBlend with a funnel: the 30% most deviating on layer 1 run on to layer 8,
+  whose deviation picks the 15% recomputed through every layer;
 - ``pion:none`` / ``pion:blend15`` (at ``--pion-k``): the same through a Pion server (rows
   fetched over the socket), TTFT only; their first token must equal the inproc one.
 
@@ -95,12 +97,14 @@ def load(smoke: bool):
     return model, HfTokenizer(tok), SMOLLM2_ID
 
 
-def configs(k: int):
+def configs(k: int, n_layers: int):
     from pion.client.retrieval import Repair
 
     if k == 1:
         return [("none", None)]  # one pack sits where it was encoded: nothing to rotate or repair
-    return [("none", None), ("first16", Repair.epic(16)), ("blend15", Repair.cacheblend(0.15))]
+    return [("none", None), ("first16", Repair.epic(16)), ("blend15", Repair.cacheblend(0.15)),
+            ("blend15f", Repair.cacheblend(0.15, check_layer=1, refine_layer=min(8, n_layers - 1),
+                                                preselect=0.3))]
 
 
 def greedy(adapter, cache, first_ids: list[int], end: set[int]) -> tuple[list[int], float]:
@@ -205,7 +209,7 @@ def run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok) -> list
             base = {"q": qi, "hops": q.hops, "k": k, "prompt_tokens": len(full), "answer": q.answer}
             rows.append({**base, "config": "text", "ttft_ms": text_s * 1000, "match": q.answer.lower() in answer.lower(),
                          "free": 1.0, "forced": 1.0, "recomputed": 1.0, "text": answer})
-            for config, repair in configs(k):
+            for config, repair in configs(k, len(adapter.layout.attn)):
                 M.settle()
                 started = time.perf_counter()
                 cache, suffix = rc.prepare_multi(names, question_ids, repair=repair, allow_fine_grain=True)
@@ -218,7 +222,7 @@ def run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok) -> list
                                                                         reference)
                 text = tok.decode(tokens)
                 rows.append({**base, "config": config, "ttft_ms": (prepare_s + first_s) * 1000,
-                             "prepare_ms": prepare_s * 1000, "match": q.answer.lower() in text.lower(), "free": free,
+                             "prepare_ms": prepare_s * 1000, "compute": report.get("compute", 0.0), "match": q.answer.lower() in text.lower(), "free": free,
                              "forced": forced, "recomputed": report.get("recompute_fraction", 0.0), "text": text,
                              "first_token": tokens[0]})
                 if pion_rc is not None and k == args.pion_k and config in ("none", "blend15"):
@@ -256,7 +260,8 @@ def summarize(rows: list[dict], ks: list[int]) -> list[dict]:
             if not config.startswith("pion"):
                 entry.update(match=sum(r["match"] for r in sel), free=round(float(np.mean([r["free"] for r in sel])), 4),
                              forced=round(float(np.mean([r["forced"] for r in sel])), 4),
-                             recomputed=round(float(np.mean([r["recomputed"] for r in sel])), 4))
+                             recomputed=round(float(np.mean([r["recomputed"] for r in sel])), 4),
+                             compute=round(float(np.mean([r.get("compute", 1.0) for r in sel])), 4))
             table.append(entry)
     return table
 
@@ -265,14 +270,15 @@ def print_table(table: list[dict], model_name: str, n: int, load_avg) -> None:
     print(f"\n{model_name}, {n} questions, greedy <= {MAX_TOKENS} tokens; load average "
           f"{load_avg[0]:.1f} {load_avg[1]:.1f} {load_avg[2]:.1f}")
     print(f"{'k':>3} {'config':13} {'tokens':>6} {'answers':>8} {'agree':>7} {'forced':>7} {'recomp':>7} "
-          f"{'TTFT ms':>9} {'vs text':>8}")
+          f"{'work':>5} {'TTFT ms':>9} {'vs text':>8}")
     for e in table:
         answers = f"{e['match']}/{e['n']}" if "match" in e else "-"
         agree = f"{100 * e['free']:.1f}%" if "free" in e else "-"
         forced = f"{100 * e['forced']:.1f}%" if "forced" in e else "-"
         recomp = f"{100 * e['recomputed']:.0f}%" if "recomputed" in e else "-"
+        work = f"{100 * e['compute']:.0f}%" if "compute" in e else "-"
         print(f"{e['k']:>3} {e['config']:13} {e['prompt_tokens']:>6} {answers:>8} {agree:>7} {forced:>7} {recomp:>7} "
-              f"{e['ttft_ms']:>9.0f} {e['speedup']:>7.1f}x")
+              f"{work:>5} {e['ttft_ms']:>9.0f} {e['speedup']:>7.1f}x")
 
 
 def plot(table: list[dict], ks: list[int], path: Path, model_name: str, load_avg) -> None:
