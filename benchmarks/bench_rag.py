@@ -142,13 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pion-k", type=int, default=8, help="k at which the pion backend is timed (0: skip)")
     parser.add_argument("--smoke", action="store_true", help="tiny random model, 2 questions, k = 1, 3")
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for every path (1: on a shared, oversubscribed machine OpenMP's barriers "
+                             "cost a scheduler quantum per small op, which hurts repair's small batches most)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.questions, args.ks, args.pion_k = 2, "1,3", 3
     ks = [int(k) for k in args.ks.split(",")]
 
+    import torch
+
     from pion.client.retrieval import HybridRetrievalCache
 
+    torch.set_num_threads(args.threads)
     model, tok, model_name = load(args.smoke)
     towns = rag_corpus.towns(24)
     questions = rag_corpus.questions(towns)[: args.questions]
@@ -185,11 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     load_avg = os.getloadavg()
     table = summarize(rows, ks)
     print_table(table, model_name, len(questions), load_avg)
+    print(f"torch threads: {args.threads}")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = "rag_smoke" if args.smoke else "rag_smollm2"
     (out / f"{name}.json").write_text(json.dumps({"model": model_name, "questions": len(questions), "ks": ks,
-                                                  "loadavg": load_avg, "table": table, "rows": rows}, indent=1))
+                                                  "threads": args.threads, "loadavg": load_avg, "table": table,
+                                                  "rows": rows}, indent=1))
     plot(table, ks, out / f"{name}.png", model_name, load_avg)
     print(f"wrote {out / name}.json and .png")
     return 0
