@@ -58,7 +58,12 @@ def test_pion_backend_composes_exactly_what_inproc_composes(url, runtime):
     assert np.array_equal(composed_logits(rc), composed_logits(local))
     stats = rc.stats()
     assert stats["backend"] == "pion" and stats["ingest_count"] == 5 and stats["hydrate_count"] == 3
+    assert stats["local_hits"] == 3  # same host: the rows come from the mapped V.EXPORT files
     assert stats["bytes_fetched"] > 0 and stats["store_ms_total"] > 0
+    socket = make(runtime, url, local_lane=False)
+    socket.set_shared_stub(STUB)
+    assert np.array_equal(composed_logits(socket), composed_logits(local))
+    assert socket.stats()["local_hits"] == 0 and socket.stats()["hydrate_count"] == 3
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

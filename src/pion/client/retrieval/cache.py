@@ -59,11 +59,13 @@ class HybridRetrievalCache:
         model_id: the model's name, when the runtime does not carry one.
         namespace_prefix: put before every namespace (a tenant's required key prefix).
         client: an existing ``PionClient`` for the ``pion`` backend.
+        local_lane: on the server's host, map its ``V.EXPORT`` files instead of receiving the rows
+            (``"auto"``: when the URL is loopback or a unix socket; ``True``/``False`` to force).
     """
 
     def __init__(self, model, backend: str = "inproc", url: str = DEFAULT_URL, vquant: str = "auto",
                  manifest_path=None, *, tokenizer=None, model_id: str | None = None, namespace_prefix: str = "",
-                 client=None) -> None:
+                 client=None, local_lane: bool | str = "auto") -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
         self.backend = backend
@@ -76,7 +78,7 @@ class HybridRetrievalCache:
             self.fingerprint, self.fp_hash = self.prompt_cache.fingerprint, self.prompt_cache.fp_hash
             self.schema, self.layout = self.prompt_cache.schema, self.prompt_cache.layout
             self.block_size = self.prompt_cache.block_size
-            self.store: InprocStore | PionStore = PionStore(self.prompt_cache)
+            self.store: InprocStore | PionStore = PionStore(self.prompt_cache, local_lane)
         else:
             if vquant.lower() != "auto":
                 raise ValueError("the inproc backend keeps the runtime's own K/V: vquant must be 'auto' "
@@ -262,6 +264,7 @@ class HybridRetrievalCache:
                **{k: round(v, 3) for k, v in self.store.ms.items()}}
         if isinstance(self.store, PionStore):
             out["bytes_fetched"] = self.store.bytes_fetched
+            out["local_hits"] = self.store.local_hits
         out["rope"] = self.composer.runtime.rope.describe() if self.composer.has_rope else None
         return out
 
