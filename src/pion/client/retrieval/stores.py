@@ -79,8 +79,14 @@ class PionStore:
             raw = encode_manifest(manifest)
             kv = [(k[layer], v[layer]) for layer in range(k.shape[0])]
             seed = chain_seed(f"{self.pc.fp_hash}|{self.pc.schema_tag}|{ns}")
-            transfer.store(self.pc.client, ns, token_ids, kv, {}, self.pc.schema, raw, self.pc.block_size, None,
-                           seed=seed)
+            layout = self.pc.adapter.layout
+            after = [export_args(*transfer.sides(ns), len(token_ids), layout)] if self.local_lane else []
+            replies = transfer.store(self.pc.client, ns, token_ids, kv, {}, self.pc.schema, raw, self.pc.block_size,
+                                     None, after=after, seed=seed)  # the export file is written ahead of the first load
+            if replies and isinstance(replies[0], PionError):
+                self.local_lane = False
+                warnings.warn(f"chunk cache: local lane off, the server refused V.EXPORT ({replies[0]})",
+                              RuntimeWarning, stacklevel=3)
         finally:
             self.ms["store_ms_total"] += (time.perf_counter() - started) * 1000
 
