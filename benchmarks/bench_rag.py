@@ -108,18 +108,10 @@ def configs(k: int, n_layers: int):
 
 
 def greedy(adapter, cache, first_ids: list[int], end: set[int]) -> tuple[list[int], float]:
-    """Greedy answer (<= 32 tokens) and the seconds to its first token (the forward of ``first_ids``)."""
-    started = time.perf_counter()
-    logits = adapter.forward(first_ids, cache)
-    first_s = time.perf_counter() - started
-    out = []
-    for _ in range(MAX_TOKENS):
-        token = int(np.argmax(logits))
-        out.append(token)
-        if token in end or len(out) == MAX_TOKENS:
-            break
-        logits = adapter.forward([token], cache)
-    return out, first_s
+    """Greedy answer (<= 32 tokens) and the seconds to its first token (the example's generator)."""
+    from rag import generate
+
+    return generate(adapter, cache, first_ids, MAX_TOKENS, end)
 
 
 def teacher_forced(adapter, cache, first_ids: list[int], reference: list[int]) -> float:

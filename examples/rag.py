@@ -159,7 +159,7 @@ def generate(adapter, cache, first_ids: list[int], max_tokens: int, stop: set[in
         token = int(np.argmax(logits))
         first = first if first is not None else time.perf_counter() - started
         out.append(token)
-        if token in stop:
+        if token in stop or len(out) == max_tokens:
             break
         logits = adapter.forward([token], cache)
     return out, first

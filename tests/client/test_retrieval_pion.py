@@ -205,13 +205,7 @@ def forge(rc: HybridRetrievalCache, chunk_id: str, ids, namespace: str, kind: st
     """Store ``rc``'s encoding of ``ids`` under someone else's ``namespace`` (a simulated collision)."""
     from pion.client.retrieval.entries import ChunkEntry, digest_tokens
 
-    if kind == "pack":
-        cache = rc.composer.build([rc._stub_kv])
-        rc.adapter.forward(ids, cache)
-        k, v = rc.composer.rows(cache)
-        k, v = k[:, encoded_at:], v[:, encoded_at:]
-    else:
-        k, v = rc.composer.rows(rc.adapter.prefill(ids))
+    k, v = rc._encode(list(ids), kind)
     entry = ChunkEntry(chunk_id, namespace, len(ids), "pion", kind, encoded_at, rc._stub_sha if kind == "pack" else "",
                        digest_tokens(ids))
     manifest = chunk_manifest(fingerprint=rc.fingerprint, fp_hash=rc.fp_hash, layout=rc.layout, codecs=rc.schema,

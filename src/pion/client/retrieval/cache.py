@@ -312,17 +312,20 @@ class HybridRetrievalCache:
                 self.manifest.put(entry)
                 return entry
             self.store.drop(ns)  # other tokens (or a stale store) under this id: replace it
-        if kind == "pack":
-            cache = self.composer.build([self._stub_kv])
-            self.adapter.forward(ids, cache)
-            k, v = self.composer.rows(cache)
-            k, v = k[:, encoded_at:], v[:, encoded_at:]
-        else:
-            k, v = self.composer.rows(self.adapter.prefill(ids))
+        k, v = self._encode(ids, kind)
         self._counts["ingest_count"] += 1
         self._put(entry, ids, k, v)
         self.manifest.put(entry)
         return entry
+
+    def _encode(self, ids: list[int], kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """Stacked K/V rows of ``ids``: alone from position 0, or (a pack) after the stub, sliced."""
+        if kind != "pack":
+            return self.composer.rows(self.adapter.prefill(ids))
+        cache = self.composer.build([self._stub_kv])
+        self.adapter.forward(ids, cache)
+        k, v = self.composer.rows(cache)
+        return k[:, len(self._stub_ids):], v[:, len(self._stub_ids):]
 
     def _put(self, entry: ChunkEntry, ids: list[int], k: np.ndarray, v: np.ndarray) -> None:
         manifest = chunk_manifest(fingerprint=self.fingerprint, fp_hash=self.fp_hash, layout=self.layout,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pion.client.manifest import build_manifest, tokens_sha256
+from pion.client.manifest import FORMAT, build_manifest, mismatch, tokens_sha256
 
 CHUNK_FORMAT = "pion-chunk-v1"
 FILE_FORMAT = "pion-chunk-manifest-v1"
@@ -89,12 +89,10 @@ def chunk_mismatch(manifest: dict | None, *, fp_hash: str, layout: dict, codecs:
         return "no manifest"
     if manifest.get("format") != CHUNK_FORMAT:
         return f"not a chunk manifest ({manifest.get('format')!r})"
-    if manifest.get("fingerprint_sha256") != fp_hash:
-        return "another model (fingerprint differs)"
-    if manifest.get("layout") != layout:
-        return "another cache layout"
-    if manifest.get("codecs") != codecs:
-        return "another codec schema"
+    # the prompt cache's own checks (model fingerprint, layout, codecs, token count)
+    why = mismatch({**manifest, "format": FORMAT}, fp_hash=fp_hash, layout=layout, codecs=codecs, token_ids=None)
+    if why is not None:
+        return why
     chunk = manifest.get("chunk")
     if not isinstance(chunk, dict) or chunk.get("id") != chunk_id:
         return "another chunk id"
