@@ -13,10 +13,10 @@ the state blob (``SSM.PREFIX.STORE``), a manifest and a block chain over the key
 shared by every process and machine using the server, and survive restarts and ``kill -9``.
 
 Lookup: the exact key first (one round trip), then the longest stored block-aligned head
-(``KV.PREFIX.MATCH``, ``block_size`` tokens per block, default 64; the RAM cache matches at
+(``KV.PREFIX.MATCH``, ``block_size`` tokens per block, default 16; the RAM cache matches at
 single-token granularity, so a stored state sharing fewer than ``block_size`` tokens with the
-prompt is not offered here). llama-cpp-python then finds the exact common prefix itself and
-re-evaluates the rest. Every hit is checked against the manifest, fail closed: a state made by
+prompt is not offered here, and ``block_size=1`` gives exactly the RAM cache's matching).
+llama-cpp-python then finds the exact common prefix itself and re-evaluates the rest. Every hit is checked against the manifest, fail closed: a state made by
 another GGUF, another llama-cpp-python or other context settings (``LlamaCppAdapter.fingerprint``)
 is a miss, counted in ``manifest_mismatches``, never loaded.
 
@@ -46,7 +46,7 @@ from pion.client.namespace import fingerprint_hash, prefix_namespace
 _llama_cache = require("llama_cpp.llama_cache", "llama")
 STAT_KEYS = ("hits", "misses", "partial_hits", "local_hits", "admission_skips", "manifest_mismatches", "errors")
 SCHEMA_TAG = "llama-state-v1"
-DEFAULT_LLAMA_BLOCK = 64
+DEFAULT_LLAMA_BLOCK = 16
 
 
 class PionLlamaCache(_llama_cache.BaseLlamaCache):
