@@ -155,7 +155,7 @@ def measure(args, url: str, disk_dir: str) -> int:
     caches = {"ram": make_cache(llm, "ram", ""), "disk": make_cache(llm, "disk", disk_dir),
               "pion": make_cache(llm, "pion", url)}
     log("filling every cache once per length (a cold completion's store, off the clock)")
-    for n, prompt in by_length.items():
+    for prompt in by_length.values():
         cold = cold_ttft(llm, prompt)
         state = llm.save_state()
         for cache in caches.values():
