@@ -70,16 +70,23 @@ def test_a_state_stored_by_one_llama_is_loaded_by_another(url):
     assert cache.stats()["partial_hits"] == 2
 
 
-def test_exact_keys_contains_keyerror_and_drop(url):
-    url, _ = url
+def stored_prompt(url: str):
+    """``(llm, cache, tokens)``: PROMPT evaluated and its state stored under exactly its tokens."""
     llm = new_llama()
     cache = PionLlamaCache(llm, url=url)
     tokens = llm.tokenize(PROMPT.encode())
     llm.eval(tokens)
     cache[tokens] = llm.save_state()
+    return llm, cache, tokens
+
+
+def test_exact_keys_contains_keyerror_and_drop(url):
+    _, cache, tokens = stored_prompt(url[0])
     assert tokens in cache and cache.stats()["hits"] == 0  # __contains__ loads nothing
     state = cache[tokens]
     assert cache.stats()["hits"] == 1 and state.n_tokens == len(tokens)
+    cache[tokens] = state  # create_completion stores the same key again after a hit: no error
+    assert cache.stats()["errors"] == 0 and cache[tokens].n_tokens == len(tokens)
     assert state.input_ids[:len(tokens)].tolist() == tokens
     assert [1, 2, 3] not in cache
     with pytest.raises(KeyError):
@@ -90,11 +97,7 @@ def test_exact_keys_contains_keyerror_and_drop(url):
 
 def test_a_loaded_state_continues_exactly_like_the_original(url):
     url, _ = url
-    llm = new_llama()
-    cache = PionLlamaCache(llm, url=url)
-    tokens = llm.tokenize(PROMPT.encode())
-    llm.eval(tokens)
-    cache[tokens] = llm.save_state()
+    llm, _, tokens = stored_prompt(url)
     llm.eval([tokens[-1]])
     expected = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
     other = new_llama()
@@ -145,11 +148,7 @@ def test_another_gguf_never_loads_these_states(url, tmp_path):
         byte = fh.read(1)
         fh.seek(-3, 2)
         fh.write(bytes([byte[0] ^ 0x01]))
-    llm = new_llama()
-    mine = PionLlamaCache(llm, url=url)
-    tokens = llm.tokenize(PROMPT.encode())
-    llm.eval(tokens)
-    mine[tokens] = llm.save_state()
+    llm, mine, tokens = stored_prompt(url)
     other = new_llama(str(other_path))
     theirs = PionLlamaCache(other, url=url)
     assert theirs.fingerprint["gguf_sha256"] != mine.fingerprint["gguf_sha256"]
