@@ -1,0 +1,238 @@
+"""transformers MoE models (Mixtral, Qwen2-MoE, Qwen3-MoE, ...) with their experts left on the server.
+
+``load_paged_moe(model_dir, url)`` builds the model with only its dense part in the process
+(``moe_weights``), and replaces each layer's experts module with ``PagedExperts``: the smallest
+hook there is, one module whose ``forward(hidden_states, top_k_index, top_k_weights)`` has the
+signature of transformers 5's ``*Experts`` modules. It asks the client's ``ExpertCache`` for the
+experts the router picked (fetching what is not resident from the server's ``MOE.EXPERT.*``
+tier), then runs **the model's own experts forward** on them: the same function the model would
+call (eager, or the ``grouped_mm`` kernel, whichever ``config._experts_implementation`` names),
+given a stand-in ``self`` that holds only the routed experts (for eager: a list indexed by
+expert id; for the stacked kernels: the routed experts stacked, with the token routes renumbered
+in the same order). The router, attention, norms and everything else are the model's own code,
+untouched, so a paged model computes what the all-in-memory one computes, token for token.
+
+Prefetch: a read-only forward pre-hook on every decoder layer keeps its input (the residual
+stream). When layer L's experts are asked for, the *next* MoE layer's router is applied to that
+input (through that layer's own post-attention norm), and its top-k are queued for the
+background fetch threads, so they load while layer L and the next attention compute
+(mixtral-offloading's speculative prefetch). Decode only: a prompt routes to nearly every expert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MethodType
+
+import torch
+from torch import nn
+
+from pion.client.adapters.moe_weights import (
+    build_on_meta,
+    expert_modules,
+    materialise,
+    replace_module,
+    to_torch,
+)
+from pion.client.client import DEFAULT_URL, PionClient
+from pion.client.moe.cache import ExpertCache
+from pion.client.moe.source import ExpertSource
+from pion.codecs.experts import dequantize_affine
+
+PREFETCH_MAX_TOKENS = 4
+MIB = 1024 * 1024
+
+
+@dataclass
+class ExpertWeights:
+    """One expert as the model's kernels want it: ``gate_up [2I, H]`` and ``down [H, I]``."""
+
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return self.gate_up.numel() * self.gate_up.element_size() + self.down.numel() * self.down.element_size()
+
+
+def to_weights(parts: dict, dtype: torch.dtype, bits: int, group_size: int) -> ExpertWeights:
+    """An expert's parts (numpy views from the source) as torch weights in the model's dtype."""
+    if (0, 1) in parts:  # affine-quantized: codes, scales, biases per projection
+        dense = [dequantize_affine(parts[(p, 0)], parts[(p, 1)], parts[(p, 2)], bits, group_size) for p in range(3)]
+        gate_up = torch.cat([torch.from_numpy(dense[0]), torch.from_numpy(dense[1])])
+        return ExpertWeights(gate_up.to(dtype), torch.from_numpy(dense[2]).to(dtype))
+    fused = parts.get("gate_up")
+    gate_up = to_torch(fused) if fused is not None else torch.cat([to_torch(parts[(0, 0)]), to_torch(parts[(1, 0)])])
+    return ExpertWeights(gate_up.to(dtype), to_torch(parts[(2, 0)]).to(dtype))
+
+
+class _Routed:
+    """The stand-in ``self`` the model's experts forward runs on: the experts module's settings,
+    with only the routed experts' weights."""
+
+    def __init__(self, experts: PagedExperts, gate_up, down, num_experts: int) -> None:
+        self.__dict__.update(experts.settings)
+        self.gate_up_proj, self.down_proj, self.num_experts = gate_up, down, num_experts
+        self._apply_gate = MethodType(experts.apply_gate, self)
+
+
+class PagedExperts(nn.Module):
+    """Stands in for a layer's ``*Experts`` module; holds no weights."""
+
+    def __init__(self, original: nn.Module, ordinal: int, owner: PagedMoE) -> None:
+        super().__init__()
+        self.forward_of = type(original).forward  # the model's dispatching forward (eager/grouped_mm/...)
+        self.settings = {k: v for k, v in vars(original).items() if not k.startswith("_") and k not in
+                         ("training", "gate_up_proj", "down_proj")}
+        self.settings.update(_is_expert_parallel=getattr(original, "_is_expert_parallel", False))
+        self.act_fn = original.act_fn
+        self.settings["act_fn"] = original.act_fn
+        self.apply_gate = type(original)._apply_gate
+        self.num_experts = original.num_experts
+        self.ordinal = ordinal
+        self.owner = owner
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+        owner = self.owner
+        if owner.prefetch and hidden_states.shape[0] <= PREFETCH_MAX_TOKENS:
+            owner.predict_next(self.ordinal)
+        wanted = [e for e in torch.unique(top_k_index).tolist() if e < self.num_experts]
+        if not wanted:
+            return torch.zeros_like(hidden_states)
+        weights = owner.cache.get_many(self.ordinal, wanted)
+        if self.settings["config"]._experts_implementation == "eager":
+            by_id: list = [None] * self.num_experts
+            for expert, w in zip(wanted, weights, strict=True):
+                by_id[expert] = w
+            gate_up, down = [w and w.gate_up for w in by_id], [w and w.down for w in by_id]
+            routed = _Routed(self, gate_up, down, self.num_experts)
+            return self.forward_of(routed, hidden_states, top_k_index, top_k_weights)
+        table = torch.full((self.num_experts + 1,), len(wanted), dtype=top_k_index.dtype)
+        table[torch.tensor(wanted, dtype=torch.long)] = torch.arange(len(wanted), dtype=top_k_index.dtype)
+        gate_up = torch.stack([w.gate_up for w in weights])
+        down = torch.stack([w.down for w in weights])
+        routed = _Routed(self, gate_up, down, len(wanted))
+        return self.forward_of(routed, hidden_states, table[top_k_index.clamp(max=self.num_experts)], top_k_weights)
+
+
+class PagedMoE:
+    """A transformers MoE model whose experts are paged from a Pion server.
+
+    ``model`` is the ``*ForCausalLM`` (use ``generate`` as usual); ``stats()`` reports the
+    client cache's hits, misses, bytes fetched, stall and prefetch counts.
+    """
+
+    def __init__(self, model, source: ExpertSource, cache: ExpertCache, moe_layers: list[int], prefetch: bool) -> None:
+        self.model = model
+        self.source = source
+        self.cache = cache
+        self.moe_layers = moe_layers
+        self.prefetch = prefetch
+        self.inputs: dict[int, torch.Tensor] = {}
+        self.routers: list[tuple[nn.Module, nn.Module]] = []
+        self.predicted = 0
+
+    def predict_next(self, ordinal: int) -> None:
+        """Queue the next MoE layer's likely experts: its router on this layer's input."""
+        nxt = ordinal + 1
+        if nxt >= len(self.moe_layers) or not self.routers:
+            return
+        hidden = self.inputs.get(self.moe_layers[ordinal])
+        if hidden is None:
+            return
+        norm, router = self.routers[nxt]
+        with torch.no_grad():
+            flat = norm(hidden).reshape(-1, hidden.shape[-1])
+            indices = router(flat)[-1]
+        self.predicted += self.cache.prefetch(nxt, torch.unique(indices).tolist())
+
+    def stats(self) -> dict:
+        out = self.cache.stats.as_dict()
+        out.update(lane=self.source.lane, predicted=self.predicted, cache_bytes=self.cache.used,
+                   cache_budget=self.cache.budget, resident_experts=len(self.cache.slots))
+        return out
+
+    def reset_stats(self) -> None:
+        self.cache.reset_stats()
+        self.predicted = 0
+
+    def close(self) -> None:
+        self.cache.close()
+        self.source.client.close()
+
+
+def load_paged_moe(model_dir: str | Path, url: str = DEFAULT_URL, *, server_dir: str | None = None,
+                   cache_mib: float = 256, prefetch: bool = True, lane: str = "auto", namespace: str | None = None,
+                   dtype=None, experts_implementation: str | None = None, policy: str = "nextuse",
+                   threads: int = 2, record_trace: bool = False) -> PagedMoE:
+    """Load ``model_dir``'s dense part here and page its experts from the server at ``url``.
+
+    Args:
+        model_dir: the checkpoint (config.json and safetensors shards) on this machine; only its
+            dense tensors are read, so a copy without the expert tensors is enough.
+        url: the Pion server (``pion://host:1974``); started with ``--moe-cache DIR``.
+        server_dir: the model's directory under the server's DIR (default: ``model_dir``'s name).
+        cache_mib: the client's expert budget in MiB (the server keeps its own).
+        prefetch: queue the next layer's predicted experts during decode.
+        lane: ``auto`` (map the server's files when on this host), ``local`` or ``resp``.
+        namespace: the histogram namespace fetches count in (``NS``).
+        dtype: the model's dtype (default: the checkpoint's, as transformers picks it).
+        experts_implementation: transformers' experts kernel (``eager``, ``grouped_mm``, ...).
+
+    Raises:
+        ValueError: the checkpoint and the server's manifest disagree, or a dense tensor is missing.
+    """
+    from transformers import AutoConfig
+
+    model_dir = Path(model_dir)
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    if experts_implementation is not None:
+        config._experts_implementation = experts_implementation
+    torch_dtype = dtype if dtype is not None else (config.dtype if isinstance(config.dtype, torch.dtype) else torch.float32)
+    client = PionClient(url)
+    source = ExpertSource.load(client, server_dir or model_dir.name, namespace=namespace, lane=lane)
+    model = build_on_meta(config, torch_dtype)
+    found = expert_modules(model)
+    layers = [layer for _, layer, _ in found]
+    _check_manifest(source.info, found, layers)
+    bits, group = source.info["bits"], source.info["group_size"]
+    cache = ExpertCache(source, layers, int(cache_mib * MIB), lambda parts: to_weights(parts, torch_dtype, bits, group),
+                        lambda w: w.nbytes, top_k=source.info["top_k"] or 1, policy=policy, threads=threads,
+                        record_trace=record_trace)
+    paged = PagedMoE(model, source, cache, layers, prefetch)
+    for ordinal, (name, _, module) in enumerate(found):
+        replace_module(model, name, PagedExperts(module, ordinal, paged))
+    quant = source.info.get("quantization") or ({"bits": bits, "group_size": group} if group else None)
+    materialise(model, model_dir, quant)
+    model.eval()
+    _hook_layers(paged, layers)
+    return paged
+
+
+def _check_manifest(info: dict, found: list, layers: list[int]) -> None:
+    if not found:
+        raise ValueError("this model has no stacked experts modules (transformers 5 MoE architectures)")
+    if info["moe_layers"] != layers:
+        raise ValueError(f"the server's model has MoE layers {info['moe_layers']}, this config {layers}")
+    module = found[0][2]
+    if info["experts"] != module.num_experts:
+        raise ValueError(f"the server's model has {info['experts']} experts a layer, this config {module.num_experts}")
+    shapes = {(p["proj"], p["comp"]): p["shape"] for p in info["parts"]}
+    inter, hidden = module.down_proj.shape[2], module.down_proj.shape[1]
+    if (0, 1) not in shapes and (shapes.get((0, 0)) != [inter, hidden] or shapes.get((2, 0)) != [hidden, inter]):
+        raise ValueError(f"the server's experts are {shapes}, this config wants gate/up [{inter}, {hidden}] and "
+                         f"down [{hidden}, {inter}]")
+
+
+def _hook_layers(paged: PagedMoE, layers: list[int]) -> None:
+    """Keep each MoE decoder layer's input and find the next layers' routers (prefetch)."""
+    decoder = paged.model.get_decoder().layers
+    for layer in layers:
+        block = decoder[layer]
+        block.register_forward_pre_hook(
+            lambda _m, args, kwargs, index=layer: paged.inputs.__setitem__(
+                index, args[0] if args else kwargs["hidden_states"]), with_kwargs=True)
+        norm = block.post_attention_layernorm
+        moe = next(m for name, m in block.named_children() if name in ("mlp", "block_sparse_moe"))
+        paged.routers.append((norm, moe.gate))
