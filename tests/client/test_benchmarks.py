@@ -29,3 +29,11 @@ def test_bench_fidelity_smoke_finds_auto_exact():
     out = run("bench_fidelity.py")
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "auto" in out.stdout and "FAIL" not in out.stdout
+
+
+def test_bench_moe_smoke_checks_tokens_and_writes_tables_and_plot(tmp_path):
+    out = run("bench_moe.py", "--out-dir", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "| zipf 1.1+markov 64x24 top-8 | 25% |" in out.stdout and "| local | cold miss |" in out.stdout
+    assert "| False |" not in out.stdout  # every paged run generated the in-memory model's tokens
+    assert (tmp_path / "moe_hit_rate_smoke.png").stat().st_size > 0 and (tmp_path / "moe_bench_smoke.json").exists()

@@ -46,25 +46,48 @@ MIB = 1024 * 1024
 
 @dataclass
 class ExpertWeights:
-    """One expert as the model's kernels want it: ``gate_up [2I, H]`` and ``down [H, I]``."""
+    """One expert as fetched: ``gate``/``up`` ``[I, H]`` and ``down`` ``[H, I]`` (maybe read-only views)."""
 
-    gate_up: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
     down: torch.Tensor
 
     @property
     def nbytes(self) -> int:
-        return self.gate_up.numel() * self.gate_up.element_size() + self.down.numel() * self.down.element_size()
+        return sum(t.numel() * t.element_size() for t in (self.gate, self.up, self.down))
+
+    def gate_up(self) -> torch.Tensor:
+        return torch.cat([self.gate, self.up])
 
 
 def to_weights(parts: dict, dtype: torch.dtype, bits: int, group_size: int) -> ExpertWeights:
     """An expert's parts (numpy views from the source) as torch weights in the model's dtype."""
     if (0, 1) in parts:  # affine-quantized: codes, scales, biases per projection
         dense = [dequantize_affine(parts[(p, 0)], parts[(p, 1)], parts[(p, 2)], bits, group_size) for p in range(3)]
-        gate_up = torch.cat([torch.from_numpy(dense[0]), torch.from_numpy(dense[1])])
-        return ExpertWeights(gate_up.to(dtype), torch.from_numpy(dense[2]).to(dtype))
-    fused = parts.get("gate_up")
-    gate_up = to_torch(fused) if fused is not None else torch.cat([to_torch(parts[(0, 0)]), to_torch(parts[(1, 0)])])
-    return ExpertWeights(gate_up.to(dtype), to_torch(parts[(2, 0)]).to(dtype))
+        return ExpertWeights(*(torch.from_numpy(d).to(dtype) for d in dense))
+    return ExpertWeights(*(to_torch(parts[(p, 0)]).to(dtype) for p in range(3)))
+
+
+class ExpertArena:
+    """The client's resident experts, in the layout the model's kernels take: ``gate_up [S, 2I, H]``
+    and ``down [S, H, I]``, one slot an expert. An admitted expert is copied in once; a forward
+    whose experts are all resident then runs on the arena itself, copying nothing."""
+
+    def __init__(self, slots: int, hidden: int, inter: int, dtype: torch.dtype) -> None:
+        self.gate_up = torch.empty(slots, 2 * inter, hidden, dtype=dtype)
+        self.down = torch.empty(slots, hidden, inter, dtype=dtype)
+        self.inter = inter
+        self.free = list(range(slots - 1, -1, -1))
+
+    def store(self, weights: ExpertWeights) -> int:
+        slot = self.free.pop()
+        self.gate_up[slot, :self.inter].copy_(weights.gate)
+        self.gate_up[slot, self.inter:].copy_(weights.up)
+        self.down[slot].copy_(weights.down)
+        return slot
+
+    def release(self, slot: int) -> None:
+        self.free.append(slot)
 
 
 class _Routed:
@@ -100,19 +123,32 @@ class PagedExperts(nn.Module):
         wanted = [e for e in torch.unique(top_k_index).tolist() if e < self.num_experts]
         if not wanted:
             return torch.zeros_like(hidden_states)
-        weights = owner.cache.get_many(self.ordinal, wanted)
+        got = owner.cache.get_many(self.ordinal, wanted)
+        try:
+            return self._compute(hidden_states, top_k_index, top_k_weights, wanted, got)
+        finally:
+            owner.cache.done(self.ordinal, wanted)
+
+    def _compute(self, hidden_states, top_k_index, top_k_weights, wanted: list[int], got: list):
+        arena = self.owner.arena
         if self.settings["config"]._experts_implementation == "eager":
-            by_id: list = [None] * self.num_experts
-            for expert, w in zip(wanted, weights, strict=True):
-                by_id[expert] = w
-            gate_up, down = [w and w.gate_up for w in by_id], [w and w.down for w in by_id]
+            gate_up: list = [None] * self.num_experts
+            down: list = [None] * self.num_experts
+            for expert, value in zip(wanted, got, strict=True):
+                resident = isinstance(value, int)
+                gate_up[expert] = arena.gate_up[value] if resident else value.gate_up()
+                down[expert] = arena.down[value] if resident else value.down
             routed = _Routed(self, gate_up, down, self.num_experts)
             return self.forward_of(routed, hidden_states, top_k_index, top_k_weights)
-        table = torch.full((self.num_experts + 1,), len(wanted), dtype=top_k_index.dtype)
-        table[torch.tensor(wanted, dtype=torch.long)] = torch.arange(len(wanted), dtype=top_k_index.dtype)
-        gate_up = torch.stack([w.gate_up for w in weights])
-        down = torch.stack([w.down for w in weights])
-        routed = _Routed(self, gate_up, down, len(wanted))
+        if all(isinstance(v, int) for v in got):  # all resident: run on the arena, route to slots
+            slots, stacked_gate_up, stacked_down = got, arena.gate_up, arena.down
+        else:  # some used once: stack the routed experts (a copy, only on this path)
+            slots = list(range(len(got)))
+            stacked_gate_up = torch.stack([arena.gate_up[v] if isinstance(v, int) else v.gate_up() for v in got])
+            stacked_down = torch.stack([arena.down[v] if isinstance(v, int) else v.down for v in got])
+        table = torch.full((self.num_experts + 1,), stacked_gate_up.shape[0], dtype=top_k_index.dtype)
+        table[torch.tensor(wanted, dtype=torch.long)] = torch.tensor(slots, dtype=top_k_index.dtype)
+        routed = _Routed(self, stacked_gate_up, stacked_down, stacked_gate_up.shape[0])
         return self.forward_of(routed, hidden_states, table[top_k_index.clamp(max=self.num_experts)], top_k_weights)
 
 
@@ -123,10 +159,12 @@ class PagedMoE:
     client cache's hits, misses, bytes fetched, stall and prefetch counts.
     """
 
-    def __init__(self, model, source: ExpertSource, cache: ExpertCache, moe_layers: list[int], prefetch: bool) -> None:
+    def __init__(self, model, source: ExpertSource, cache: ExpertCache, arena: ExpertArena, moe_layers: list[int],
+                 prefetch: bool) -> None:
         self.model = model
         self.source = source
         self.cache = cache
+        self.arena = arena
         self.moe_layers = moe_layers
         self.prefetch = prefetch
         self.inputs: dict[int, torch.Tensor] = {}
@@ -173,7 +211,8 @@ def load_paged_moe(model_dir: str | Path, url: str = DEFAULT_URL, *, server_dir:
             dense tensors are read, so a copy without the expert tensors is enough.
         url: the Pion server (``pion://host:1974``); started with ``--moe-cache DIR``.
         server_dir: the model's directory under the server's DIR (default: ``model_dir``'s name).
-        cache_mib: the client's expert budget in MiB (the server keeps its own).
+        cache_mib: the client's expert budget in MiB (the server keeps its own): that many
+            experts' worth of slots, allocated at once in the model's dtype.
         prefetch: queue the next layer's predicted experts during decode.
         lane: ``auto`` (map the server's files when on this host), ``local`` or ``resp``.
         namespace: the histogram namespace fetches count in (``NS``).
@@ -197,10 +236,15 @@ def load_paged_moe(model_dir: str | Path, url: str = DEFAULT_URL, *, server_dir:
     layers = [layer for _, layer, _ in found]
     _check_manifest(source.info, found, layers)
     bits, group = source.info["bits"], source.info["group_size"]
-    cache = ExpertCache(source, layers, int(cache_mib * MIB), lambda parts: to_weights(parts, torch_dtype, bits, group),
+    module = found[0][2]
+    hidden, inter = module.down_proj.shape[1], module.down_proj.shape[2]
+    expert_bytes = 3 * hidden * inter * torch.empty((), dtype=torch_dtype).element_size()
+    slots = int(cache_mib * MIB) // expert_bytes
+    arena = ExpertArena(slots, hidden, inter, torch_dtype)
+    cache = ExpertCache(source, layers, slots * expert_bytes, lambda parts: to_weights(parts, torch_dtype, bits, group),
                         lambda w: w.nbytes, top_k=source.info["top_k"] or 1, policy=policy, threads=threads,
-                        record_trace=record_trace)
-    paged = PagedMoE(model, source, cache, layers, prefetch)
+                        record_trace=record_trace, store=arena.store, release=arena.release)
+    paged = PagedMoE(model, source, cache, arena, layers, prefetch)
     for ordinal, (name, _, module) in enumerate(found):
         replace_module(model, name, PagedExperts(module, ordinal, paged))
     quant = source.info.get("quantization") or ({"bits": bits, "group_size": group} if group else None)

@@ -7,9 +7,12 @@ that says whether paging costs tokens per second. ``prefetch`` queues experts a 
 expects soon; they load in the background while the current layer computes.
 
 Values are whatever ``convert(parts)`` makes of an expert's parts (the transformers adapter
-makes torch weights), with ``size(value)`` bytes counted against ``budget_bytes``. The policy
-is ``pion.paging``'s (the same one the server and the benchmark use); a layer's experts being
-used are never evicted under it, and experts that do not fit are used once and dropped.
+makes torch weights), with ``size(value)`` bytes counted against ``budget_bytes``; an admitted
+value is handed to ``store`` and what it returns is kept (the adapter copies the weights into a
+slot of its arena and keeps the slot number), and ``release`` gets it back on eviction. The
+policy is ``pion.paging``'s (the same one the server and the benchmark use). The experts a
+forward is computing with are leased (``get_many`` ... ``done``) and never evicted meanwhile,
+even by a prefetch landing on another thread; experts that do not fit are used once, unstored.
 """
 
 from __future__ import annotations
@@ -61,12 +64,16 @@ class ExpertCache:
 
     def __init__(self, source: ExpertSource, layers: list[int], budget_bytes: int,
                  convert: Callable[[dict], object], size: Callable[[object], int], *, top_k: int = 1,
-                 policy: str = DEFAULT_POLICY, threads: int = 2, record_trace: bool = False) -> None:
+                 policy: str = DEFAULT_POLICY, threads: int = 2, record_trace: bool = False,
+                 store: Callable[[object], object] | None = None, release: Callable[[object], None] | None = None) -> None:
         self.source = source
         self.layers = layers
         self.budget = budget_bytes
         self.convert = convert
         self.size = size
+        self.store = store or (lambda value: value)
+        self.release = release or (lambda stored: None)
+        self.in_use: dict[tuple, int] = {}
         self.policy = make_policy(policy)
         self.policy.add_model(0, len(layers), top_k)
         self.slots: dict[tuple, _Slot] = {}
@@ -80,12 +87,15 @@ class ExpertCache:
     # -- demand ----------------------------------------------------------------------------
 
     def get_many(self, ordinal: int, experts: list[int]) -> list[object]:
-        """The values of ``experts`` of one layer, in order (fetching what is not resident)."""
+        """The values of ``experts`` of one layer, in order (fetching what is not resident):
+        stored values for resident experts, converted ones for those used once. They are leased
+        until ``done(ordinal, experts)``."""
         keys = [(0, ordinal, e) for e in experts]
         values: dict[tuple, object] = {}
         waits: dict[tuple, Future] = {}
         with self._lock:
             for key in keys:
+                self.in_use[key] = self.in_use.get(key, 0) + 1
                 self.policy.record(key)
                 if self.record_trace:
                     self.stats.trace.append((ordinal, key[2]))
@@ -110,8 +120,21 @@ class ExpertCache:
             self.stats.stall_s += time.perf_counter() - began
             with self._lock:
                 for key in waits:
-                    self._keep(key, values[key], protect=frozenset(keys))
+                    kept = self._keep(key, values[key], protect=frozenset(keys))
+                    if kept is not None:
+                        values[key] = kept
         return [values[key] for key in keys]
+
+    def done(self, ordinal: int, experts: list[int]) -> None:
+        """End the lease ``get_many`` took: these experts may be evicted again."""
+        with self._lock:
+            for expert in experts:
+                key = (0, ordinal, expert)
+                left = self.in_use.get(key, 0) - 1
+                if left > 0:
+                    self.in_use[key] = left
+                else:
+                    self.in_use.pop(key, None)
 
     # -- prefetch --------------------------------------------------------------------------
 
@@ -175,28 +198,36 @@ class ExpertCache:
         chosen: list[tuple] = []
         freed = 0
         while self.used - freed + nbytes > self.budget:
-            victim = self.policy.victim(lambda k: k in protect or k in chosen)
+            victim = self.policy.victim(lambda k: k in protect or k in chosen or k in self.in_use)
             if victim is None:
                 return None
             chosen.append(victim)
             freed += self.slots[victim].nbytes
         return chosen
 
-    def _keep(self, key: tuple, value: object, protect: frozenset, prefetched: bool = False) -> None:
+    def _keep(self, key: tuple, value: object, protect: frozenset, prefetched: bool = False) -> object | None:
+        """Store an admitted value (evicting by policy); the stored value, or None (used once)."""
         if key in self.slots:
-            return
+            return self.slots[key].value
         nbytes = self.size(value)
         victims = self._victims(nbytes, protect | {key})
         if victims is None or (not prefetched and not self.policy.admits(key, victims)):
             self.stats.bypasses += 1
-            return
+            return None
         for victim in victims:
-            self.used -= self.slots.pop(victim).nbytes
-            self.policy.remove(victim)
+            self._drop(victim)
             self.stats.evictions += 1
-        self.slots[key] = _Slot(value, nbytes, prefetched)
+        stored = self.store(value)
+        self.slots[key] = _Slot(stored, nbytes, prefetched)
         self.used += nbytes
         self.policy.insert(key)
+        return stored
+
+    def _drop(self, key: tuple) -> None:
+        slot = self.slots.pop(key)
+        self.used -= slot.nbytes
+        self.policy.remove(key)
+        self.release(slot.value)
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -205,9 +236,8 @@ class ExpertCache:
     def clear(self) -> None:
         with self._lock:
             for key in list(self.slots):
-                self.policy.remove(key)
-            self.slots.clear()
-            self.used = 0
+                if key not in self.in_use:
+                    self._drop(key)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -97,7 +97,7 @@ def count_fetch(ctx, entry_or_future) -> None:
 
 @command("MOE.EXPERT.LOAD", 2, "admin", **_ADMIN)
 def moe_load(ctx, argv):
-    """MOE.EXPERT.LOAD dir: load the model in ``dir`` (under --moe-cache); its id (the dir's name)."""
+    """MOE.EXPERT.LOAD dir: load the model in dir (under --moe-cache); its id, the directory's name."""
     return calling(tier_of(ctx).load_model, text(argv[1])).encode()
 
 
@@ -122,10 +122,9 @@ def moe_fetch(ctx, argv):
 
 @command("MOE.EXPERT.LOCAL", -4, "readonly", **_READ)
 def moe_local(ctx, argv):
-    """MOE.EXPERT.LOCAL model layer expert [NS name]: ``[[path, proj, comp, offset, len], ...]``,
-    where each part of the expert lies, for a client on this host to map (counted as a FETCH).
+    """MOE.EXPERT.LOCAL model layer expert [NS name]: where its parts lie, [[path, proj, comp, offset, len], ...].
 
-    A resident expert's parts are in its resident file; one the budget would not keep is not
+    For a client on this host to map instead of receiving the bytes (counted as a FETCH). A resident expert's parts are in its resident file; one the budget would not keep is not
     read at all: the answer names its ranges in the shards."""
     tier = tier_of(ctx)
     ns = namespace(ctx, argv, 4)
@@ -204,8 +203,9 @@ def moe_prune(ctx, argv):
 
 @command("MOE.EXPERT.HIST", -2, "readonly", **_READ)
 def moe_hist(ctx, argv):
-    """MOE.EXPERT.HIST model [NS name | NSLIST | SAVE path [NS n] | LOAD path [NS n]]: JSON, or
-    the number of entries written or read (MHST files live under --moe-cache)."""
+    """MOE.EXPERT.HIST model [NS name | NSLIST | SAVE path [NS n] | LOAD path [NS n]]: counts as JSON, or MHST files.
+
+    SAVE and LOAD answer the number of entries written or read; the files live under --moe-cache."""
     tier = tier_of(ctx)
     model = calling(tier.model, text(argv[1]))
     sub = arg(argv[2]).upper() if len(argv) > 2 else b""
