@@ -92,7 +92,7 @@ def test_quantized_stacked_experts_are_dequantized_on_the_client(moe_server):
         paged.close()
 
 
-def test_prefetch_predicts_next_layers_and_stats_add_up(moe_server):
+def test_prefetch_predicts_next_layers_and_stats_add_up(moe_server, tmp_path):
     directory = moe_server.root / "pf"
     save_hf(hf_moe("mixtral", seed=1), directory, "original")
     want = reference_tokens(directory, None)
@@ -103,6 +103,13 @@ def test_prefetch_predicts_next_layers_and_stats_add_up(moe_server):
         assert stats["prefetches"] > 0 and paged.predicted == stats["prefetches"]
         assert stats["hits"] + stats["misses"] == len(paged.cache.stats.trace)
         assert stats["stall_ms"] >= 0 and stats["hit_rate"] > 0
+        import numpy as np
+
+        from pion.paging import belady_hits
+
+        assert paged.save_trace(tmp_path / "trace.npy") == len(paged.cache.stats.trace)
+        keys = np.load(tmp_path / "trace.npy")
+        assert keys.max() < 3 * 8 and belady_hits(keys, 6) >= 0
     finally:
         paged.close()
 

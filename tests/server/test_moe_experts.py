@@ -239,3 +239,33 @@ def test_flags_set_the_directory_and_budget(tmp_path, capsys):
 def test_a_missing_moe_cache_directory_stops_the_start(make_server, tmp_path):
     with pytest.raises(Exception, match="is not a directory"):
         make_server(moe_cache=str(tmp_path / "absent"))
+
+
+def test_tenants_fetch_but_keep_their_histograms_apart(make_server, models):
+    root, expected = models
+    srv = make_server(moe_cache=str(root), requirepass="pw", tenants=("t1:tpw", "t2:tpw2"))
+    admin = redis.Redis(port=srv.port, password="pw")
+    t1 = redis.Redis(port=srv.port, username="t1", password="tpw")
+    t2 = redis.Redis(port=srv.port, username="t2", password="tpw2")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        t1.execute_command("MOE.EXPERT.LOAD", "per_expert")
+    admin.execute_command("MOE.EXPERT.LOAD", "per_expert")
+    assert parts_of(t1.execute_command("MOE.EXPERT.FETCH", "per_expert", 0, 2)) == expected["per_expert"][(0, 2)]
+    t2.execute_command("MOE.EXPERT.FETCH", "per_expert", 1, 1, "NS", "mine")
+    assert json.loads(t1.execute_command("MOE.EXPERT.HIST", "per_expert"))["active"] == [[0, 2, 1]]
+    assert [n["name"] for n in json.loads(t2.execute_command("MOE.EXPERT.HIST", "per_expert", "NSLIST"))] == ["t2/mine"]
+    with pytest.raises(redis.ResponseError, match="no such namespace"):
+        t2.execute_command("MOE.EXPERT.HIST", "per_expert", "NS", "t1/default")  # t2 asks for "t2/t1/default"
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        t1.execute_command("MOE.EXPERT.HIST", "per_expert", "SAVE", "x.mhst")
+    assert json.loads(admin.execute_command("MOE.EXPERT.HIST", "per_expert"))["total_fetches"] == 0
+    for c in (admin, t1, t2):
+        c.close()
+
+
+def test_info_has_a_moe_section_with_the_tiers_counters(moe):
+    moe.execute_command("MOE.EXPERT.LOAD", "per_expert")
+    moe.execute_command("MOE.EXPERT.FETCH", "per_expert", 0, 0)
+    info = moe.info("moe")
+    assert info["moe_enabled"] == 1 and info["moe_models"] == 1 and info["moe_misses"] == 1
+    assert info["moe_policy"] == "nextuse" and info["moe_budget_bytes"] == 1024 * 1024

@@ -123,6 +123,7 @@ class PagedExperts(nn.Module):
         wanted = [e for e in torch.unique(top_k_index).tolist() if e < self.num_experts]
         if not wanted:
             return torch.zeros_like(hidden_states)
+        owner.score_prediction(self.ordinal, wanted)
         got = owner.cache.get_many(self.ordinal, wanted)
         try:
             return self._compute(hidden_states, top_k_index, top_k_weights, wanted, got)
@@ -170,6 +171,10 @@ class PagedMoE:
         self.inputs: dict[int, torch.Tensor] = {}
         self.routers: list[tuple[nn.Module, nn.Module]] = []
         self.predicted = 0
+        #: ordinal -> the experts predicted for its next visit; scored when it comes
+        self.predictions: dict[int, set[int]] = {}
+        self.predicted_right = 0
+        self.predicted_total = 0
 
     def predict_next(self, ordinal: int) -> None:
         """Queue the next MoE layer's likely experts: its router on this layer's input."""
@@ -183,17 +188,38 @@ class PagedMoE:
         with torch.no_grad():
             flat = norm(hidden).reshape(-1, hidden.shape[-1])
             indices = router(flat)[-1]
-        self.predicted += self.cache.prefetch(nxt, torch.unique(indices).tolist())
+        guess = torch.unique(indices).tolist()
+        self.predictions[nxt] = set(guess)
+        self.predicted += self.cache.prefetch(nxt, guess)
+
+    def score_prediction(self, ordinal: int, wanted: list[int]) -> None:
+        """How many of the experts a layer wanted had been predicted for it (prefetch accuracy)."""
+        guess = self.predictions.pop(ordinal, None)
+        if guess is not None:
+            self.predicted_right += len(guess.intersection(wanted))
+            self.predicted_total += len(wanted)
 
     def stats(self) -> dict:
         out = self.cache.stats.as_dict()
-        out.update(lane=self.source.lane, predicted=self.predicted, cache_bytes=self.cache.used,
+        accuracy = self.predicted_right / self.predicted_total if self.predicted_total else 0.0
+        out.update(lane=self.source.lane, predicted=self.predicted, prediction_accuracy=accuracy,
+                   cache_bytes=self.cache.used,
                    cache_budget=self.cache.budget, resident_experts=len(self.cache.slots))
         return out
 
     def reset_stats(self) -> None:
         self.cache.reset_stats()
-        self.predicted = 0
+        self.predicted = self.predicted_right = self.predicted_total = 0
+
+    def save_trace(self, path: str | Path) -> int:
+        """Write the demand trace (``record_trace=True``) as a ``.npy`` of keys ``ordinal *
+        n_experts + expert``, the form ``pion.paging.replay`` replays; the number of accesses."""
+        import numpy as np
+
+        n_experts = self.source.info["experts"]
+        keys = np.array([o * n_experts + e for o, e in self.cache.stats.trace], dtype=np.int64)
+        np.save(str(path), keys)
+        return len(keys)
 
     def close(self) -> None:
         self.cache.close()
