@@ -133,3 +133,28 @@ def test_a_missing_dense_tensor_is_refused(moe_server, tmp_path):
         save_file(tensors, str(shard))
     with pytest.raises(ValueError, match="no checkpoint tensor for 1 dense parameters"):
         load_paged_moe(directory, moe_server.url)
+
+
+def test_pruned_experts_are_routed_around_as_the_router_would(moe_server):
+    import redis
+
+    from pion.client.adapters.moe_transformers import route_around
+
+    directory = moe_server.root / "pruned"
+    save_hf(hf_moe("qwen3_moe", seed=2), directory, "fused")
+    admin = redis.Redis(port=moe_server.port)
+    admin.execute_command("MOE.EXPERT.LOAD", "pruned")
+    for layer, expert in ((0, 3), (2, 5)):
+        admin.execute_command("MOE.EXPERT.PRUNE", "pruned", layer, expert)
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(str(directory)).eval()
+    route_around(reference.model.layers[0].mlp.gate, [3])
+    route_around(reference.model.layers[2].mlp.gate, [5])
+    paged = load_paged_moe(directory, moe_server.url, cache_mib=1, record_trace=True)
+    try:
+        assert greedy(paged.model) == greedy(reference)
+        assert (0, 3) not in paged.cache.stats.trace and (2, 5) not in paged.cache.stats.trace
+    finally:
+        paged.close()
+        admin.close()

@@ -70,6 +70,8 @@ def load(key: tuple, shards: Shards, parts: tuple[Part, ...], directory: Path | 
     """Read one expert from its shards into a new resident file under ``directory`` (a loader
     thread's job), or into a private buffer when ``directory`` is None (a bypass)."""
     offsets, size = place(parts)
+    for part in parts:  # queue every range's reads at once: a cold expert's parts overlap on the disk
+        shards.advise_willneed(part.shard, part.start, part.nbytes)
     if directory is None:
         buffer: mmap.mmap | bytearray = bytearray(size)
         path = None

@@ -12,6 +12,9 @@ expert id; for the stacked kernels: the routed experts stacked, with the token r
 in the same order). The router, attention, norms and everything else are the model's own code,
 untouched, so a paged model computes what the all-in-memory one computes, token for token.
 
+Pruned experts (``MOE.EXPERT.PRUNE`` on the server, read from INFO at load): the layer's router
+gets a forward hook that re-applies its own formula with those experts excluded.
+
 Prefetch: a read-only forward pre-hook on every decoder layer keeps its input (the residual
 stream). When layer L's experts are asked for, the *next* MoE layer's router is applied to that
 input (through that layer's own post-attention norm), and its top-k are queued for the
@@ -295,6 +298,23 @@ def _check_manifest(info: dict, found: list, layers: list[int]) -> None:
                          f"down [{hidden}, {inter}]")
 
 
+def route_around(router: nn.Module, pruned: list[int]):
+    """A forward hook for a router that never picks ``pruned`` experts: the router's own
+    formula (softmax over the experts left, top-k, renormalised where the router does) on its
+    own logits. Used for experts the server's operator pruned (``MOE.EXPERT.PRUNE``)."""
+    banned = torch.tensor(sorted(pruned), dtype=torch.long)
+
+    def hook(_module, _inputs, output):
+        logits, scores, _ = output
+        masked = logits.float().index_fill(-1, banned, float("-inf"))
+        top, indices = torch.topk(torch.softmax(masked, dim=-1), router.top_k, dim=-1)
+        if getattr(router, "norm_topk_prob", True):
+            top = top / top.sum(dim=-1, keepdim=True)
+        return logits, top.to(scores.dtype), indices
+
+    return router.register_forward_hook(hook)
+
+
 def _hook_layers(paged: PagedMoE, layers: list[int]) -> None:
     """Keep each MoE decoder layer's input and find the next layers' routers (prefetch)."""
     decoder = paged.model.get_decoder().layers
@@ -306,3 +326,6 @@ def _hook_layers(paged: PagedMoE, layers: list[int]) -> None:
         norm = block.post_attention_layernorm
         moe = next(m for name, m in block.named_children() if name in ("mlp", "block_sparse_moe"))
         paged.routers.append((norm, moe.gate))
+        pruned = [e for pl, e in paged.source.info.get("pruned", []) if pl == layer]
+        if pruned:
+            route_around(moe.gate, pruned)
