@@ -107,6 +107,12 @@ def test_prefetch_predicts_next_layers_and_stats_add_up(moe_server, tmp_path):
 
         from pion.paging import belady_hits
 
+        assert 0.0 <= stats["prediction_accuracy"] <= 1.0
+        paged.scored, paged.accuracy = 100, 0.0  # predictions that keep missing stop fetching
+        before = paged.cache.stats.prefetches
+        paged.cache.clear()
+        paged.predict_next(0)
+        assert paged.gated == 1 and paged.cache.stats.prefetches == before
         assert paged.save_trace(tmp_path / "trace.npy") == len(paged.cache.stats.trace)
         keys = np.load(tmp_path / "trace.npy")
         assert keys.max() < 3 * 8 and belady_hits(keys, 6) >= 0

@@ -20,6 +20,9 @@ stream). When layer L's experts are asked for, the *next* MoE layer's router is 
 input (through that layer's own post-attention norm), and its top-k are queued for the
 background fetch threads, so they load while layer L and the next attention compute
 (mixtral-offloading's speculative prefetch). Decode only: a prompt routes to nearly every expert.
+Each prediction is scored when its layer comes; while the recent accuracy is under
+``MIN_ACCURACY`` the predictions go on but nothing is fetched (a wrong prefetch costs a fetch
+and may evict a needed expert).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ from pion.client.moe.source import ExpertSource
 from pion.codecs.experts import dequantize_affine
 
 PREFETCH_MAX_TOKENS = 4
+#: prefetch only while the predictions are this often right (after WARMUP scored layers): a
+#: wrong prefetch costs a fetch and may evict an expert that was needed
+MIN_ACCURACY = 0.3
+WARMUP = 24
 MIB = 1024 * 1024
 
 
@@ -178,6 +185,10 @@ class PagedMoE:
         self.predictions: dict[int, set[int]] = {}
         self.predicted_right = 0
         self.predicted_total = 0
+        #: recent accuracy of the predictions (exponential average over scored layers)
+        self.accuracy = 1.0
+        self.scored = 0
+        self.gated = 0
 
     def predict_next(self, ordinal: int) -> None:
         """Queue the next MoE layer's likely experts: its router on this layer's input."""
@@ -193,26 +204,33 @@ class PagedMoE:
             indices = router(flat)[-1]
         guess = torch.unique(indices).tolist()
         self.predictions[nxt] = set(guess)
+        if self.scored >= WARMUP and self.accuracy < MIN_ACCURACY:
+            self.gated += 1  # keep predicting (to notice when it gets better), fetch nothing
+            return
         self.predicted += self.cache.prefetch(nxt, guess)
 
     def score_prediction(self, ordinal: int, wanted: list[int]) -> None:
         """How many of the experts a layer wanted had been predicted for it (prefetch accuracy)."""
         guess = self.predictions.pop(ordinal, None)
         if guess is not None:
-            self.predicted_right += len(guess.intersection(wanted))
+            right = len(guess.intersection(wanted))
+            self.predicted_right += right
             self.predicted_total += len(wanted)
+            self.scored += 1
+            self.accuracy = 0.9 * self.accuracy + 0.1 * right / len(wanted)
 
     def stats(self) -> dict:
         out = self.cache.stats.as_dict()
         accuracy = self.predicted_right / self.predicted_total if self.predicted_total else 0.0
         out.update(lane=self.source.lane, predicted=self.predicted, prediction_accuracy=accuracy,
+                   prefetch_gated=self.gated,
                    cache_bytes=self.cache.used,
                    cache_budget=self.cache.budget, resident_experts=len(self.cache.slots))
         return out
 
     def reset_stats(self) -> None:
         self.cache.reset_stats()
-        self.predicted = self.predicted_right = self.predicted_total = 0
+        self.predicted = self.predicted_right = self.predicted_total = self.gated = 0
 
     def save_trace(self, path: str | Path) -> int:
         """Write the demand trace (``record_trace=True``) as a ``.npy`` of keys ``ordinal *
