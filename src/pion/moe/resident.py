@@ -56,6 +56,17 @@ class Entry:
         return fetch_pieces([(proj, comp, view[off:off + size]) for proj, comp, off, size in self.offsets])
 
 
+def run_load(future: Future) -> Entry:
+    """Do a load ``start_load`` set up, once: the first thread to claim it reads, any other waits
+    for that read. Returns the entry (raises what the read raised)."""
+    if future.set_running_or_notify_cancel():
+        try:
+            future.set_result(load(*future.pion_load))  # type: ignore[attr-defined]
+        except BaseException as exc:
+            future.set_exception(exc)
+    return future.result()
+
+
 def place(parts: Iterable[Part]) -> tuple[list[tuple[int, int, int, int]], int]:
     """Aligned offsets of an expert's parts in a resident file, and the file's size."""
     offsets, cursor = [], 0
@@ -152,16 +163,24 @@ class ResidentSet:
         victims = self.victims_for(-(-nbytes // PAGE) * PAGE)
         return victims is not None and self.policy.admits(key, victims, prefetch)
 
-    def start_load(self, key: tuple, shards: Shards, parts: tuple[Part, ...], cache: bool) -> Future:
-        """The load of ``key`` (shared with one already under way), in the loader threads."""
+    def start_load(self, key: tuple, shards: Shards, parts: tuple[Part, ...], cache: bool,
+                   background: bool = False) -> Future:
+        """The load of ``key`` (shared with one already under way). ``run_load(future)`` does
+        the reading: the caller runs it in its own worker thread (a demand fetch: no extra hand-off
+        between threads), or, with ``background``, the loader threads do (a prefetch)."""
         found = self.pending.get(key)
         if found is not None:
+            if background and not found.running() and not found.done():
+                self.pool().submit(run_load, found)
             return found
         directory = self.directory if cache and self.directory is not None else None
         name = f"{next(self._names):08d}-{secrets.token_hex(6)}.expert"
-        future = self.pool().submit(load, key, shards, parts, directory, name)
+        future: Future = Future()
+        future.pion_load = (key, shards, parts, directory, name)  # type: ignore[attr-defined]
         self.pending[key] = future
         future.add_done_callback(lambda _f, k=key, f=future: self._forget(k, f))
+        if background:
+            self.pool().submit(run_load, future)
         return future
 
     def _forget(self, key: tuple, future: Future) -> None:

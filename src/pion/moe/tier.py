@@ -201,7 +201,8 @@ class ExpertTier:
         return key, None, self.resident.should_cache(key, model.layout.expert_bytes)
 
     def fetch(self, model_id: str, layer: int, expert: int, ns: str = DEFAULT_NS) -> Entry | Future:
-        """A resident expert (a hit), or the future of its load (a miss; ``land`` its result)."""
+        """A resident expert (a hit), or the future of its load (a miss: ``run_load`` it, then
+        ``land`` its result)."""
         key, entry, cache = self.access(model_id, layer, expert, ns)
         if entry is not None:
             return entry
@@ -258,7 +259,7 @@ class ExpertTier:
                 for part in parts:
                     model.shards.advise_willneed(part.shard, part.start, part.nbytes)
                 continue
-            future = self.resident.start_load(key, model.shards, parts, True)
+            future = self.resident.start_load(key, model.shards, parts, True, background=True)
             model.prefetches += 1
             started += 1
             if self.post is None:

@@ -9,7 +9,7 @@ import pytest
 
 from pion.codecs.experts import decode_fetch
 from pion.moe import ExpertTier, Pruned, TierError
-from pion.moe.resident import Entry
+from pion.moe.resident import Entry, run_load
 from tests.support.moe_models import write_checkpoint
 
 EXPERT = 3 * 32 * 64 * 4  # bytes of one float32 expert of the default checkpoint (24 KiB, 6 pages)
@@ -29,7 +29,7 @@ def tier(tmp_path):
 
 def fetched(tier, layer, expert, ns="default"):
     found = tier.fetch("tiny", layer, expert, ns)
-    entry = found if isinstance(found, Entry) else tier.land(found.result())
+    entry = found if isinstance(found, Entry) else tier.land(run_load(found))
     blob = b"".join(bytes(p) for p in entry.pieces())
     return [(p, c, bytes(v)) for p, c, v in decode_fetch(blob)], found
 
@@ -73,7 +73,7 @@ def test_a_pruned_expert_is_refused_and_dropped(tier):
 def test_pinned_experts_stay_and_pins_cannot_exceed_the_budget(tier):
     for expert in range(3):
         future = tier.pin("tiny", 0, expert)
-        tier.finish_pin(future.result())
+        tier.finish_pin(run_load(future))
     with pytest.raises(TierError, match="exceed moe-cache-mib"):
         tier.pin("tiny", 1, 0)
     for expert in range(4):

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 
 from pion.moe import DISABLED_STATS, ExpertTier, Pruned, TierError
 from pion.moe.histograms import DEFAULT_NS, HistogramError
-from pion.moe.resident import Entry
+from pion.moe.resident import Entry, run_load
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, BulkParts
 from pion.server.commands.kvcache import arg, engine
@@ -76,9 +76,9 @@ def calling(fn, *args):
 
 
 def waited(future: Future):
-    """A loader future's result; a failed read answers an error, never a parked client."""
+    """Run (or wait for) a load; a failed read answers an error, never a parked client."""
     try:
-        return future.result()
+        return run_load(future)
     except (OSError, ValueError) as exc:
         raise ReplyError(f"ERR MOE.EXPERT: cannot read the expert: {exc}") from None
 
