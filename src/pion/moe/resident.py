@@ -3,15 +3,16 @@
 Why files in shared memory, not Python buffers: a client on the same host (the local lane)
 maps the very file the server serves from, so a hit moves no bytes through a socket, and the
 RESP lane sends the same mapping with ``writelines`` (no copy into a reply buffer). A file is
-written once by a loader thread (``pread`` from the shard straight into the mapping), renamed
-into place, and never changed; evicting it unlinks it, and the pages go when the last mapping
+written once (``sendfile`` from the shard into a spare file's ready pages, ``moe.spares``),
+renamed into place, and never changed; evicting it unlinks it, and the pages go when the last mapping
 does (a reply still being sent, or a client still using its map, keeps valid bytes).
 
 Each expert's parts sit at 64-byte aligned offsets in (proj, comp) order, so a float expert's
 gate and up weights are adjacent and a client can view them as one fused ``[2I, H]`` matrix.
 
-Threads: ``load`` runs in the tier's loader pool and touches only its own new file; everything
-else (``land``, ``evict``, the policy) runs on the event loop, the single writer.
+Threads: ``load`` runs in a worker (the command's, or the loader pool's for a prefetch) and
+touches only its own new file; everything else (``land``, ``evict``, the policy) runs on the
+event loop, the single writer.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from pion.codecs.experts import fetch_pieces
 from pion.moe.layout import Part
 from pion.moe.shards import Shards
+from pion.moe.spares import SparePool
 from pion.paging.policies import Policy
 
 ALIGN = 64
@@ -77,37 +79,32 @@ def place(parts: Iterable[Part]) -> tuple[list[tuple[int, int, int, int]], int]:
     return offsets, max(cursor, 1)
 
 
-def load(key: tuple, shards: Shards, parts: tuple[Part, ...], directory: Path | None, name: str) -> Entry:
-    """Read one expert from its shards into a new resident file under ``directory`` (a loader
-    thread's job), or into a private buffer when ``directory`` is None (a bypass)."""
+def load(key: tuple, shards: Shards, parts: tuple[Part, ...], spares: SparePool | None, name: str) -> Entry:
+    """Read one expert from its shards into a resident file (a spare's pages, filled with
+    ``sendfile``), or into a private buffer when ``spares`` is None (a bypass, served once)."""
     offsets, size = place(parts)
     for part in parts:  # queue every range's reads at once: a cold expert's parts overlap on the disk
         shards.advise_willneed(part.shard, part.start, part.nbytes)
-    if directory is None:
-        buffer: mmap.mmap | bytearray = bytearray(size)
-        path = None
-    else:
-        temp, path = directory / f".{name}.tmp", str(directory / name)
-        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.ftruncate(fd, size)
-            buffer = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-    try:
+    if spares is None:
+        buffer = bytearray(size)
         view = memoryview(buffer)
         for part, (_, _, off, nbytes) in zip(parts, offsets, strict=True):
             shards.pread_into(part.shard, part.start, view[off:off + nbytes])
-        del view
-        if path is not None:
-            os.rename(temp, path)
+        return Entry(key, buffer, offsets, -(-size // PAGE) * PAGE, None)
+    temp, fd = spares.take(size)
+    path = str(spares.directory / name)
+    try:
+        for part, (_, _, off, nbytes) in zip(parts, offsets, strict=True):
+            shards.copy_into(part.shard, part.start, nbytes, fd, off)
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+        os.rename(temp, path)
     except BaseException:
-        if path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
         raise
-    accounted = -(-size // PAGE) * PAGE
-    return Entry(key, buffer, offsets, accounted, path)
+    finally:
+        os.close(fd)
+    return Entry(key, mapped, offsets, -(-size // PAGE) * PAGE, path)
 
 
 @dataclass
@@ -125,6 +122,7 @@ class ResidentSet:
     bypasses: int = 0
     _names: itertools.count = field(default_factory=lambda: itertools.count(1))
     _pool: ThreadPoolExecutor | None = None
+    spares: SparePool | None = None
 
     def open(self, base: Path) -> None:
         """The resident-file directory (mode 0700), emptied: files of a past run are stale."""
@@ -132,6 +130,7 @@ class ResidentSet:
             shutil.rmtree(base)
         base.mkdir(mode=0o700, parents=True)
         self.directory = base
+        self.spares = SparePool(base, lambda fn, *args: self.pool().submit(fn, *args))
 
     def pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -173,10 +172,10 @@ class ResidentSet:
             if background and not found.running() and not found.done():
                 self.pool().submit(run_load, found)
             return found
-        directory = self.directory if cache and self.directory is not None else None
+        spares = self.spares if cache else None
         name = f"{next(self._names):08d}-{secrets.token_hex(6)}.expert"
         future: Future = Future()
-        future.pion_load = (key, shards, parts, directory, name)  # type: ignore[attr-defined]
+        future.pion_load = (key, shards, parts, spares, name)  # type: ignore[attr-defined]
         self.pending[key] = future
         future.add_done_callback(lambda _f, k=key, f=future: self._forget(k, f))
         if background:
@@ -234,9 +233,14 @@ class ResidentSet:
     def close(self) -> None:
         for key in list(self.entries):
             self.evict(key)
+        if self.spares is not None:
+            self.spares.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self.spares is not None:
+            self.spares.close()  # one made while the pool drained
+            self.spares = None
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None

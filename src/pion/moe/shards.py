@@ -95,6 +95,27 @@ class Shards:
                 raise ShardError(f"{self.paths[shard].name}: short read at {start + done} (was the file truncated?)")
             done += got
 
+    def copy_into(self, shard: int, start: int, length: int, fd: int, offset: int) -> None:
+        """Copy a range of a shard into file ``fd`` at ``offset`` in the kernel (``sendfile``;
+        ``pread`` + ``pwrite`` where the kernel refuses)."""
+        os.lseek(fd, offset, os.SEEK_SET)
+        done = 0
+        try:
+            while done < length:
+                sent = os.sendfile(fd, self.fds[shard], start + done, length - done)
+                if sent <= 0:
+                    raise ShardError(f"{self.paths[shard].name}: short read at {start + done} (was the file truncated?)")
+                done += sent
+        except OSError as exc:
+            if done or exc.errno not in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: no sendfile here
+                raise
+            buffer = memoryview(bytearray(length))
+            self.pread_into(shard, start, buffer)
+            while buffer:
+                written = os.pwrite(fd, buffer, offset)
+                buffer, offset = buffer[written:], offset + written
+
+
     def advise_willneed(self, shard: int, start: int, length: int) -> None:
         """Ask the kernel to read a range into the page cache ahead of use (a cheap prefetch)."""
         if hasattr(os, "posix_fadvise"):

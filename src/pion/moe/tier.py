@@ -105,6 +105,7 @@ class ExpertTier:
             "moe_misses": sum(m.misses for m in models), "moe_prefetched_hits": sum(m.prefetched_hits for m in models),
             "moe_prefetches": sum(m.prefetches for m in models), "moe_evictions": self.resident.evictions,
             "moe_bypasses": self.resident.bypasses, "moe_bytes_served": sum(m.bytes_served for m in models),
+            "moe_spare_bytes": self.resident.spares.nbytes() if self.resident.spares else 0,
         }
 
     def info(self) -> dict[str, object]:

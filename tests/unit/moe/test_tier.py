@@ -142,3 +142,17 @@ def test_unload_drops_resident_experts_and_stop_removes_the_directory(tier):
     assert not tier.resident.entries and not tier.models
     tier.stop()
     assert not directory.exists()
+
+
+def test_misses_fill_spare_files_made_ahead_and_spares_are_replaced(tier):
+    import time
+
+    fetched(tier, 0, 0)
+    deadline = time.time() + 10
+    while tier.metrics()["moe_spare_bytes"] < 2 * EXPERT and time.time() < deadline:
+        time.sleep(0.02)
+    spares = sorted(p.name for p in tier.resident.directory.glob(".spare-*"))
+    assert len(spares) == 2  # KEEP ready for the next misses
+    assert fetched(tier, 0, 1)[0] == tier.expected[(0, 1)]
+    assert spares[0] not in {p.name for p in tier.resident.directory.glob(".spare-*")} or \
+        spares[1] not in {p.name for p in tier.resident.directory.glob(".spare-*")}  # one was used
