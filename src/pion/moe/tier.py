@@ -8,9 +8,10 @@ the server: the command module turns its results and exceptions into replies, an
 calls its component hooks (``start``, ``stop``, ``cron``, ``info``, ``metrics``,
 ``budget_changed``, ``snapshot_extension``).
 
-Threads: every method runs on the event loop; shard reads run in the resident set's loader
-pool and come back as futures. A prefetch lands through ``post`` (the loop's
-``call_soon_threadsafe``), so the loop stays the only writer.
+Threads: every method runs on the event loop. A miss comes back as a future whose read
+(``resident.run_load``) the command runs in its own worker thread; a prefetch's read runs in the
+resident set's loader threads and lands through ``post`` (the loop's ``call_soon_threadsafe``),
+so the loop stays the only writer.
 
 Nothing here is durable: the tier is a cache of files that are the copy of record; histograms
 are saved when the operator asks (``HIST SAVE``).

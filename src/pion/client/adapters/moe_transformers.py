@@ -7,10 +7,11 @@ signature of transformers 5's ``*Experts`` modules. It asks the client's ``Exper
 experts the router picked (fetching what is not resident from the server's ``MOE.EXPERT.*``
 tier), then runs **the model's own experts forward** on them: the same function the model would
 call (eager, or the ``grouped_mm`` kernel, whichever ``config._experts_implementation`` names),
-given a stand-in ``self`` that holds only the routed experts (for eager: a list indexed by
-expert id; for the stacked kernels: the routed experts stacked, with the token routes renumbered
-in the same order). The router, attention, norms and everything else are the model's own code,
-untouched, so a paged model computes what the all-in-memory one computes, token for token.
+given a stand-in ``self`` whose weights are the client's ``ExpertArena`` (resident experts in
+the kernels' ``[slots, 2I, H]`` / ``[slots, H, I]`` layout; the routes renumbered to slots, so a
+forward whose experts are resident copies nothing; eager indexes it per expert id). The router,
+attention, norms and everything else are the model's own code, untouched, so a paged model
+computes what the all-in-memory one computes, token for token.
 
 Pruned experts (``MOE.EXPERT.PRUNE`` on the server, read from INFO at load): the layer's router
 gets a forward hook that re-applies its own formula with those experts excluded.
