@@ -51,6 +51,8 @@ FAMILIES = (
     "functions_cmds",
     "acl",
     "cluster",
+    "vsets",
+    "vsets_read",
 )
 
 
