@@ -6,7 +6,7 @@ and/or WITHATTRIBS, RESP3 answers a map (element -> score, attributes, or ``[sco
 attributes]`` when both were asked) and RESP2 a flat array (element, score, attributes), as
 Redis 8 does. A search over a large set runs in a worker thread (Redis threads VSIM too), so
 other clients go on meanwhile; NOTHREAD, MULTI/EXEC and scripts run it inline. Small sets (up to
-``EXACT_SEARCH_MAX`` elements) are scanned exactly, which is faster than a graph walk here.
+``vectorset.EXACT_SEARCH_MAX`` elements) are scanned exactly, which is faster than a graph walk here.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from pion.server.commands.vset_args import double, get_set, parse_vector
 from pion.server.context import Ctx
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
-from pion.vector.vset import CompileError, VectorSet, compile_filter
-from pion.vector.vset.vectorset import EXACT_SEARCH_MAX
+from pion.vector.vset import CompileError, VectorSet, compile_filter, vectorset
 
 _KEYS = (1, 1, 1)
 _READ = "@read @slow"
@@ -115,7 +114,7 @@ def vsim(ctx: Ctx, argv: list[bytes]):
     def search() -> list:
         return vs.search(unit, q.count, q.ef, q.flt, q.filter_ef, q.truth)
 
-    if q.nothread or len(vs) <= EXACT_SEARCH_MAX or not can_defer(ctx):
+    if q.nothread or len(vs) <= vectorset.EXACT_SEARCH_MAX or not can_defer(ctx):
         return _reply(ctx, vs, q, search())
     return Deferred([search], lambda ctx, results: _reply(ctx, vs, q, results[0]))
 

@@ -191,9 +191,10 @@ class Graph:
     # -- search ---------------------------------------------------------------------------
 
     def search(self, probe: np.ndarray, ef: int, accept: Callable[[int], bool] | None = None,
-               effort: int = 0) -> list[Hit]:
-        """Up to ``ef`` nearest nodes (nearest first) by graph search; with ``accept`` only
-        nodes it accepts, expanding at most ``effort`` candidates (0 = no bound)."""
+               effort: int = 0) -> list[tuple[float, int, int]]:
+        """Up to ``ef`` nearest nodes (nearest first) by graph search, as (distance, slot, uid);
+        with ``accept`` only nodes it accepts, expanding at most ``effort`` candidates (0 = no
+        bound)."""
         view = _View(self)
         if view.entry < 0 or view.entry >= view.cap:
             return []
@@ -201,7 +202,7 @@ class Graph:
         ep_d = float(view.dist(probe, np.array([ep]))[0])
         for level in range(view.top, 0, -1):
             ep_d, ep = view.greedy(probe, ep, ep_d, level)
-        return view.beam(probe, [(ep_d, ep)], ef, 0, accept, effort)
+        return view.with_uids(view.beam(probe, [(ep_d, ep)], ef, 0, accept, effort))
 
     def layer_candidates(self, probe: np.ndarray, level: int, ef: int, lowest: int = 0) -> list[list[Hit]]:
         """Candidate lists for levels ``lowest``..min(level, top), indexed by level (an insertion
@@ -221,41 +222,49 @@ class Graph:
                 entry = found[lc][:1]
         return found
 
-    def exact(self, probe: np.ndarray, k: int, accept: Callable[[int], bool] | None = None) -> list[Hit]:
-        """The true ``k`` nearest live nodes (TRUTH, small sets), by a linear scan."""
-        slots = self.live_slots()
+    def exact(self, probe: np.ndarray, k: int,
+              accept: Callable[[int], bool] | None = None) -> list[tuple[float, int, int]]:
+        """The true ``k`` nearest live nodes (TRUTH, small sets) by a linear scan, as
+        (distance, slot, uid)."""
+        view = _View(self)
+        slots = np.flatnonzero(view.levels[: min(self.hw, view.cap)] >= 0)
         if not slots.size or k <= 0:
             return []
-        ds = self.dist(probe, slots)
+        ds = view.dist(probe, slots)
         if accept is None:
             if slots.size > k:
                 part = np.argpartition(ds, k - 1)[:k]
                 slots, ds = slots[part], ds[part]
             order = np.argsort(ds, kind="stable")
-            return list(zip(ds[order].tolist(), slots[order].tolist(), strict=False))
+            return view.with_uids(list(zip(ds[order].tolist(), slots[order].tolist(), strict=True)))
         order = np.argsort(ds, kind="stable")
         hits: list[Hit] = []
-        for d, slot in zip(ds[order].tolist(), slots[order].tolist(), strict=False):
+        for d, slot in zip(ds[order].tolist(), slots[order].tolist(), strict=True):
             if accept(slot):
                 hits.append((d, slot))
                 if len(hits) >= k:
                     break
-        return hits
+        return view.with_uids(hits)
 
 
 class _View:
     """One reader's consistent references to the graph's arrays (see the module docstring)."""
 
-    __slots__ = ("g", "rows", "ranges", "links0", "n0", "cap", "entry", "top", "upper")
+    __slots__ = ("g", "rows", "ranges", "links0", "n0", "levels", "uids", "cap", "entry", "top", "upper")
 
     def __init__(self, g: Graph) -> None:
         self.g = g
         self.rows, self.ranges, self.links0, self.n0 = g.rows, g.ranges, g.links0, g.n0
+        self.levels, self.uids = g.levels, g.uids
         self.cap = len(self.n0)
         self.entry, self.top, self.upper = g.entry, g.max_level, g.upper
 
     def dist(self, probe: np.ndarray, slots: np.ndarray) -> np.ndarray:
         return quant.distances(self.rows[slots], self.ranges[slots], probe, self.g.quant, self.g.dim)
+
+    def with_uids(self, hits: list[Hit]) -> list[tuple[float, int, int]]:
+        uids = self.uids
+        return [(d, s, int(uids[s])) for d, s in hits]
 
     def neighbours(self, slot: int, level: int) -> np.ndarray:
         if level == 0:

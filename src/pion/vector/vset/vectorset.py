@@ -39,7 +39,8 @@ Match = tuple[float, int, int]  # (distance, slot, node uid)
 
 
 class VectorSet:
-    __slots__ = ("graph", "index", "names", "attrs", "parsed", "proj", "proj_in", "uid", "numattribs", "_sorted")
+    __slots__ = ("graph", "index", "names", "attrs", "parsed", "proj", "proj_in", "uid", "numattribs", "_sorted",
+                 "generation")
 
     def __init__(self, dim: int, quant_type: int = quant.Q8, m: int = DEFAULT_M, proj_in: int = 0) -> None:
         self.graph = Graph(dim, quant_type, m)
@@ -52,6 +53,8 @@ class VectorSet:
         self.uid = next(_uids)
         self.numattribs = 0
         self._sorted: list[bytes] | None = None
+        #: bumped when slots are renumbered (compaction): a search that saw it change starts over
+        self.generation = 0
 
     # -- shape ---------------------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class VectorSet:
         g = self.graph
         if g.cap < 64 or g.count * 4 > g.cap:
             return
+        self.generation += 1
         remap = g.compact()
         live = np.flatnonzero(remap >= 0).tolist()
         self.names = [self.names[s] for s in live]
@@ -183,6 +187,14 @@ class VectorSet:
     def search(self, unit: np.ndarray, count: int, ef: int, flt: Filter | None, filter_ef: int,
                truth: bool) -> list[Match]:
         """VSIM's candidates, nearest first: (distance, slot, uid). Safe in a worker thread."""
+        for _ in range(3):
+            generation = self.generation
+            found = self._search(unit, count, ef, flt, filter_ef, truth)
+            if self.generation == generation:
+                return found
+        return []
+
+    def _search(self, unit, count, ef, flt, filter_ef, truth) -> list[Match]:
         g = self.graph
         ef = max(ef or DEFAULT_SEARCH_EF, count)
         row, rng = quant.encode(unit, g.quant)
@@ -193,8 +205,7 @@ class VectorSet:
             hits = g.exact(probe, min(ef, size), accept)
         else:
             hits = g.search(probe, min(ef, size), accept, filter_ef if accept is not None else 0)
-        uids = g.uids
-        return [(d, s, int(uids[s])) for d, s in hits[:count] if s < len(uids)]
+        return hits[:count]
 
     def resolve(self, matches: list[Match]) -> list[tuple[bytes, float, bytes | None]]:
         """On the loop: (element, distance, attributes) for the matches still current."""
