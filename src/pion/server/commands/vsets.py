@@ -8,7 +8,10 @@ random levels make replay rebuild an equivalent graph, not the same links.
 ``VADD ... CAS`` collects the new node's neighbour candidates in a worker thread (the slow,
 read-only part) and links it on the loop, as Redis does; if the key was replaced, or the
 element appeared meanwhile, it answers 1 and changes nothing (the other write won). When
-nodes were removed meanwhile the candidates are collected again on the loop.
+nodes were removed meanwhile the candidates are collected again on the loop. A plain VADD of a
+new element into a set large enough to need a graph walk (more than ``EXACT_BUILD_MAX``
+elements) does the same, since that walk takes milliseconds in Python (Redis's VADD takes
+less than one), except that a change meanwhile makes it simply run again on the loop.
 """
 
 from __future__ import annotations
@@ -98,15 +101,18 @@ def vadd(ctx: Ctx, argv: list[bytes]):
         ctx.dirty()
         return True
     _check_compatible(vs, opts, vec.size, reduce_dim)
-    if opts.cas and name not in vs.index and can_defer(ctx):
-        return _vadd_cas(vs, key, name, vec, opts)
+    if (opts.cas or len(vs) > build.EXACT_BUILD_MAX) and name not in vs.index and can_defer(ctx):
+        return _vadd_deferred(vs, key, name, vec, opts, argv)
     added = vs.add(name, vec, opts.attr, opts.ef)
     ctx.db.signal(key)
     ctx.dirty()
     return added
 
 
-def _vadd_cas(vs: VectorSet, key: bytes, name: bytes, vec, opts: _Options) -> Deferred:
+def _vadd_deferred(vs: VectorSet, key: bytes, name: bytes, vec, opts: _Options, argv: list[bytes]) -> Deferred:
+    """Collect the candidates in a worker, link on the loop. Without CAS, a change meanwhile
+    (the key replaced, the element added by someone else) makes the command run again inline,
+    so it behaves exactly as if it had run at once; with CAS it is Redis's check-and-set."""
     g = vs.graph
     epoch = g.epoch
     level = Graph.random_level()
@@ -118,7 +124,9 @@ def _vadd_cas(vs: VectorSet, key: bytes, name: bytes, vec, opts: _Options) -> De
 
     def finish(ctx: Ctx, results: list) -> bool:
         if ctx.db.peek(key) is not vs or name in vs.index:
-            return True  # the key or the element changed meanwhile: that write came "after"
+            if not opts.cas:
+                return vadd(ctx, argv)  # inline now: run_deferred's depth keeps it from deferring
+            return True  # CAS: the key or the element changed meanwhile; that write came "after"
         found = results[0] if g.epoch == epoch else None
         vs.add(name, vec, opts.attr, opts.ef, found=found, level=level)
         ctx.db.signal(key)
