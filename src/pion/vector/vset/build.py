@@ -41,7 +41,7 @@ def _count(g: Graph, slot: int, level: int) -> int:
     if level == 0:
         return int(g.n0[slot])
     layers = g.upper.get(slot)
-    return len(layers[level - 1]) if layers is not None and level <= len(layers) else 0
+    return int(layers[level - 1, 0]) if layers is not None and level <= len(layers) else 0
 
 
 def _add(g: Graph, slot: int, other: int, level: int) -> None:
@@ -50,25 +50,29 @@ def _add(g: Graph, slot: int, other: int, level: int) -> None:
         g.links0[slot, n] = other
         g.n0[slot] = n + 1
     else:
-        g.upper[slot][level - 1].append(other)
+        row = g.upper[slot][level - 1]
+        n = row[0]
+        row[1 + n] = other
+        row[0] = n + 1
 
 
 def _remove(g: Graph, slot: int, other: int, level: int) -> bool:
     if level == 0:
-        n = int(g.n0[slot])
-        row = g.links0[slot]
-        where = np.flatnonzero(row[:n] == other)
-        if not where.size:
+        row, counts, base = g.links0[slot], g.n0, slot
+    else:
+        layers = g.upper.get(slot)
+        if layers is None or level > len(layers):
             return False
-        i = int(where[0])
-        row[i : n - 1] = row[i + 1 : n].copy()
-        row[n - 1] = -1
-        g.n0[slot] = n - 1
-        return True
-    layers = g.upper.get(slot)
-    if layers is None or level > len(layers) or other not in layers[level - 1]:
+        row, counts, base = layers[level - 1, 1:], layers[:, 0], level - 1
+    n = int(counts[base])
+    where = np.flatnonzero(row[:n] == other)
+    if not where.size:
         return False
-    layers[level - 1].remove(other)
+    i = int(where[0])
+    row[i : n - 1] = row[i + 1 : n].copy()
+    if level == 0:
+        row[n - 1] = -1
+    counts[base] = n - 1
     return True
 
 
@@ -78,8 +82,9 @@ def _replace(g: Graph, slot: int, old: int, new: int, level: int) -> None:
         where = np.flatnonzero(g.links0[slot, :n] == old)
         g.links0[slot, int(where[0])] = new
     else:
-        layer = g.upper[slot][level - 1]
-        layer[layer.index(old)] = new
+        row = g.upper[slot][level - 1]
+        where = np.flatnonzero(row[1 : 1 + row[0]] == old)
+        row[1 + int(where[0])] = new
 
 
 # -- insertion --------------------------------------------------------------------------------
@@ -113,7 +118,7 @@ def commit(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
         g.epoch += 1
         return
     for lc in range(min(level, g.max_level), -1, -1):
-        hits = [(d, s) for d, s in found[lc] if s != slot and g.levels[s] >= lc] if lc < len(found) else []
+        hits = _still_there(g, found[lc], slot, lc) if lc < len(found) else []
         _select(g, slot, hits, lc, g.m, 0)
         if lc == 0 and g.n0[slot] < g.m // 2:
             _select(g, slot, hits, 0, g.m, 1)
@@ -122,6 +127,15 @@ def commit(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
     if level > g.max_level:
         g.entry, g.max_level = slot, level
         g.epoch += 1
+
+
+def _still_there(g: Graph, hits: list[Hit], slot: int, level: int) -> list[Hit]:
+    """The candidates still alive on ``level`` (a CAS insert's were collected earlier)."""
+    if not hits:
+        return hits
+    slots = np.fromiter((s for _, s in hits), dtype=np.int64, count=len(hits))
+    ok = (g.levels[slots] >= level) & (slots != slot)
+    return hits if ok.all() else [hit for hit, good in zip(hits, ok.tolist(), strict=True) if good]
 
 
 def insert(g: Graph, row: np.ndarray, rng: float, norm: float, ef: int, level: int | None = None) -> int:
@@ -151,8 +165,8 @@ def _select(g: Graph, new: int, hits: list[Hit], level: int, required: int, aggr
         for other in linked:
             nearest = np.minimum(nearest, quant.distances(rows, ranges, g.node_probe(other), g.quant, g.dim))
         near = nearest.tolist()
+    count = _count(g, new, level)
     for i, cand in enumerate(slots.tolist()):
-        count = _count(g, new, level)
         if count >= limit or count >= required:
             return
         if cand in linked:
@@ -166,6 +180,7 @@ def _select(g: Graph, new: int, hits: list[Hit], level: int, required: int, aggr
         elif not _take_link(g, new, cand, d, level, aggressive):
             continue
         linked.add(cand)
+        count += 1
         if near:
             nearest = np.minimum(nearest, quant.distances(rows, ranges, g.node_probe(cand), g.quant, g.dim))
             near = nearest.tolist()

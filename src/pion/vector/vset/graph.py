@@ -10,8 +10,9 @@ and the search of Malkov & Yashunin with Redis's filtered variant.
 
 Storage is slot-indexed arrays that double when full: ``rows`` (encoded vectors), ``ranges``
 (Q8 ranges), ``norms``, ``levels`` (-1 marks a free slot), ``uids`` (Redis's node ids),
-``links0``/``n0`` (level-0 neighbours, -1 padded, and their count). Upper levels live in
-``upper[slot] = [links on level 1, links on level 2, ...]``.
+``links0``/``n0`` (level-0 neighbours, -1 padded, and their count). A node on upper levels
+has ``upper[slot]``, an int32 array with one row per level above 0: the row's count first,
+then its links.
 
 Threads: all writes happen on the event loop. A search may run in a worker thread while the
 loop writes: it takes its arrays once at the start (growth replaces them, so an old reader
@@ -57,7 +58,7 @@ class Graph:
         #: under another epoch re-checks its candidates
         self.epoch = 0
         self.free: list[int] = []
-        self.upper: dict[int, list[list[int]]] = {}
+        self.upper: dict[int, np.ndarray] = {}
         self._allocate(0)
 
     # -- storage -----------------------------------------------------------------------
@@ -100,7 +101,7 @@ class Graph:
         self.n0[slot] = 0
         self.links0[slot] = -1
         if level > 0:
-            self.upper[slot] = [[] for _ in range(level)]
+            self.upper[slot] = np.zeros((level, self.m + 1), dtype=np.int32)
         self.levels[slot] = level  # last: a reader sees the slot live only once it is whole
         self.count += 1
         return slot
@@ -122,7 +123,10 @@ class Graph:
         if level == 0:
             return self.links0[slot, : self.n0[slot]].tolist()
         layers = self.upper.get(slot)
-        return list(layers[level - 1]) if layers is not None and level <= len(layers) else []
+        if layers is None or level > len(layers):
+            return []
+        row = layers[level - 1]
+        return row[1 : 1 + row[0]].tolist()
 
     def compact(self) -> np.ndarray:
         """Renumber the live slots 0..n-1 in order and shrink the arrays (memory comes back after
@@ -137,8 +141,13 @@ class Graph:
         self._allocate(max(16, n))
         for new, prev in zip((self.rows, self.ranges, self.norms, self.levels, self.uids, self.links0, self.n0), old, strict=False):
             new[:n] = prev
-        self.upper = {int(remap[s]): [[int(remap[x]) for x in layer] for layer in layers]
-                      for s, layers in self.upper.items()}
+        upper = {}
+        for slot, layers in self.upper.items():
+            moved = layers.copy()
+            for row in moved:
+                row[1 : 1 + row[0]] = remap[row[1 : 1 + row[0]]]
+            upper[int(remap[slot])] = moved
+        self.upper = upper
         self.entry = int(remap[self.entry]) if self.entry >= 0 else -1
         self.free = []
         self.hw = n
@@ -161,9 +170,9 @@ class Graph:
         return level
 
     def nbytes(self) -> int:
-        upper = sum(len(layer) for layers in self.upper.values() for layer in layers)
+        upper = sum(layers.nbytes + 112 for layers in self.upper.values())
         arrays = (self.rows, self.ranges, self.norms, self.levels, self.uids, self.links0, self.n0)
-        return sum(a.nbytes for a in arrays) + upper * 36 + len(self.upper) * 120
+        return sum(a.nbytes for a in arrays) + upper
 
     # -- distances ----------------------------------------------------------------------
 
@@ -175,7 +184,7 @@ class Graph:
         return quant.probe(self.rows[slot], float(self.ranges[slot]), self.quant)
 
     def dist(self, probe: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        return quant.distances(self.rows[slots], self.ranges[slots], probe, self.quant, self.dim)
+        return quant.distances(self.rows.take(slots, axis=0), self.ranges.take(slots), probe, self.quant, self.dim)
 
     def node_dist(self, a: int, slots: np.ndarray) -> np.ndarray:
         return self.dist(self.node_probe(a), slots)
@@ -260,7 +269,8 @@ class _View:
         self.entry, self.top, self.upper = g.entry, g.max_level, g.upper
 
     def dist(self, probe: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        return quant.distances(self.rows[slots], self.ranges[slots], probe, self.g.quant, self.g.dim)
+        return quant.distances(self.rows.take(slots, axis=0), self.ranges.take(slots), probe, self.g.quant,
+                               self.g.dim)
 
     def with_uids(self, hits: list[Hit]) -> list[tuple[float, int, int]]:
         uids = self.uids
@@ -272,7 +282,8 @@ class _View:
         layers = self.upper.get(slot)
         if layers is None or level > len(layers):
             return _EMPTY
-        nb = np.array(layers[level - 1], dtype=np.int32)
+        row = layers[level - 1]
+        nb = row[1 : 1 + row[0]]
         if self.cap != len(self.g.n0):  # the graph grew after this reader started
             nb = nb[nb < self.cap]
         return nb
@@ -294,28 +305,91 @@ class _View:
 
     def beam(self, probe: np.ndarray, entry: list[Hit], ef: int, level: int,
              accept: Callable[[int], bool] | None, effort: int) -> list[Hit]:
-        """The layer search: a candidate heap and an ``ef``-bounded result heap. Candidates are
-        expanded ``BATCH`` at a time (the nearest ones still worth expanding), so one numpy call
-        measures all their new neighbours: Python's per-call cost, not arithmetic, is what a
-        search spends its time on. With a filter, candidates are explored whether or not they
-        pass (so the walk crosses non-matching regions), only passing nodes enter the results,
-        and at most ``effort`` candidates are expanded (Redis's FILTER-EF)."""
+        """The layer search (Malkov & Yashunin): expand the nearest candidate not yet expanded,
+        keep the ``ef`` nearest nodes seen, stop when the nearest candidate is farther than all
+        of them. Candidates are expanded ``BATCH`` at a time (the nearest ones still worth
+        expanding), so one numpy call measures all their new neighbours: Python's per-call cost,
+        not arithmetic, is what a search spends its time on."""
+        if accept is None:
+            return self._beam_plain(probe, entry, ef, level)
+        return self._beam_filtered(probe, entry, ef, level, accept, effort)
+
+    def _expand(self, batch: list[int], level: int, visited: np.ndarray, stamp: np.ndarray) -> np.ndarray:
+        """The not yet visited neighbours of ``batch`` (each once), marked visited."""
+        if level == 0:
+            links0, n0 = self.links0, self.n0
+            parts = [links0[c, : n0[c]] for c in batch]
+        else:
+            parts = [self.neighbours(c, level) for c in batch]
+        nb = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if not nb.size:
+            return nb
+        nb = nb[~visited.take(nb)]
+        if len(parts) > 1 and nb.size > 1:
+            order = np.arange(nb.size, dtype=np.int32)
+            stamp[nb] = order
+            nb = nb[stamp[nb] == order]
+        visited[nb] = True
+        return nb
+
+    def _beam_plain(self, probe: np.ndarray, entry: list[Hit], ef: int, level: int) -> list[Hit]:
+        """Without a filter the results live in numpy arrays, cut back to the ``ef`` nearest
+        only when they reach ``2 * ef``: ``worst`` may then be a little above the true ``ef``-th
+        distance, which can only make the walk explore more, never less."""
         visited = np.zeros(self.cap, dtype=bool)
-        stamp = np.empty(self.cap, dtype=np.int32)  # de-duplicates a batch's neighbours
-        cand: list[Hit] = []
+        stamp = np.empty(self.cap, dtype=np.int32)
+        cand = list(entry)
+        heapq.heapify(cand)
+        for _, slot in entry:
+            visited[slot] = True
+        res_d = np.array([d for d, _ in entry], dtype=np.float32)
+        res_s = np.array([s for _, s in entry], dtype=np.int32)
+        worst = np.inf
+        size = BATCH if ef <= 100 else 2 * BATCH
+        heappop, push = heapq.heappop, heapq.heappush
+        while cand and cand[0][0] <= worst:
+            batch = [heappop(cand)[1]]
+            while cand and len(batch) < size and cand[0][0] <= worst:
+                batch.append(heappop(cand)[1])
+            nb = self._expand(batch, level, visited, stamp)
+            if not nb.size:
+                continue
+            ds = self.dist(probe, nb)
+            if worst < np.inf:
+                keep = ds < worst
+                if not keep.any():
+                    continue
+                nb, ds = nb[keep], ds[keep]
+            for item in zip(ds.tolist(), nb.tolist(), strict=True):
+                push(cand, item)
+            res_d = np.concatenate((res_d, ds))
+            res_s = np.concatenate((res_s, nb))
+            if res_d.size >= (ef if worst == np.inf else ef + PRUNE_SLACK):
+                part = np.argpartition(res_d, ef - 1)[:ef]
+                res_d, res_s = res_d[part], res_s[part]
+                worst = float(res_d.max())
+        order = np.argsort(res_d, kind="stable")[:ef]
+        return list(zip(res_d[order].tolist(), res_s[order].tolist(), strict=True))
+
+    def _beam_filtered(self, probe: np.ndarray, entry: list[Hit], ef: int, level: int,
+                       accept: Callable[[int], bool], effort: int) -> list[Hit]:
+        """Redis's filtered walk: candidates are explored whether or not they pass (so the walk
+        crosses non-matching regions), only passing nodes enter the results, and at most
+        ``effort`` candidates are expanded (FILTER-EF)."""
+        visited = np.zeros(self.cap, dtype=bool)
+        stamp = np.empty(self.cap, dtype=np.int32)
+        cand = list(entry)
+        heapq.heapify(cand)
         res: list[Hit] = []  # max-heap as (-distance, slot)
         for d, slot in entry:
             visited[slot] = True
-            cand.append((d, slot))
-            if accept is None or accept(slot):
+            if accept(slot):
                 res.append((-d, slot))
-        heapq.heapify(cand)
         heapq.heapify(res)
         evaluated = 1
         heappop, push, pushpop = heapq.heappop, heapq.heappush, heapq.heappushpop
-        links0, n0 = self.links0, self.n0
         while cand:
-            if accept is not None and effort and evaluated >= effort:
+            if effort and evaluated >= effort:
                 break
             worst = -res[0][0] if len(res) >= ef else np.inf
             if cand[0][0] > worst:
@@ -324,37 +398,10 @@ class _View:
             while cand and len(batch) < BATCH and cand[0][0] <= worst:
                 batch.append(heappop(cand)[1])
             evaluated += len(batch)
-            if level == 0:
-                parts = [links0[c, : n0[c]] for c in batch]
-            else:
-                parts = [self.neighbours(c, level) for c in batch]
-            nb = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            nb = self._expand(batch, level, visited, stamp)
             if not nb.size:
                 continue
-            nb = nb[~visited[nb]]
-            if not nb.size:
-                continue
-            if len(parts) > 1:
-                order = np.arange(nb.size, dtype=np.int32)
-                stamp[nb] = order
-                nb = nb[stamp[nb] == order]
-            visited[nb] = True
-            ds = self.dist(probe, nb)
-            if accept is None:
-                if len(res) >= ef:
-                    keep = ds < -res[0][0]
-                    if not keep.any():
-                        continue
-                    nb, ds = nb[keep], ds[keep]
-                for dd, slot in zip(ds.tolist(), nb.tolist(), strict=False):
-                    if len(res) < ef:
-                        push(cand, (dd, slot))
-                        push(res, (-dd, slot))
-                    elif dd < -res[0][0]:
-                        push(cand, (dd, slot))
-                        pushpop(res, (-dd, slot))
-                continue
-            for dd, slot in zip(ds.tolist(), nb.tolist(), strict=False):
+            for dd, slot in zip(self.dist(probe, nb).tolist(), nb.tolist(), strict=True):
                 furthest = -res[0][0] if res else np.inf
                 if dd < furthest or len(cand) < ef:
                     push(cand, (dd, slot))
@@ -368,4 +415,6 @@ class _View:
 
 #: candidates a layer search expands per numpy call
 BATCH = 4
+#: results a plain layer search lets pile up past ``ef`` before cutting back to ``ef``
+PRUNE_SLACK = 16
 _EMPTY = np.zeros(0, dtype=np.int32)

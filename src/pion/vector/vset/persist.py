@@ -36,9 +36,9 @@ def dump(vs: VectorSet) -> bytes:
     links0 = np.where(links0 >= 0, remap[np.where(links0 >= 0, links0, 0)], -1).astype("<i4")
     upper: list[int] = []
     for slot in live.tolist():
-        for layer in g.upper.get(slot, ()):
-            upper.append(len(layer))
-            upper.extend(int(remap[s]) for s in layer)
+        for row in g.upper.get(slot, ()):
+            upper.append(int(row[0]))
+            upper.extend(remap[row[1 : 1 + row[0]]].tolist())
     tree = {
         b"format": FORMAT,
         b"dim": g.dim,
@@ -135,14 +135,14 @@ def _array_any(tree: dict, name: bytes) -> np.ndarray:
     return np.frombuffer(_field(tree, name, bytes), dtype="<i4")
 
 
-def _upper_links(flat: np.ndarray, levels: np.ndarray, m: int, n: int) -> dict[int, list[list[int]]]:
+def _upper_links(flat: np.ndarray, levels: np.ndarray, m: int, n: int) -> dict[int, np.ndarray]:
     """Rebuild ``Graph.upper`` from its flat form: per node with level > 0, per level, a count
     then that many slots; every slot must exist and live on that level."""
     values = flat.tolist()
     pos = 0
-    upper: dict[int, list[list[int]]] = {}
+    upper: dict[int, np.ndarray] = {}
     for slot in np.flatnonzero(levels > 0).tolist():
-        layers = []
+        layers = np.zeros((int(levels[slot]), m + 1), dtype=np.int32)
         for level in range(1, int(levels[slot]) + 1):
             if pos >= len(values) or not 0 <= values[pos] <= m:
                 raise PayloadError("vector set payload: bad upper-level links")
@@ -151,7 +151,8 @@ def _upper_links(flat: np.ndarray, levels: np.ndarray, m: int, n: int) -> dict[i
             pos += 1 + count
             if len(layer) != count or any(not 0 <= s < n or s == slot or levels[s] < level for s in layer):
                 raise PayloadError("vector set payload: an upper-level link points outside the set")
-            layers.append(layer)
+            layers[level - 1, 0] = count
+            layers[level - 1, 1 : 1 + count] = layer
         upper[slot] = layers
     if pos != len(values):
         raise PayloadError("vector set payload: trailing upper-level links")
