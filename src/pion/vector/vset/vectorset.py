@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,8 @@ from pion.vector.vset import build, quant
 from pion.vector.vset.expr import Filter, parse_attributes
 from pion.vector.vset.graph import DEFAULT_M, Graph
 
-#: below this many elements VSIM scans exactly: faster than a graph walk in Python, and exact
+#: up to this many elements VSIM scans exactly (with a FILTER too: an exact scan of a small set
+#: costs less than the walk FILTER-EF would allow): faster than a graph walk in Python, and exact
 EXACT_SEARCH_MAX = 4096
 #: VSIM's exploration factor when none is given (VSET_DEFAULT_SEARCH_EF)
 DEFAULT_SEARCH_EF = 100
@@ -36,6 +38,8 @@ MAX_DIM = 1 << 16
 _uids = itertools.count()
 
 Match = tuple[float, int, int]  # (distance, slot, node uid)
+#: FILTER verdicts cached per element (for that many different expressions)
+_VERDICTS_KEPT = 4
 
 
 class VectorSet:
@@ -47,7 +51,7 @@ class VectorSet:
         self.index: dict[bytes, int] = {}
         self.names: list[bytes | None] = []
         self.attrs: list[bytes | None] = []
-        self.parsed: list[tuple[bytes, Any] | None] = []
+        self.parsed: list[tuple[bytes, Any, dict] | None] = []
         self.proj_in = proj_in
         self.proj = quant.projection_matrix(proj_in, dim) if proj_in else None
         self.uid = next(_uids)
@@ -170,8 +174,11 @@ class VectorSet:
         return quant.QUANT_NAMES[g.quant], g.rows[slot].tobytes(), float(g.norms[slot]), rng
 
     def accept(self, flt: Filter) -> Callable[[int], bool]:
-        """The predicate a filtered search calls per slot (any thread)."""
-        attrs, parsed = self.attrs, self.parsed
+        """The predicate a filtered search calls per slot (any thread). An element's parsed
+        attributes, and the verdicts of the last few expressions on them, are cached with the
+        exact attribute string they came from: a VSETATTR replaces the string, so a stale entry
+        can never be used, even one written by a search that raced with it."""
+        attrs, parsed, source = self.attrs, self.parsed, flt.source
 
         def accept(slot: int) -> bool:
             raw = attrs[slot]
@@ -179,8 +186,14 @@ class VectorSet:
                 return False
             cached = parsed[slot]
             if cached is None or cached[0] is not raw:
-                cached = parsed[slot] = (raw, parse_attributes(raw))
-            return flt.matches(cached[1])
+                cached = parsed[slot] = (raw, parse_attributes(raw), {})
+            verdicts = cached[2]
+            verdict = verdicts.get(source)
+            if verdict is None:
+                if len(verdicts) >= _VERDICTS_KEPT:
+                    verdicts.clear()
+                verdict = verdicts[source] = flt.matches(cached[1])
+            return verdict
 
         return accept
 
@@ -201,8 +214,8 @@ class VectorSet:
         probe = g.probe(row, rng)
         accept = self.accept(flt) if flt is not None else None
         size = g.count
-        if truth or (size <= EXACT_SEARCH_MAX and (accept is None or size <= filter_ef)):
-            hits = g.exact(probe, min(ef, size), accept)
+        if truth or size <= EXACT_SEARCH_MAX:
+            hits = g.exact(probe, min(count, size), accept)  # exact: the first COUNT are final
         else:
             hits = g.search(probe, min(ef, size), accept, filter_ef if accept is not None else 0)
         return hits[:count]
@@ -279,4 +292,16 @@ class VectorSet:
         attr_sample = [a for a in itertools.islice(self.attrs, 256) if a is not None]
         attr_bytes = (sum(len(a) + 33 for a in attr_sample) // max(1, len(attr_sample))) * self.numattribs
         proj = self.proj.nbytes if self.proj is not None else 0
-        return 200 + self.graph.nbytes() + name_bytes + attr_bytes + n * 100 + proj + len(self.names) * 24
+        return (200 + self.graph.nbytes() + name_bytes + attr_bytes + n * 100 + proj + len(self.names) * 24
+                + self._parsed_bytes())
+
+    def _parsed_bytes(self) -> int:
+        """The FILTER caches: the share of sampled slots holding one, times a sampled entry's size."""
+        sample = self.parsed[:: max(1, len(self.parsed) // 64)]
+        held = [entry for entry in sample if entry is not None]
+        if not held:
+            return 0
+        entry = held[0]
+        one = 64 + sys.getsizeof(entry[1] or {}) + sys.getsizeof(entry[2]) + sum(
+            sys.getsizeof(k) + sys.getsizeof(v) for k, v in (entry[1] or {}).items())
+        return one * len(held) * len(self.parsed) // len(sample)
