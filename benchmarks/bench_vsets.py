@@ -145,7 +145,7 @@ def main() -> None:
                 for clients in (1, args.clients):
                     stop = threading.Event()
                     box: list = []
-                    pinger = threading.Thread(target=lambda s=stop: box.append(canary(srv.port, s)))
+                    pinger = threading.Thread(target=lambda s=stop, b=box: b.append(canary(srv.port, s)))
                     pinger.start()
                     res, lat, wall = run_queries(srv.port, queries, clients, extra)
                     stop.set()

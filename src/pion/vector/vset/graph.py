@@ -375,23 +375,24 @@ class _View:
                        accept: Callable[[int], bool], effort: int) -> list[Hit]:
         """Redis's filtered walk: candidates are explored whether or not they pass (so the walk
         crosses non-matching regions), only passing nodes enter the results, and at most
-        ``effort`` candidates are expanded (FILTER-EF)."""
+        ``effort`` candidates are expanded (FILTER-EF). A neighbour becomes a candidate when it
+        is nearer than the ``ef``-th result or the candidate heap holds fewer than ``ef``; the
+        filter runs only on neighbours that could enter the results."""
         visited = np.zeros(self.cap, dtype=bool)
         stamp = np.empty(self.cap, dtype=np.int32)
         cand = list(entry)
         heapq.heapify(cand)
-        res: list[Hit] = []  # max-heap as (-distance, slot)
-        for d, slot in entry:
+        for _, slot in entry:
             visited[slot] = True
-            if accept(slot):
-                res.append((-d, slot))
-        heapq.heapify(res)
+        passing = [hit for hit in entry if accept(hit[1])]
+        res_d = np.array([d for d, _ in passing], dtype=np.float32)
+        res_s = np.array([s for _, s in passing], dtype=np.int32)
+        worst = np.inf
         evaluated = 1
-        heappop, push, pushpop = heapq.heappop, heapq.heappush, heapq.heappushpop
+        heappop, push = heapq.heappop, heapq.heappush
         while cand:
             if effort and evaluated >= effort:
                 break
-            worst = -res[0][0] if len(res) >= ef else np.inf
             if cand[0][0] > worst:
                 break
             batch = [heappop(cand)[1]]
@@ -401,16 +402,27 @@ class _View:
             nb = self._expand(batch, level, visited, stamp)
             if not nb.size:
                 continue
-            for dd, slot in zip(self.dist(probe, nb).tolist(), nb.tolist(), strict=True):
-                furthest = -res[0][0] if res else np.inf
-                if dd < furthest or len(cand) < ef:
-                    push(cand, (dd, slot))
-                if (dd < furthest or len(res) < ef) and accept(slot):
-                    if len(res) < ef:
-                        push(res, (-dd, slot))
-                    else:
-                        pushpop(res, (-dd, slot))
-        return sorted((-nd, slot) for nd, slot in res)
+            ds = self.dist(probe, nb)
+            near = ds < worst if worst < np.inf else None
+            grow = nb if near is None or len(cand) < ef else nb[near]
+            grow_d = ds if near is None or len(cand) < ef else ds[near]
+            for item in zip(grow_d.tolist(), grow.tolist(), strict=True):
+                push(cand, item)
+            if near is not None:
+                if not near.any():
+                    continue
+                nb, ds = nb[near], ds[near]
+            ok = np.fromiter(map(accept, nb.tolist()), dtype=bool, count=nb.size)
+            if not ok.any():
+                continue
+            res_d = np.concatenate((res_d, ds[ok]))
+            res_s = np.concatenate((res_s, nb[ok]))
+            if res_d.size >= (ef if worst == np.inf else ef + PRUNE_SLACK):
+                part = np.argpartition(res_d, ef - 1)[:ef]
+                res_d, res_s = res_d[part], res_s[part]
+                worst = float(res_d.max())
+        order = np.argsort(res_d, kind="stable")[:ef]
+        return list(zip(res_d[order].tolist(), res_s[order].tolist(), strict=True))
 
 
 #: candidates a layer search expands per numpy call
