@@ -120,10 +120,10 @@ def main() -> None:
     ap.add_argument("--ef", type=int, nargs="*", default=[10, 40, 200, 400])
     ap.add_argument("--quant", default="Q8", choices=["Q8", "NOQUANT", "BIN"])
     ap.add_argument("--appendfsync", default="everysec", choices=["always", "everysec", "no"])
-    ap.add_argument("--smoke", action="store_true", help="CI size: 3,000 x 32, 60 queries")
+    ap.add_argument("--smoke", action="store_true", help="CI size: 1,500 x 16, 30 queries, EF 10 only")
     args = ap.parse_args()
     if args.smoke:
-        args.n, args.dim, args.queries, args.clients = 3000, 32, 60, 2
+        args.n, args.dim, args.queries, args.clients, args.ef = 1500, 16, 30, 2, [10]
     load_before = os.getloadavg()
     centers = np.random.default_rng(0).normal(size=(64, args.dim))
     data = mixture(args.n, args.dim, 1, centers)
