@@ -372,3 +372,22 @@ def test_dump_restore_copy_rename_and_memory(rr):
     assert rr.memory_usage("z") > 50 * 3
     with pytest.raises(redis.ResponseError):
         rr.restore("bad", 0, payload[:-3] + b"\x00\x00\x00")
+
+
+def test_vector_sets_count_in_used_memory_and_vadd_is_refused_past_maxmemory(make_server):
+    srv = make_server()
+    r = redis.Redis(port=srv.port, protocol=2)
+    r.config_set("maxmemory", 2**40)  # per-key accounting runs while maxmemory is set
+    before = r.info("memory")["used_memory"]
+    pipe = r.pipeline(transaction=False)
+    for i in range(400):
+        pipe.execute_command("VADD", "big", "VALUES", 64, *([i % 7] * 63 + [1]), f"element-{i}", "NOQUANT")
+    pipe.execute()
+    grown = r.info("memory")["used_memory"] - before
+    assert grown > 400 * 64 * 4  # at least the float32 vectors themselves
+    assert r.memory_usage("big") > 400 * 64 * 4
+    r.config_set("maxmemory", r.info("memory")["used_memory"] - 1024)  # noeviction: refuse
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        r.execute_command("VADD", "big", "VALUES", 64, *([1] * 64), "one-more", "NOQUANT")
+    assert r.execute_command("VCARD", "big") == 400
+    assert r.execute_command("VREM", "big", "element-1") == 1  # removals are still allowed
