@@ -163,10 +163,15 @@ def test_vsim_vector_errors(points):
     assert err(points, "VSIM", "s", "ELE", "a") == WRONGTYPE
 
 
-def test_vsim_reply_shapes_in_resp2(raw):
+def two_points(raw, added: bytes) -> None:
+    """x (with attributes) and y, orthogonal: x scores 1 and y 0.5 against x."""
     raw.cmd("VADD", "v", "VALUES", "2", "1", "0", "x", "SETATTR", '{"k":1}')
     raw.cmd("VADD", "v", "VALUES", "2", "0", "1", "y")
-    raw.read_exactly(b":1\r\n:1\r\n")
+    assert raw.read_exactly(added * 2) == added * 2
+
+
+def test_vsim_reply_shapes_in_resp2(raw):
+    two_points(raw, b":1\r\n")
     raw.cmd("VSIM", "v", "VALUES", "2", "1", "0", "WITHSCORES", "WITHATTRIBS")
     expected = b"*6\r\n$1\r\nx\r\n$1\r\n1\r\n$7\r\n{\"k\":1}\r\n$1\r\ny\r\n$3\r\n0.5\r\n$-1\r\n"
     assert raw.read_exactly(expected) == expected
@@ -178,9 +183,7 @@ def test_vsim_reply_shapes_in_resp2(raw):
 def test_vsim_reply_shapes_in_resp3(raw):
     raw.cmd("HELLO", "3")
     raw.read_some()
-    raw.cmd("VADD", "v", "VALUES", "2", "1", "0", "x", "SETATTR", '{"k":1}')
-    raw.cmd("VADD", "v", "VALUES", "2", "0", "1", "y")
-    raw.read_exactly(b"#t\r\n#t\r\n")
+    two_points(raw, b"#t\r\n")
     raw.cmd("VSIM", "v", "VALUES", "2", "1", "0", "WITHSCORES", "WITHATTRIBS")
     expected = b"%2\r\n$1\r\nx\r\n*2\r\n,1\r\n$7\r\n{\"k\":1}\r\n$1\r\ny\r\n*2\r\n,0.5\r\n_\r\n"
     assert raw.read_exactly(expected) == expected

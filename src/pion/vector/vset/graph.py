@@ -332,44 +332,37 @@ class _View:
         visited[nb] = True
         return nb
 
-    def _beam_plain(self, probe: np.ndarray, entry: list[Hit], ef: int, level: int) -> list[Hit]:
-        """Without a filter the results live in numpy arrays, cut back to the ``ef`` nearest
-        only when they reach ``2 * ef``: ``worst`` may then be a little above the true ``ef``-th
-        distance, which can only make the walk explore more, never less."""
+    def _start(self, entry: list[Hit]) -> tuple[np.ndarray, np.ndarray, list[Hit]]:
+        """A walk's visited marks, its de-duplication scratch and its candidate heap."""
         visited = np.zeros(self.cap, dtype=bool)
-        stamp = np.empty(self.cap, dtype=np.int32)
-        cand = list(entry)
-        heapq.heapify(cand)
         for _, slot in entry:
             visited[slot] = True
-        res_d = np.array([d for d, _ in entry], dtype=np.float32)
-        res_s = np.array([s for _, s in entry], dtype=np.int32)
-        worst = np.inf
+        cand = list(entry)
+        heapq.heapify(cand)
+        return visited, np.empty(self.cap, dtype=np.int32), cand
+
+    def _beam_plain(self, probe: np.ndarray, entry: list[Hit], ef: int, level: int) -> list[Hit]:
+        visited, stamp, cand = self._start(entry)
+        found = _Nearest(ef, entry)
         size = BATCH if ef <= 100 else 2 * BATCH
         heappop, push = heapq.heappop, heapq.heappush
-        while cand and cand[0][0] <= worst:
+        while cand and cand[0][0] <= found.worst:
             batch = [heappop(cand)[1]]
-            while cand and len(batch) < size and cand[0][0] <= worst:
+            while cand and len(batch) < size and cand[0][0] <= found.worst:
                 batch.append(heappop(cand)[1])
             nb = self._expand(batch, level, visited, stamp)
             if not nb.size:
                 continue
             ds = self.dist(probe, nb)
-            if worst < np.inf:
-                keep = ds < worst
+            if found.worst < np.inf:
+                keep = ds < found.worst
                 if not keep.any():
                     continue
                 nb, ds = nb[keep], ds[keep]
             for item in zip(ds.tolist(), nb.tolist(), strict=True):
                 push(cand, item)
-            res_d = np.concatenate((res_d, ds))
-            res_s = np.concatenate((res_s, nb))
-            if res_d.size >= (ef if worst == np.inf else ef + PRUNE_SLACK):
-                part = np.argpartition(res_d, ef - 1)[:ef]
-                res_d, res_s = res_d[part], res_s[part]
-                worst = float(res_d.max())
-        order = np.argsort(res_d, kind="stable")[:ef]
-        return list(zip(res_d[order].tolist(), res_s[order].tolist(), strict=True))
+            found.add(ds, nb)
+        return found.hits()
 
     def _beam_filtered(self, probe: np.ndarray, entry: list[Hit], ef: int, level: int,
                        accept: Callable[[int], bool], effort: int) -> list[Hit]:
@@ -378,34 +371,21 @@ class _View:
         ``effort`` candidates are expanded (FILTER-EF). A neighbour becomes a candidate when it
         is nearer than the ``ef``-th result or the candidate heap holds fewer than ``ef``; the
         filter runs only on neighbours that could enter the results."""
-        visited = np.zeros(self.cap, dtype=bool)
-        stamp = np.empty(self.cap, dtype=np.int32)
-        cand = list(entry)
-        heapq.heapify(cand)
-        for _, slot in entry:
-            visited[slot] = True
-        passing = [hit for hit in entry if accept(hit[1])]
-        res_d = np.array([d for d, _ in passing], dtype=np.float32)
-        res_s = np.array([s for _, s in passing], dtype=np.int32)
-        worst = np.inf
+        visited, stamp, cand = self._start(entry)
+        found = _Nearest(ef, [hit for hit in entry if accept(hit[1])])
         evaluated = 1
         heappop, push = heapq.heappop, heapq.heappush
-        while cand:
-            if effort and evaluated >= effort:
-                break
-            if cand[0][0] > worst:
-                break
+        while cand and cand[0][0] <= found.worst and not (effort and evaluated >= effort):
             batch = [heappop(cand)[1]]
-            while cand and len(batch) < BATCH and cand[0][0] <= worst:
+            while cand and len(batch) < BATCH and cand[0][0] <= found.worst:
                 batch.append(heappop(cand)[1])
             evaluated += len(batch)
             nb = self._expand(batch, level, visited, stamp)
             if not nb.size:
                 continue
             ds = self.dist(probe, nb)
-            near = ds < worst if worst < np.inf else None
-            grow = nb if near is None or len(cand) < ef else nb[near]
-            grow_d = ds if near is None or len(cand) < ef else ds[near]
+            near = ds < found.worst if found.worst < np.inf else None
+            grow, grow_d = (nb, ds) if near is None or len(cand) < ef else (nb[near], ds[near])
             for item in zip(grow_d.tolist(), grow.tolist(), strict=True):
                 push(cand, item)
             if near is not None:
@@ -413,16 +393,36 @@ class _View:
                     continue
                 nb, ds = nb[near], ds[near]
             ok = np.fromiter(map(accept, nb.tolist()), dtype=bool, count=nb.size)
-            if not ok.any():
-                continue
-            res_d = np.concatenate((res_d, ds[ok]))
-            res_s = np.concatenate((res_s, nb[ok]))
-            if res_d.size >= (ef if worst == np.inf else ef + PRUNE_SLACK):
-                part = np.argpartition(res_d, ef - 1)[:ef]
-                res_d, res_s = res_d[part], res_s[part]
-                worst = float(res_d.max())
-        order = np.argsort(res_d, kind="stable")[:ef]
-        return list(zip(res_d[order].tolist(), res_s[order].tolist(), strict=True))
+            if ok.any():
+                found.add(ds[ok], nb[ok])
+        return found.hits()
+
+
+class _Nearest:
+    """A walk's ``ef`` nearest nodes so far, in numpy arrays cut back to ``ef`` only when
+    ``PRUNE_SLACK`` more have piled up: ``worst`` (the ``ef``-th distance at the last cut, or
+    infinity before there were ``ef``) may then be a little above the true one, which can only
+    make the walk explore more, never less."""
+
+    __slots__ = ("ef", "d", "s", "worst")
+
+    def __init__(self, ef: int, hits: list[Hit]) -> None:
+        self.ef = ef
+        self.d = np.array([d for d, _ in hits], dtype=np.float32)
+        self.s = np.array([s for _, s in hits], dtype=np.int32)
+        self.worst = np.inf
+
+    def add(self, ds: np.ndarray, slots: np.ndarray) -> None:
+        self.d = np.concatenate((self.d, ds))
+        self.s = np.concatenate((self.s, slots))
+        if self.d.size >= (self.ef if self.worst == np.inf else self.ef + PRUNE_SLACK):
+            part = np.argpartition(self.d, self.ef - 1)[: self.ef]
+            self.d, self.s = self.d[part], self.s[part]
+            self.worst = float(self.d.max())
+
+    def hits(self) -> list[Hit]:
+        order = np.argsort(self.d, kind="stable")[: self.ef]
+        return list(zip(self.d[order].tolist(), self.s[order].tolist(), strict=True))
 
 
 #: candidates a layer search expands per numpy call
