@@ -19,6 +19,7 @@ from pion.vector.vset import build, vectorset
 def graph_server(make_server, monkeypatch):
     """A server whose vector sets use the graph even when small, and that counts deferred work."""
     monkeypatch.setattr(build, "EXACT_BUILD_MAX", 64)
+    monkeypatch.setattr(build, "EXACT_BUILD_WORK", 0)
     monkeypatch.setattr(vectorset, "EXACT_SEARCH_MAX", 50)
     started: list = []
     original = deferred.start

@@ -19,6 +19,7 @@ def clustered(n: int, dim: int, seed: int = 0, clusters: int = 20) -> np.ndarray
 def graph_paths(monkeypatch):
     """Make even small sets use the graph (walk-based insertion and search), not exact scans."""
     monkeypatch.setattr(build, "EXACT_BUILD_MAX", 64)
+    monkeypatch.setattr(build, "EXACT_BUILD_WORK", 0)
     monkeypatch.setattr(vectorset, "EXACT_SEARCH_MAX", 0)
 
 

@@ -9,9 +9,9 @@ random levels make replay rebuild an equivalent graph, not the same links.
 read-only part) and links it on the loop, as Redis does; if the key was replaced, or the
 element appeared meanwhile, it answers 1 and changes nothing (the other write won). When
 nodes were removed meanwhile the candidates are collected again on the loop. A plain VADD of a
-new element into a set large enough to need a graph walk (more than ``EXACT_BUILD_MAX``
-elements) does the same, since that walk takes milliseconds in Python (Redis's VADD takes
-less than one), except that a change meanwhile makes it simply run again on the loop.
+new element into a set of more than ``EXACT_BUILD_MAX`` elements does the same, since
+collecting its candidates takes milliseconds in Python (Redis's VADD takes less than one),
+except that a change meanwhile makes it simply run again on the loop.
 """
 
 from __future__ import annotations
