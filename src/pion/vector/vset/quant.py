@@ -44,13 +44,13 @@ def row_bytes(quant: int, dim: int) -> int:
 
 def normalize(vec: np.ndarray) -> tuple[np.ndarray, float]:
     """The unit vector (float32) and the norm it had. A zero vector stays zero with norm 1,
-    as in Redis (its norm is never set)."""
-    unit = np.asarray(vec, dtype=np.float32).copy()
-    norm = np.float32(np.sqrt(np.dot(unit, unit)))
+    as in Redis (its norm is never set). The norm is summed in float64, so huge components
+    cannot overflow into an infinite norm."""
+    values = np.asarray(vec, dtype=np.float64)
+    norm = float(np.sqrt(np.dot(values, values)))
     if norm == 0 or not np.isfinite(norm):
-        return unit, 1.0
-    unit /= norm
-    return unit, float(norm)
+        return np.asarray(vec, dtype=np.float32).copy(), 1.0
+    return (values / norm).astype(np.float32), float(np.float32(norm))
 
 
 def encode(unit: np.ndarray, quant: int) -> tuple[np.ndarray, float]:
