@@ -7,7 +7,8 @@ as given, default ``everysec``), VADDs pipelined from one client. Then, per EF (
 default 100 and the ones in ``--ef``), VSIM COUNT 10 from 1 and ``--clients`` clients:
 recall@10, QPS, p50/p99 latency; VSIM TRUTH (the server's own linear scan) as the baseline;
 FILTER at 10% and 1% selectivity (recall against a filtered exact scan, and how many of the 10
-asked come back); and a PING canary's p50/p99 while the searchers run, against idle. Prints
+asked come back); and a PING canary's p50/p99 while the searchers run, against idle and
+against the same searches with NOTHREAD (run on the event loop). Prints
 the load average with the results (the machine is shared), a markdown table, a JSON line, and
 writes ``benchmarks/results/vsets_<n>x<dim>.json`` (+ a recall-vs-QPS plot if matplotlib is
 installed; not with ``--smoke``).
@@ -140,9 +141,9 @@ def main() -> None:
             timer = threading.Timer(1.0, idle_stop.set)
             timer.start()
             idle = canary(srv.port, idle_stop)
-            for ef in [None, *args.ef]:
-                extra = [] if ef is None else ["EF", ef]
-                for clients in (1, args.clients):
+            for ef in [None, *args.ef, "NOTHREAD"]:
+                extra = [] if ef is None else ["NOTHREAD"] if ef == "NOTHREAD" else ["EF", ef]
+                for clients in (1, args.clients) if ef != "NOTHREAD" else (args.clients,):
                     stop = threading.Event()
                     box: list = []
                     pinger = threading.Thread(target=lambda s=stop, b=box: b.append(canary(srv.port, s)))
@@ -150,7 +151,8 @@ def main() -> None:
                     res, lat, wall = run_queries(srv.port, queries, clients, extra)
                     stop.set()
                     pinger.join()
-                    rows.append({"case": f"VSIM EF {ef or 'default(100)'}", "clients": clients,
+                    case = "VSIM EF default(100) NOTHREAD" if ef == "NOTHREAD" else f"VSIM EF {ef or 'default(100)'}"
+                    rows.append({"case": case, "clients": clients,
                                  "recall@10": round(recall(res, truth), 4), "qps": round(len(queries) / wall),
                                  "p50_ms": round(pct(lat, 50), 2), "p99_ms": round(pct(lat, 99), 2),
                                  "ping_p50_ms": round(pct(box[0], 50), 2), "ping_p99_ms": round(pct(box[0], 99), 2)})
@@ -208,6 +210,10 @@ def _ef_of(case: str) -> int:
     return 100 if label.startswith("default") else int(label)
 
 
+def _curve(case: str) -> bool:
+    return case.startswith("VSIM EF") and not case.endswith("NOTHREAD")
+
+
 def _plot(rows: list[dict], path: Path) -> None:
     try:
         import matplotlib
@@ -217,9 +223,9 @@ def _plot(rows: list[dict], path: Path) -> None:
     except ImportError:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    for clients in sorted({r.get("clients") for r in rows if r["case"].startswith("VSIM EF")}):
+    for clients in sorted({r.get("clients") for r in rows if _curve(r["case"])}):
         pts = sorted((_ef_of(r["case"]), r["qps"], r["recall@10"]) for r in rows
-                     if r["case"].startswith("VSIM EF") and r["clients"] == clients)
+                     if _curve(r["case"]) and r["clients"] == clients)
         ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", label=f"{clients} client(s)")
         for ef, qps, rec in pts:
             ax.annotate(f"EF {ef}", (qps, rec), fontsize=7, xytext=(4, -10 if clients > 1 else 4),
