@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 import redis
 
@@ -394,3 +395,27 @@ def test_vector_sets_count_in_used_memory_and_vadd_is_refused_past_maxmemory(mak
         r.execute_command("VADD", "big", "VALUES", 64, *([1] * 64), "one-more", "NOQUANT")
     assert r.execute_command("VCARD", "big") == 400
     assert r.execute_command("VREM", "big", "element-1") == 1  # removals are still allowed
+
+
+def test_noquant_gives_the_vector_back_to_float32_rounding_and_q8_scores_stay_within_0_1(rr):
+    rng = np.random.default_rng(21)
+    vec = rng.uniform(0, 10, 50).astype(np.float32)
+    rr.execute_command("VADD", "f", "FP32", vec.tobytes(), "x", "NOQUANT")
+    back = np.array([float(v) for v in rr.execute_command("VEMB", "f", "x")], np.float32)
+    assert np.allclose(back, vec, rtol=3e-7, atol=0)  # (x / |x|) * |x| in float32, as Redis
+    for i in range(20):
+        rr.execute_command("VADD", "q", "FP32", rng.uniform(0, 10, 50).astype(np.float32).tobytes(), f"e{i}")
+    for i in range(20):
+        got = rr.execute_command("VSIM", "q", "ELE", f"e{i}", "WITHSCORES", "COUNT", 20)
+        scores = [float(s) for s in (got.values() if isinstance(got, dict) else got[1::2])]
+        assert all(0 <= s <= 1 for s in scores) and max(scores) == 1.0
+
+
+def test_filter_ef_bounds_how_many_nearest_elements_are_examined(rr):
+    for i in range(30):
+        vadd(rr, "f", (1, i / 30), f"e{i}", "SETATTR", f'{{"i": {i}}}')
+    near_e0 = rr.execute_command("VSIM", "f", "ELE", "e0", "FILTER", ".i >= 0", "COUNT", 3)
+    assert near_e0 == [b"e0", b"e1", b"e2"]
+    assert rr.execute_command("VSIM", "f", "ELE", "e0", "FILTER", ".i == 29", "FILTER-EF", 1) == []
+    assert rr.execute_command("VSIM", "f", "ELE", "e0", "FILTER", ".i == 29", "FILTER-EF", 30) == [b"e29"]
+    assert rr.execute_command("VSIM", "f", "ELE", "e0", "FILTER", ".i == 29") == [b"e29"]  # default 10 * 100

@@ -231,10 +231,11 @@ class Graph:
                 entry = found[lc][:1]
         return found
 
-    def exact(self, probe: np.ndarray, k: int,
-              accept: Callable[[int], bool] | None = None) -> list[tuple[float, int, int]]:
+    def exact(self, probe: np.ndarray, k: int, accept: Callable[[int], bool] | None = None,
+              effort: int = 0) -> list[tuple[float, int, int]]:
         """The true ``k`` nearest live nodes (TRUTH, small sets) by a linear scan, as
-        (distance, slot, uid)."""
+        (distance, slot, uid); with ``accept``, the nearest that pass among the ``effort``
+        nearest (0: among all)."""
         view = _View(self)
         slots = np.flatnonzero(view.levels[: min(self.hw, view.cap)] >= 0)
         if not slots.size or k <= 0:
@@ -247,6 +248,8 @@ class Graph:
             order = np.argsort(ds, kind="stable")
             return view.with_uids(list(zip(ds[order].tolist(), slots[order].tolist(), strict=True)))
         order = np.argsort(ds, kind="stable")
+        if effort:
+            order = order[:effort]
         hits: list[Hit] = []
         for d, slot in zip(ds[order].tolist(), slots[order].tolist(), strict=True):
             if accept(slot):

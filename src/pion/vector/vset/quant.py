@@ -43,14 +43,21 @@ def row_bytes(quant: int, dim: int) -> int:
 
 
 def normalize(vec: np.ndarray) -> tuple[np.ndarray, float]:
-    """The unit vector (float32) and the norm it had. A zero vector stays zero with norm 1,
-    as in Redis (its norm is never set). The norm is summed in float64, so huge components
-    cannot overflow into an infinite norm."""
-    values = np.asarray(vec, dtype=np.float64)
-    norm = float(np.sqrt(np.dot(values, values)))
-    if norm == 0 or not np.isfinite(norm):
-        return np.asarray(vec, dtype=np.float32).copy(), 1.0
-    return (values / norm).astype(np.float32), float(np.float32(norm))
+    """The unit vector (float32, divided in float32 as Redis does, so NOQUANT's VEMB gives the
+    input back) and the norm it had. A zero vector stays zero with norm 1, as in Redis (its
+    norm is never set). A norm too large for float32 is summed in float64 instead."""
+    unit = np.asarray(vec, dtype=np.float32).copy()
+    norm = np.float32(np.sqrt(np.dot(unit, unit)))
+    if not np.isfinite(norm):
+        wide = unit.astype(np.float64)
+        norm64 = float(np.sqrt(np.dot(wide, wide)))
+        if not np.isfinite(norm64):
+            return unit, 1.0
+        return (wide / norm64).astype(np.float32), float(np.float32(norm64))
+    if norm == 0:
+        return unit, 1.0
+    unit /= norm
+    return unit, float(norm)
 
 
 def encode(unit: np.ndarray, quant: int) -> tuple[np.ndarray, float]:
@@ -99,8 +106,8 @@ def distances(rows: np.ndarray, ranges: np.ndarray, query: np.ndarray, quant: in
     """float32 distances from a ``probe`` to each of ``rows`` (``ranges`` aligned with them)."""
     if quant == F32:
         return np.float32(1.0) - rows @ query
-    if quant == Q8:
-        return np.float32(1.0) - (rows.astype(np.float32) @ query) * ranges
+    if quant == Q8:  # clamped to [0, 2] as Redis does: quantization can push |cos| past 1
+        return np.clip(np.float32(1.0) - (rows.astype(np.float32) @ query) * ranges, 0.0, 2.0)
     ham = np.bitwise_count(rows ^ query).sum(axis=-1, dtype=np.int64)
     return ham.astype(np.float32) * np.float32(2.0 / dim)
 
@@ -112,7 +119,7 @@ def pairwise(rows_a: np.ndarray, ranges_a: np.ndarray | None, rows_b: np.ndarray
         return np.float32(1.0) - rows_a @ rows_b.T
     if quant == Q8:
         dots = rows_a.astype(np.float32) @ rows_b.astype(np.float32).T
-        return np.float32(1.0) - dots * ((ranges_a[:, None] * _Q8_UNIT) * ranges_b[None, :])
+        return np.clip(np.float32(1.0) - dots * ((ranges_a[:, None] * _Q8_UNIT) * ranges_b[None, :]), 0.0, 2.0)
     ham = np.bitwise_count(rows_a[:, None, :] ^ rows_b[None, :, :]).sum(axis=-1, dtype=np.int64)
     return ham.astype(np.float32) * np.float32(2.0 / dim)
 

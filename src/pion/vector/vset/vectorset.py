@@ -26,8 +26,8 @@ from pion.vector.vset import build, quant
 from pion.vector.vset.expr import Filter, parse_attributes
 from pion.vector.vset.graph import DEFAULT_M, Graph
 
-#: up to this many elements VSIM scans exactly (with a FILTER too: an exact scan of a small set
-#: costs less than the walk FILTER-EF would allow): faster than a graph walk in Python, and exact
+#: up to this many elements VSIM scans exactly: faster than a graph walk in Python, and exact
+#: (with a FILTER, among the FILTER-EF nearest elements)
 EXACT_SEARCH_MAX = 4096
 #: VSIM's exploration factor when none is given (VSET_DEFAULT_SEARCH_EF)
 DEFAULT_SEARCH_EF = 100
@@ -214,8 +214,10 @@ class VectorSet:
         probe = g.probe(row, rng)
         accept = self.accept(flt) if flt is not None else None
         size = g.count
-        if truth or size <= EXACT_SEARCH_MAX:
+        if truth:
             hits = g.exact(probe, min(count, size), accept)  # exact: the first COUNT are final
+        elif size <= EXACT_SEARCH_MAX:  # FILTER-EF bounds how many nearest ones are examined
+            hits = g.exact(probe, min(count, size), accept, filter_ef if accept is not None else 0)
         else:
             hits = g.search(probe, min(ef, size), accept, filter_ef if accept is not None else 0)
         return hits[:count]
