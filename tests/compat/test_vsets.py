@@ -408,7 +408,7 @@ def test_noquant_gives_the_vector_back_to_float32_rounding_and_q8_scores_stay_wi
     for i in range(20):
         got = rr.execute_command("VSIM", "q", "ELE", f"e{i}", "WITHSCORES", "COUNT", 20)
         scores = [float(s) for s in (got.values() if isinstance(got, dict) else got[1::2])]
-        assert all(0 <= s <= 1 for s in scores) and max(scores) == 1.0
+        assert all(0 <= s <= 1 for s in scores) and max(scores) > 0.999  # itself, up to Q8 error
 
 
 def test_filter_ef_bounds_how_many_nearest_elements_are_examined(rr):
