@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pion.vector.vset.expr import NULL, CompileError, compile_filter, parse_attributes
+from pion.vector.vset.attrs import parse_attributes
+from pion.vector.vset.expr import NULL, CompileError, compile_filter
 
 ALICE = {"age": 25, "name": "Alice", "active": True, "scores": [85, 90, 95], "city": "New York"}
 BOB = {"age": 30, "name": "Bob", "active": False, "scores": [70, 75, 80], "city": "Boston"}

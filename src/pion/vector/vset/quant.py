@@ -106,10 +106,16 @@ def distances(rows: np.ndarray, ranges: np.ndarray, query: np.ndarray, quant: in
     """float32 distances from a ``probe`` to each of ``rows`` (``ranges`` aligned with them)."""
     if quant == F32:
         return np.float32(1.0) - rows @ query
-    if quant == Q8:  # clamped to [0, 2] as Redis does: quantization can push |cos| past 1
-        return np.clip(np.float32(1.0) - (rows.astype(np.float32) @ query) * ranges, 0.0, 2.0)
+    if quant == Q8:  # may leave [0, 2] by quantization error: see ``clamp``
+        return np.float32(1.0) - (rows.astype(np.float32) @ query) * ranges
     ham = np.bitwise_count(rows ^ query).sum(axis=-1, dtype=np.int64)
     return ham.astype(np.float32) * np.float32(2.0 / dim)
+
+
+def clamp(distance: float) -> float:
+    """A reported distance within [0, 2], as Redis clamps its Q8 distances (quantization can push
+    a cosine slightly past 1). Walks compare unclamped values: the order is the same."""
+    return 0.0 if distance < 0.0 else 2.0 if distance > 2.0 else distance
 
 
 def pairwise(rows_a: np.ndarray, ranges_a: np.ndarray | None, rows_b: np.ndarray,
@@ -119,7 +125,7 @@ def pairwise(rows_a: np.ndarray, ranges_a: np.ndarray | None, rows_b: np.ndarray
         return np.float32(1.0) - rows_a @ rows_b.T
     if quant == Q8:
         dots = rows_a.astype(np.float32) @ rows_b.astype(np.float32).T
-        return np.clip(np.float32(1.0) - dots * ((ranges_a[:, None] * _Q8_UNIT) * ranges_b[None, :]), 0.0, 2.0)
+        return np.float32(1.0) - dots * ((ranges_a[:, None] * _Q8_UNIT) * ranges_b[None, :])
     ham = np.bitwise_count(rows_a[:, None, :] ^ rows_b[None, :, :]).sum(axis=-1, dtype=np.int64)
     return ham.astype(np.float32) * np.float32(2.0 / dim)
 

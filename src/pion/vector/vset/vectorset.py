@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from pion.vector.vset import build, quant
-from pion.vector.vset.expr import Filter, parse_attributes
+from pion.vector.vset.attrs import parse_attributes
+from pion.vector.vset.expr import Filter
 from pion.vector.vset.graph import DEFAULT_M, Graph
 
 #: up to this many elements VSIM scans exactly: faster than a graph walk in Python, and exact
@@ -220,7 +221,7 @@ class VectorSet:
             hits = g.exact(probe, min(count, size), accept, filter_ef if accept is not None else 0)
         else:
             hits = g.search(probe, min(ef, size), accept, filter_ef if accept is not None else 0)
-        return hits[:count]
+        return [(quant.clamp(d), s, uid) for d, s, uid in hits[:count]]
 
     def resolve(self, matches: list[Match]) -> list[tuple[bytes, float, bytes | None]]:
         """On the loop: (element, distance, attributes) for the matches still current."""
@@ -236,7 +237,7 @@ class VectorSet:
         out = []
         for level in range(int(g.levels[slot]), -1, -1):
             nb = np.array(g.links(slot, level), dtype=np.int32)
-            ds = g.node_dist(slot, nb).tolist() if nb.size else []
+            ds = [quant.clamp(d) for d in g.node_dist(slot, nb).tolist()] if nb.size else []
             out.append([(self.names[s], d) for s, d in zip(nb.tolist(), ds, strict=False)])
         return out
 
