@@ -52,6 +52,8 @@ FAMILIES = (
     "functions_cmds",
     "acl",
     "cluster",
+    "vsets",
+    "vsets_read",
 )
 
 
