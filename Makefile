@@ -15,11 +15,11 @@ $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot]"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot,search]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot]"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot,search,compat]"
 	touch $@
 
 venv: $(VENV)/.base

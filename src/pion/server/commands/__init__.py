@@ -51,6 +51,10 @@ FAMILIES = (
     "functions_cmds",
     "acl",
     "cluster",
+    "json_cmds",
+    "json_containers",
+    "search_admin",
+    "search_query",
 )
 
 
