@@ -25,6 +25,7 @@ from typing import Any
 from pion.protocol.errors import ReplyError
 from pion.storage.serialize import pack_tree, unpack_tree
 from pion.vector import schema
+from pion.vector.cursors import CursorStore
 from pion.vector.index import SearchIndex
 
 log = logging.getLogger("pion.search")
@@ -83,6 +84,7 @@ class SearchEngine:
         #: set by the server: database objects by id (for rebuilds)
         self.databases: Callable[[], Iterable[Any]] = lambda: ()
         self.stats = {"indexed_keys": 0, "scans_done": 0}
+        self.cursors = CursorStore()
 
     # -- component hooks ------------------------------------------------------------------------
 
@@ -181,6 +183,7 @@ class SearchEngine:
         for alias in [a for a, target in self.aliases.items() if a[0] == db.id and target == index.name]:
             del self.aliases[alias]
         self.synonyms.pop((db.id, index.name), None)
+        self.cursors.drop_index(index)
         for scan in self._scans:
             if scan.index is index:
                 scan.cancelled = True

@@ -55,6 +55,8 @@ FAMILIES = (
     "json_containers",
     "search_admin",
     "search_query",
+    "search_aggregate",
+    "search_hybrid",
 )
 
 

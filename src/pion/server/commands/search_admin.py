@@ -310,7 +310,7 @@ def ft_info(ctx: Ctx, argv: list[bytes]):
 
 
 def eng_cursor_stats(ctx: Ctx, index: SearchIndex) -> dict[bytes, Any]:
-    cursors = ctx.server.engines.get("search_cursors")
-    total = cursors.count(index) if cursors is not None else 0
-    every = cursors.count(None) if cursors is not None else 0
+    cursors = engine(ctx).cursors
+    total = cursors.count(index)
+    every = cursors.count(None)
     return {b"global_idle": every, b"global_total": every, b"index_capacity": 128, b"index_total": total}

@@ -16,6 +16,7 @@ from pion.server.context import Ctx
 from pion.storage.hash_value import HashValue
 from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
+from pion.vector.expressions import format_value
 from pion.vector.index import SearchIndex
 
 
@@ -88,7 +89,7 @@ def row_fields(index: SearchIndex, value: Any, extras: dict[str, Any], returns: 
 
 def _extra_text(value: Any) -> bytes:
     if isinstance(value, float):
-        return format_double(value) if value != int(value) or abs(value) >= 1e17 else number_text(value)
+        return format_value(value).encode()  # RediSearch's num_to_str: an integer, else %.12g
     if isinstance(value, bytes):
         return value
     return str(value).encode()
