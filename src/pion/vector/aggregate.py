@@ -330,7 +330,7 @@ def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callab
                 key = tuple(_group_key(row.get(p)) for p in props)
                 groups.setdefault(key, []).append(row)
             out = []
-            for key, members in groups.items():
+            for members in groups.values():
                 new = {p: members[0].get(p) for p in props}
                 for reducer in reducers:
                     new[reducer.alias] = reducer.reduce(members)

@@ -19,6 +19,7 @@ from pion.protocol.errors import ReplyError
 from pion.vector import aggregate, scoring
 from pion.vector.search import _int, parse_params
 
+
 @dataclass
 class HybridRequest:
     query: str
