@@ -89,8 +89,8 @@ class Server:
         self.cron_hooks: list[Callable[[Server], Any]] = []
         #: called with (db, key) on every key signal (live search indexing)
         self.key_hooks: list[Callable[[Database, bytes], Any]] = []
-        #: called with (db) when a database was emptied or swapped whole (FLUSHDB, SWAPDB)
-        self.reset_hooks: list[Callable[[Database], Any]] = []
+        #: called with (db, "flush" | "swap") when a database was emptied or swapped whole
+        self.reset_hooks: list[Callable[[Database, str], Any]] = []
         #: objects by name for the engines (kv cache, durability) to find each other
         self.engines: dict[str, Any] = {}
         #: tenant name -> its own databases (ids unique server-wide, see Database.id)
@@ -150,9 +150,9 @@ class Server:
         for hook in self.key_hooks:
             hook(db, key)
 
-    def _on_db_reset(self, db: Database) -> None:
+    def _on_db_reset(self, db: Database, how: str) -> None:
         for hook in self.reset_hooks:
-            hook(db)
+            hook(db, how)
 
     def _on_key_new(self, db: Database, key: bytes) -> None:
         """The 'n' keyspace event (not part of 'A'), fired when a command creates a key."""

@@ -60,7 +60,7 @@ def _is_jsonpath(text: str) -> bool:
 
 # -- compiling --------------------------------------------------------------------------------------
 
-_NAME = re.compile(r"[^.\[\]()\s'\"?,*]+|\*")
+_NAME = re.compile(r"[^.\[\]()\s'\"?,*<>=!&|~@]+|\*")
 
 
 class CompiledPath:
@@ -119,7 +119,10 @@ class _PathParser:
                     steps.append(("desc", self.dotted()))
             elif ch == ".":
                 self.pos += 1
-                steps.append(self.dotted())
+                if self.pos < len(text) and text[self.pos] == "[":  # "$.[0]" is "$[0]"
+                    steps.append(self.bracket())
+                else:
+                    steps.append(self.dotted())
             elif ch == "[":
                 steps.append(self.bracket())
             else:

@@ -80,9 +80,9 @@ class Database:
         self.on_expired: Callable[[Database, bytes], None] | None = None
         #: called with (db, key) when ``set`` creates a key (the 'n' keyspace event).
         self.on_new: Callable[[Database, bytes], None] | None = None
-        #: called with (db) after ``flush`` or ``swap_contents`` replaced every key at once
-        #: (the search engine rebuilds the database's indexes)
-        self.on_reset: Callable[[Database], None] | None = None
+        #: called with (db, "flush" | "swap") after ``flush`` or ``swap_contents`` replaced every
+        #: key at once (the search engine drops or rebuilds the database's indexes)
+        self.on_reset: Callable[[Database, str], None] | None = None
         #: key -> last access time in ms (OBJECT IDLETIME, LRU eviction); kept for touched keys.
         self.lru: dict[bytes, int] = {}
         self.avg_ttl = 0
@@ -292,7 +292,7 @@ class Database:
         for key in watched:
             self.signal(key)
         if self.on_reset is not None:
-            self.on_reset(self)
+            self.on_reset(self, "flush")
 
     def swap_contents(self, other: Database) -> None:
         """SWAPDB: exchange keys, TTLs and access data; watchers, hooks and index stay put.
@@ -309,7 +309,7 @@ class Database:
                 db._signal_swapped(key, existed)
         for db in (self, other):
             if db.on_reset is not None:
-                db.on_reset(db)
+                db.on_reset(db, "swap")
 
     def _signal_swapped(self, key: bytes, existed: bool) -> None:
         present = key in self.data

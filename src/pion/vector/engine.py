@@ -220,10 +220,15 @@ class SearchEngine:
             self._flush_scheduled = True
             self.scheduler(self.catch_up)
 
-    def database_reset(self, db: Any) -> None:
-        """FLUSHDB/FLUSHALL/SWAPDB/reload emptied or replaced a database: rebuild its indexes."""
+    def database_reset(self, db: Any, how: str = "swap") -> None:
+        """FLUSHDB/FLUSHALL drop the database's indexes, as RediSearch does; SWAPDB (new contents
+        under the same indexes) rebuilds them."""
         self._dirty.pop(db.id, None)
         indexes = self.in_db(db.id)
+        if how == "flush":
+            for index in indexes:
+                self.drop(db, index.name)
+            return
         for scan in self._scans:
             if scan.index in indexes:
                 scan.cancelled = True

@@ -35,7 +35,7 @@ def _mutate_arrays(ctx: Ctx, key: bytes, path: Path, event: str, fn, what: str =
     if path.is_legacy:
         if not arrays:
             raise js.no_path_or(what)
-        return results[min(arrays.values())]
+        return results[max(arrays.values())]  # RedisJSON answers for the last match
     return results
 
 
@@ -228,9 +228,8 @@ def _index_of(array: list, needle: Any, start: int, stop: int) -> int:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    return type(a) is type(b) and a == b if not (js.is_number(a) and js.is_number(b)) else a == b
+    """RedisJSON's equality: an integer never equals a float (3 vs 3.0), a bool only a bool."""
+    return type(a) is type(b) and a == b
 
 
 # -- objects ----------------------------------------------------------------------------------------
