@@ -70,7 +70,8 @@ class SearchEngine:
         self.config: dict[str, str] = dict(CONFIG_DEFAULTS)
         self.dicts: dict[str, set[str]] = {}
         self.synonyms: dict[tuple[int, str], dict[str, set[str]]] = {}
-        self._dirty: dict[int, tuple[Any, set[bytes]]] = {}
+        #: db id -> (db, keys in the order they changed: doc ids follow write order)
+        self._dirty: dict[int, tuple[Any, dict[bytes, None]]] = {}
         self._flush_scheduled = False
         self._scans: list[_Scan] = []
         self._scan_scheduled = False
@@ -177,6 +178,11 @@ class SearchEngine:
             index.clear()
             self._begin_scan(index, db)
 
+    def reindex(self, db: Any, index: SearchIndex) -> None:
+        """Index every document again (a synonym group changed, FT.ALTER added fields)."""
+        index.clear()
+        self._begin_scan(index, db)
+
     def drop(self, db: Any, name: str) -> SearchIndex:
         index = self.get(db, name)
         del self.indexes[(db.id, index.name)]
@@ -214,8 +220,11 @@ class SearchEngine:
             return
         entry = self._dirty.get(db.id)
         if entry is None:
-            entry = self._dirty[db.id] = (db, set())
-        entry[1].add(key)
+            entry = self._dirty[db.id] = (db, {})
+        keys = entry[1]
+        if key in keys:
+            del keys[key]  # re-inserted: the last change decides the order
+        keys[key] = None
         if not self._flush_scheduled and self.scheduler is not None:
             self._flush_scheduled = True
             self.scheduler(self.catch_up)
@@ -368,7 +377,12 @@ class SearchEngine:
             db = _Db(db_id)
             index = self.create(db, history[0], hidden=bool(hidden))
             for argv in history[1:]:
-                self.alter(db, index.name, argv)
+                if argv[0].upper() == b"FT.SYNUPDATE":
+                    terms = [t.decode() for t in argv[3:] if t.upper() != b"SKIPINITIALSCAN"]
+                    index.update_synonyms(argv[2].decode(), terms)
+                    index.definition.history.append(list(argv))
+                else:
+                    self.alter(db, index.name, argv)
         self._scans.clear()
         for db_id, alias, target in state.get(b"aliases", []):
             self.aliases[(db_id, alias.decode())] = target.decode()

@@ -20,6 +20,7 @@ import numpy as np
 from pion.vector import text
 
 FIELD_SHIFT = 1 << 20
+SYNONYM_PREFIX = "~"
 
 
 class Posting:
@@ -41,7 +42,7 @@ class TextIndex:
         self.records = 0
 
     def add(self, doc_id: int, fields: list[tuple[int, float, list[str], bool]], stopwords: frozenset[str],
-            language: str) -> None:
+            language: str, synonyms: dict[str, set[str]] | None = None) -> None:
         """``fields``: (field number, weight, texts, stem?) for each TEXT field the doc has."""
         terms: dict[str, Posting] = {}
         total = 0
@@ -60,6 +61,9 @@ class TextIndex:
                         root = text.stem(token, language)
                         if root is not None:
                             _bump(terms, text.STEM_PREFIX + root, number, inc, where)
+                    if synonyms and token in synonyms:
+                        for group in synonyms[token]:
+                            _bump(terms, SYNONYM_PREFIX + group, number, inc, where)
                 position += 1  # no phrase across two values of a multi-value field
         if not terms:
             self.doc_len[doc_id] = total
@@ -90,7 +94,7 @@ class TextIndex:
     def terms_matching(self, predicate, limit: int = 200) -> list[str]:
         out = []
         for term in self.postings:
-            if term[:1] != text.STEM_PREFIX and predicate(term):
+            if term[:1] not in (text.STEM_PREFIX, SYNONYM_PREFIX) and predicate(term):
                 out.append(term)
                 if len(out) >= limit:
                     break

@@ -57,6 +57,8 @@ class SearchIndex:
         self.admin_ops = 0
         self.dialects = [0, 0, 0, 0]
         self.filter = None
+        #: synonym groups (FT.SYNUPDATE): term -> group ids; indexed as "~group" terms
+        self.synonyms: dict[str, set[str]] = {}
         self._setup_fields(definition.fields)
 
     def _setup_fields(self, specs: list[FieldSpec]) -> None:
@@ -75,6 +77,13 @@ class SearchIndex:
                 self.missing[spec.name] = set()
             if spec.index_empty:
                 self.empty[spec.name] = set()
+
+    def update_synonyms(self, group: str, terms: list[str]) -> None:
+        for term in terms:
+            self.synonyms.setdefault(term.lower(), set()).add(group)
+
+    def synonym_groups(self) -> dict[str, list[str]]:
+        return {term: sorted(groups) for term, groups in self.synonyms.items()}
 
     def add_fields(self, specs: list[FieldSpec]) -> None:
         """FT.ALTER ... SCHEMA ADD: the definition grows; existing documents are re-indexed by the caller."""
@@ -138,7 +147,7 @@ class SearchIndex:
             if name in self.empty and any(not v.strip() for v in values):
                 self.empty[name].add(doc_id)
         if text_fields:
-            self.text.add(doc_id, text_fields, definition.stopword_set, doc.language)
+            self.text.add(doc_id, text_fields, definition.stopword_set, doc.language, self.synonyms)
         else:
             self.text.doc_len[doc_id] = 0
         for name, tags in doc.tags.items():

@@ -17,6 +17,7 @@ import numpy as np
 
 from pion.protocol.errors import ReplyError
 from pion.vector import scoring, text
+from pion.vector.fields import SYNONYM_PREFIX
 from pion.vector.index import SearchIndex
 from pion.vector.query_parser import Node
 from pion.vector.text import STEM_PREFIX
@@ -36,10 +37,18 @@ class ExecContext:
     extras: dict[int, dict[str, Any]] = field(default_factory=dict)
     max_expansions: int = 200
     min_prefix: int = 2
+    language: str | None = None  # the query's LANGUAGE (stems query words); default: the index's
+    expander: str = "DEFAULT"  # DEFAULT: stems and synonyms; SYNONYM: synonyms only
 
 
 def evaluate(node: Node, ctx: ExecContext) -> Hits:
-    return _eval(node, ctx, ctx.infields)
+    """Matching documents; a query of stop-words only matches nothing, as in RediSearch."""
+    hits = _eval(node, ctx, ctx.infields)
+    return {} if hits is None else hits
+
+
+def _is_stopword(ctx: ExecContext, word: str) -> bool:
+    return not ctx.stopwords_off and word in ctx.index.definition.stopword_set
 
 
 def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
@@ -55,17 +64,24 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
         return _and(node, ctx, fields, weight)
     if kind == "or":
         out: Hits = {}
+        seen = False
         for child in node.children:
-            for doc, score in _eval(child, ctx, fields).items():
+            hits = _eval(child, ctx, fields)
+            if hits is None:  # a stop-word: no part of the union
+                continue
+            seen = True
+            for doc, score in hits.items():
                 out[doc] = out.get(doc, 0.0) + score * weight
-        return out
+        return out if seen else None
     if kind == "not":
-        inner = _eval(node.children[0], ctx, fields)
+        inner = _eval(node.children[0], ctx, fields) or {}
         return {doc: 0.0 for doc in ctx.index.docs if doc not in inner}
     if kind == "opt":
-        inner = _eval(node.children[0], ctx, fields)
+        inner = _eval(node.children[0], ctx, fields) or {}
         return {doc: inner.get(doc, 0.0) * weight for doc in ctx.index.docs}
     if kind == "term":
+        if _is_stopword(ctx, node.value):
+            return None  # dropped from the query, as RediSearch drops stop-words
         return _term(node.value, ctx, fields, weight, expand=not node.attrs.get("exact"))
     if kind == "phrase":
         return _phrase(node, ctx, fields, weight)
@@ -95,18 +111,22 @@ def _restrict(ctx: ExecContext, names: list[str] | None, node: Node) -> list[str
 def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:
     required = [c for c in node.children if c.kind != "opt"]
     optional = [c for c in node.children if c.kind == "opt"]
-    if not required:
+    results = [r for r in (_eval(child, ctx, fields) for child in required) if r is not None]
+    if not results and not optional:
+        return None
+    if not results:
         base: Hits = dict.fromkeys(ctx.index.docs, 0.0)
     else:
-        results = [_eval(child, ctx, fields) for child in required]
         results.sort(key=len)
         base = dict(results[0])
         for other in results[1:]:
             base = {doc: score + other[doc] for doc, score in base.items() if doc in other}
             if not base:
                 return {}
+        if ctx.slop is not None or ctx.inorder:
+            base = _proximity(ctx, [c for c in required if c.kind == "term"], fields, base)
     for child in optional:
-        inner = _eval(child.children[0], ctx, fields)
+        inner = _eval(child.children[0], ctx, fields) or {}
         w = float(child.attrs.get("weight", 1.0))
         for doc in base:
             if doc in inner:
@@ -114,6 +134,26 @@ def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) 
     if weight != 1.0:
         base = {doc: score * weight for doc, score in base.items()}
     return base
+
+
+def _proximity(ctx: ExecContext, terms: list[Node], fields: list[str] | None, base: Hits) -> Hits:
+    """SLOP / INORDER over the terms of an intersection (positions of the word or its stem)."""
+    words = [t.value for t in terms if not _is_stopword(ctx, t.value)]
+    if len(words) < 2:
+        return base
+    slop = ctx.slop if ctx.slop is not None else 1 << 30
+    mask = _field_mask(ctx, fields)
+    lists = [_postings(ctx, word, True, fields) for word in words]
+    out: Hits = {}
+    for doc, score in base.items():
+        positions = []
+        for plists in lists:
+            pos = sorted({p for plist in plists if doc in plist for p in plist[doc].positions
+                          if mask is None or (1 << (p >> 20)) & mask})
+            positions.append(pos)
+        if all(positions) and _within(positions, slop, ctx.inorder):
+            out[doc] = score
+    return out
 
 
 def _field_mask(ctx: ExecContext, fields: list[str] | None) -> int | None:
@@ -134,7 +174,12 @@ def _postings(ctx: ExecContext, word: str, expand: bool, fields: list[str] | Non
     if direct is not None:
         lists.append(direct)
     if expand and not ctx.verbatim:
-        root = text.stem(word, ctx.index.definition.language)
+        for group in ctx.index.synonyms.get(word, ()):
+            grouped = postings.get(SYNONYM_PREFIX + group)
+            if grouped is not None:
+                lists.append(grouped)
+    if expand and not ctx.verbatim and ctx.expander != "SYNONYM":
+        root = text.stem(word, ctx.language or ctx.index.definition.language)
         stemmed = postings.get(STEM_PREFIX + (root or word))
         if stemmed is not None:
             if not _all_nostem(ctx, fields):

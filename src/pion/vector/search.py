@@ -49,6 +49,8 @@ class SearchRequest:
     dialect: int = 1
     timeout_ms: int | None = None
     withcount: bool = True
+    expander: str = "DEFAULT"
+    withpayloads: bool = False
 
 
 @dataclass
@@ -169,12 +171,18 @@ def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
             i += 1
         elif word == b"EXPANDER":
             need(1, "EXPANDER")
-            raise ReplyError("EXPANDER is not supported by Pion (the default stemming expander is used)")
+            expander = argv[i + 1].decode().upper()
+            if expander not in ("DEFAULT", "SYNONYM"):
+                raise ReplyError(f"Unknown query expander `{argv[i + 1].decode()}` (Pion has DEFAULT and SYNONYM)")
+            req.expander = expander
+            i += 1
         elif word == b"SCORER":
             need(1, "SCORER")
             req.scorer = scoring.check(argv[i + 1].decode())
             i += 1
-        elif word in (b"EXPLAINSCORE", b"WITHPAYLOADS", b"PAYLOAD"):
+        elif word == b"WITHPAYLOADS":
+            req.withpayloads = True
+        elif word in (b"EXPLAINSCORE", b"PAYLOAD"):
             raise ReplyError(f"{word.decode()} is not supported by Pion")
         elif word == b"SORTBY":
             need(1, "SORTBY")
@@ -241,7 +249,8 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
     index.uses += 1
     index.dialects[min(req.dialect, 4) - 1] += 1
     ctx = query_exec.ExecContext(index=index, scorer=req.scorer, verbatim=req.verbatim, infields=req.infields,
-                                 slop=req.slop, inorder=req.inorder, stopwords_off=req.nostopwords)
+                                 slop=req.slop, inorder=req.inorder, stopwords_off=req.nostopwords,
+                                 language=req.language, expander=req.expander)
     if req.infields:
         for name in req.infields:
             if index.definition.field(name) is None:

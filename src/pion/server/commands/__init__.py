@@ -57,6 +57,7 @@ FAMILIES = (
     "search_query",
     "search_aggregate",
     "search_hybrid",
+    "search_misc",
 )
 
 

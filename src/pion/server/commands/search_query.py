@@ -13,7 +13,7 @@ from typing import Any
 from pion.protocol.errors import ReplyError
 from pion.server import deferred
 from pion.server.commands.search_admin import engine
-from pion.server.commands.search_replies import field_value, live_value, search_reply
+from pion.server.commands.search_replies import field_value, live_value, search_reply, timeout_warnings
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.vector import search
@@ -54,16 +54,16 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
     plan = search.plan(index, req)
     if plan.job is None:
         total, rows = search.finish(plan, None, _sort_loader(ctx, index))
-        return search_reply(ctx, index, total, rows, req)
+        return search_reply(ctx, index, total, rows, req, timeout_warnings(req, plan.started))
     if deferred.can_defer(ctx) and _heavy(index, plan.query.knn):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
             total, rows = search.finish(plan, results[0], _sort_loader(ctx2, index))
-            return search_reply(ctx2, index, total, rows, req)
+            return search_reply(ctx2, index, total, rows, req, timeout_warnings(req, plan.started))
         return deferred.Deferred([plan.job], finish)
     total, rows = search.finish(plan, plan.job(), _sort_loader(ctx, index))
-    return search_reply(ctx, index, total, rows, req)
+    return search_reply(ctx, index, total, rows, req, timeout_warnings(req, plan.started))
 
 
 # -- FT.EXPLAIN -----------------------------------------------------------------------------------
@@ -125,19 +125,8 @@ def _num(value: float) -> str:
 def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     eng = engine(ctx)
     eng.get(ctx.db, argv[1].decode("utf-8", "replace"))
-    dialect = default_dialect(ctx)
-    params: dict[str, bytes] = {}
-    i = 3
-    while i < len(argv):
-        word = argv[i].upper()
-        if word == b"DIALECT" and i + 1 < len(argv):
-            dialect = int(argv[i + 1])
-            i += 2
-        elif word == b"PARAMS":
-            params, i = search.parse_params(argv, i)
-        else:
-            raise ReplyError(f"Unknown argument `{argv[i].decode('utf-8', 'replace')}`")
-    query = parse_query(argv[2].decode("utf-8", "replace"), dialect, params)
+    req = search.parse_search(argv, default_dialect(ctx))  # FT.SEARCH's options are accepted
+    query = parse_query(req.query, req.dialect, req.params)
     lines = explain_lines(query.root)
     if query.knn is not None:
         knn = query.knn

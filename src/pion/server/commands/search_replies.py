@@ -107,7 +107,26 @@ def sortkey_text(value: Any) -> bytes | None:
     return b"$" + str(value).encode()
 
 
-def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req) -> Any:
+def _payload(index: SearchIndex, value: Any) -> bytes | None:
+    field = index.definition.payload_field
+    if field is None or value.__class__ is not HashValue:
+        return None
+    raw = value.fields.get(field.encode())
+    return bytes(raw) if raw is not None else None
+
+
+def timeout_warnings(req, started: float) -> list[bytes]:
+    """RediSearch's warning when the query ran past its TIMEOUT (the results are complete:
+    Pion does not cut a query short, it reports that it took longer)."""
+    import time
+
+    timeout = getattr(req, "timeout_ms", None)
+    if timeout and (time.perf_counter() - started) * 1000.0 > timeout:
+        return [b"Timeout limit was reached"]
+    return []
+
+
+def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, warnings: list[bytes] | None = None) -> Any:
     """FT.SEARCH's reply for rows of ``vector.search.Row``."""
     resp3 = ctx.client.proto >= 3
     entries = []
@@ -120,13 +139,15 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req) -> A
             fields = row_fields(index, value, row.extras, req.returns, req.dialect)
         elif value is None:
             continue
-        entries.append((row, fields))
+        entries.append((row, fields, _payload(index, value) if req.withpayloads else None))
     if resp3:
         results = []
-        for row, fields in entries:
+        for row, fields, payload in entries:
             item: dict[bytes, Any] = {b"id": row.key}
             if req.withscores:
                 item[b"score"] = float(row.score)
+            if req.withpayloads:
+                item[b"payload"] = payload
             if req.withsortkeys:
                 item[b"sortkey"] = sortkey_text(row.sort_value)
             if fields is not None:
@@ -134,12 +155,14 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req) -> A
             item[b"values"] = []
             results.append(item)
         return {b"attributes": [], b"format": b"STRING", b"results": results,
-                b"total_results": total, b"warning": []}
+                b"total_results": total, b"warning": list(warnings or [])}
     out: list[Any] = [total]
-    for row, fields in entries:
+    for row, fields, payload in entries:
         out.append(row.key)
         if req.withscores:
             out.append(score_text(row.score))
+        if req.withpayloads:
+            out.append(payload)
         if req.withsortkeys:
             out.append(sortkey_text(row.sort_value))
         if fields is not None:
