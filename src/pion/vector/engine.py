@@ -124,7 +124,7 @@ class SearchEngine:
         for index in self.indexes.values():
             for vec in index.vectors.values():
                 if vec.graph is not None:
-                    total += vec.graph.backlog + len(vec.graph.pending)
+                    total += len(vec.graph.pending_slots(vec.slot_ver))
         return total
 
     # -- lookup ---------------------------------------------------------------------------------
