@@ -207,7 +207,7 @@ def main() -> int:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--efs", default="10,32,64,128")
-    parser.add_argument("--smoke", action="store_true", help="CI size: 2,000 x 64, 200 queries")
+    parser.add_argument("--smoke", action="store_true", help="CI size: 1,000 x 32, 100 queries")
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
     if args.smoke:
