@@ -228,3 +228,17 @@ def test_search_json_number_formatting_matches_redisearch(idx):
                 "RETURN", "1", "d", "DIALECT", "2")
     value = reply[2][1] if idx.protocol_version == 2 else reply[b"results"][0][b"extra_attributes"][b"d"]
     assert len(value) <= 14 and math.isclose(float(value), 0.0, abs_tol=1e-6)  # %.12g, or an integer
+
+
+def test_pion_owned_indexes_are_separate(server):
+    r = redis.Redis(port=server.port, protocol=2)
+    with pytest.raises(redis.ResponseError, match="reserved for Pion's own indexes"):
+        r.execute_command("FT.CREATE", "__pion:mem", "SCHEMA", "t", "TEXT")
+    engine = server.server.engines["search"]
+    db = server.server.dbs[0]
+    server.call(engine.create, db, [b"FT.CREATE", b"__pion:mem", b"PREFIX", b"1", b"mem:", b"SCHEMA", b"t", b"TEXT"], True)
+    r.execute_command("FT.CREATE", "mem", "PREFIX", "1", "mem:", "SCHEMA", "t", "TEXT")
+    r.hset("mem:1", "t", "remember this")
+    assert r.execute_command("FT._LIST") == [b"mem"]  # the internal index is not listed
+    assert r.execute_command("FT.SEARCH", "__pion:mem", "remember", "NOCONTENT") == [1, b"mem:1"]
+    assert r.execute_command("FT.SEARCH", "mem", "remember", "NOCONTENT") == [1, b"mem:1"]

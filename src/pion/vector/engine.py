@@ -47,6 +47,9 @@ CONFIG_DEFAULTS: dict[str, str] = {
     "DEFAULT_SCORER": "BM25STD",
 }
 NOT_FOUND = "Unknown Index name"
+#: names of Pion-owned indexes (semantic cache, agent memory): never listed by FT._LIST and not
+#: creatable by clients, so they cannot collide with or displace a user's index
+INTERNAL_PREFIX = "__pion:"
 
 
 def not_found(name: str | None = None) -> ReplyError:
@@ -153,7 +156,12 @@ class SearchEngine:
     # -- admin ----------------------------------------------------------------------------------
 
     def create(self, db: Any, argv: list[bytes], hidden: bool = False) -> SearchIndex:
+        """FT.CREATE; ``hidden`` makes a Pion-owned index, whose name must start with
+        ``INTERNAL_PREFIX`` (a client's FT.CREATE of such a name is refused)."""
         definition = schema.parse_create(argv)
+        if definition.name.startswith(INTERNAL_PREFIX) != hidden:
+            raise ReplyError(f"Index names starting with {INTERNAL_PREFIX} are reserved for Pion's own indexes"
+                             if not hidden else f"A Pion-owned index name must start with {INTERNAL_PREFIX}")
         key = (db.id, definition.name)
         if key in self.indexes:
             raise ReplyError("Index already exists")
