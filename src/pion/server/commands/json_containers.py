@@ -22,6 +22,20 @@ def _optional_path(argv: list[bytes], at: int, default: str = ".") -> Path:
     return js.parse_path(argv[at]) if len(argv) > at else Path(default)
 
 
+def _lookup(ctx: Ctx, argv: list[bytes], name: str, missing: ReplyError | None = None) -> tuple[Path, list | None]:
+    """The path and its matches for a read command; (path, None) when the key is missing and the
+    path is legacy (the reply is nil), an error for a missing key under a JSONPath."""
+    if len(argv) > 3:
+        raise ReplyError(errors.wrong_arity(name))
+    path = _optional_path(argv, 2)
+    doc = js.get_doc(ctx, argv[1])
+    if doc is None:
+        if path.is_legacy:
+            return path, None
+        raise missing or ReplyError(js.NO_KEY)
+    return path, js.compile_path(path).values(doc.root)
+
+
 def _mutate_arrays(ctx: Ctx, key: bytes, path: Path, event: str, fn, what: str = "not an array"):
     """Apply ``fn(array) -> reply`` to every array match (deepest first, replies in match order)."""
     doc = js.need_doc(ctx, key)
@@ -75,15 +89,9 @@ def json_strappend(ctx: Ctx, argv: list[bytes]):
 @command("JSON.STRLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_strlen(ctx: Ctx, argv: list[bytes]):
     """JSON.STRLEN key [path]"""
-    if len(argv) > 3:
-        raise ReplyError(errors.wrong_arity("json.strlen"))
-    path = _optional_path(argv, 2)
-    doc = js.get_doc(ctx, argv[1])
-    if doc is None:
-        if path.is_legacy:
-            return None
-        raise ReplyError(js.NO_KEY)
-    found = js.compile_path(path).values(doc.root)
+    path, found = _lookup(ctx, argv, "json.strlen")
+    if found is None:
+        return None
     if path.is_legacy:
         if not found:
             raise ReplyError(js.NO_PATH)
@@ -133,15 +141,9 @@ def json_arrinsert(ctx: Ctx, argv: list[bytes]):
 @command("JSON.ARRLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_arrlen(ctx: Ctx, argv: list[bytes]):
     """JSON.ARRLEN key [path]"""
-    if len(argv) > 3:
-        raise ReplyError(errors.wrong_arity("json.arrlen"))
-    path = _optional_path(argv, 2)
-    doc = js.get_doc(ctx, argv[1])
-    if doc is None:
-        if path.is_legacy:
-            return None
-        raise ReplyError(js.NO_KEY)
-    found = js.compile_path(path).values(doc.root)
+    path, found = _lookup(ctx, argv, "json.arrlen")
+    if found is None:
+        return None
     if path.is_legacy:
         if not found:
             raise ReplyError(js.NO_PATH)
@@ -238,15 +240,9 @@ def _same(a: Any, b: Any) -> bool:
 @command("JSON.OBJKEYS", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_objkeys(ctx: Ctx, argv: list[bytes]):
     """JSON.OBJKEYS key [path]"""
-    if len(argv) > 3:
-        raise ReplyError(errors.wrong_arity("json.objkeys"))
-    path = _optional_path(argv, 2)
-    doc = js.get_doc(ctx, argv[1])
-    if doc is None:
-        if path.is_legacy:
-            return None
-        raise ReplyError(js.NO_KEY)
-    found = js.compile_path(path).values(doc.root)
+    path, found = _lookup(ctx, argv, "json.objkeys")
+    if found is None:
+        return None
     if path.is_legacy:
         if not found:
             return None
@@ -259,15 +255,9 @@ def json_objkeys(ctx: Ctx, argv: list[bytes]):
 @command("JSON.OBJLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_objlen(ctx: Ctx, argv: list[bytes]):
     """JSON.OBJLEN key [path]"""
-    if len(argv) > 3:
-        raise ReplyError(errors.wrong_arity("json.objlen"))
-    path = _optional_path(argv, 2)
-    doc = js.get_doc(ctx, argv[1])
-    if doc is None:
-        if path.is_legacy:
-            return None
-        raise js.no_path_or("not an object")
-    found = js.compile_path(path).values(doc.root)
+    path, found = _lookup(ctx, argv, "json.objlen", js.no_path_or("not an object"))
+    if found is None:
+        return None
     if path.is_legacy:
         if not found:
             return None
