@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
-
-from tests.support.embedder import embed
-
-pytest.importorskip("langchain_redis", reason="the compat extra is not installed")
-
-from langchain_core.embeddings import Embeddings  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-from langchain_core.outputs import Generation  # noqa: E402
-from langchain_redis import (  # noqa: E402
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.outputs import Generation
+from langchain_redis import (
     RedisCache,
     RedisChatMessageHistory,
     RedisConfig,
     RedisSemanticCache,
     RedisVectorStore,
 )
-from redisvl.query.filter import Tag  # noqa: E402
+from redisvl.query.filter import Tag
+
+from tests.support.embedder import embed
 
 warnings.filterwarnings("ignore")
 

@@ -7,16 +7,11 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
-from tests.support.embedder import DIM, embed
-
-redisvl = pytest.importorskip("redisvl", reason="the compat extra is not installed")
-
-from redisvl.extensions.cache.llm import SemanticCache  # noqa: E402
-from redisvl.extensions.message_history import MessageHistory, SemanticMessageHistory  # noqa: E402
-from redisvl.extensions.router import Route, SemanticRouter  # noqa: E402
-from redisvl.index import SearchIndex  # noqa: E402
-from redisvl.query import (  # noqa: E402
+from redisvl.extensions.cache.llm import SemanticCache
+from redisvl.extensions.message_history import MessageHistory, SemanticMessageHistory
+from redisvl.extensions.router import Route, SemanticRouter
+from redisvl.index import SearchIndex
+from redisvl.query import (
     AggregateHybridQuery,
     CountQuery,
     FilterQuery,
@@ -25,9 +20,11 @@ from redisvl.query import (  # noqa: E402
     TextQuery,
     VectorQuery,
 )
-from redisvl.query.filter import Num, Tag, Text  # noqa: E402
-from redisvl.redis.utils import array_to_buffer  # noqa: E402
-from redisvl.utils.vectorize import CustomTextVectorizer  # noqa: E402
+from redisvl.query.filter import Num, Tag, Text
+from redisvl.redis.utils import array_to_buffer
+from redisvl.utils.vectorize import CustomTextVectorizer
+
+from tests.support.embedder import DIM, embed
 
 warnings.filterwarnings("ignore", category=UserWarning)  # HybridQuery is "experimental" in RedisVL
 

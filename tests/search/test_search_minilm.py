@@ -9,10 +9,6 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("all_minilm_l6_v2", reason="the compat extra is not installed")
-pytest.importorskip("transformers", reason="the hf extra is not installed")
-pytest.importorskip("redisvl", reason="the compat extra is not installed")
-
 warnings.filterwarnings("ignore")
 
 
