@@ -242,3 +242,16 @@ def test_pion_owned_indexes_are_separate(server):
     assert r.execute_command("FT._LIST") == [b"mem"]  # the internal index is not listed
     assert r.execute_command("FT.SEARCH", "__pion:mem", "remember", "NOCONTENT") == [1, b"mem:1"]
     assert r.execute_command("FT.SEARCH", "mem", "remember", "NOCONTENT") == [1, b"mem:1"]
+
+
+def test_temporary_index_expires_when_idle(server):
+    import time
+
+    r = redis.Redis(port=server.port, protocol=2)
+    r.execute_command("FT.CREATE", "tmp", "TEMPORARY", "1", "SCHEMA", "t", "TEXT")
+    r.hset("x", "t", "hello")
+    assert r.execute_command("FT.SEARCH", "tmp", "hello", "NOCONTENT") == [1, b"x"]
+    deadline = time.time() + 10
+    while b"tmp" in r.execute_command("FT._LIST") and time.time() < deadline:
+        time.sleep(0.2)
+    assert r.execute_command("FT._LIST") == []

@@ -116,6 +116,21 @@ class SearchEngine:
             "search_indexing_failures": sum(i.failures for i in self.indexes.values()),
         }
 
+    def expire_temporary(self) -> list[str]:
+        """Drop TEMPORARY indexes idle longer than their timeout (the server cron calls this)."""
+        now = time.monotonic()
+        gone = []
+        for (db_id, name), index in list(self.indexes.items()):
+            ttl = index.definition.temporary
+            if ttl and now - index.touched > ttl:
+                del self.indexes[(db_id, name)]
+                for alias in [a for a, t in self.aliases.items() if a[0] == db_id and t == name]:
+                    del self.aliases[alias]
+                self.cursors.drop_index(index)
+                index.close()
+                gone.append(name)
+        return gone
+
     def metrics(self) -> dict[str, float]:
         return {key: float(value) for key, value in self.info().items()}
 
@@ -360,7 +375,7 @@ class SearchEngine:
         return pack_tree({
             b"v": 1,
             b"indexes": [(db_id, int(index.hidden), [list(a) for a in index.definition.history])
-                         for (db_id, _), index in self.indexes.items()],
+                         for (db_id, _), index in self.indexes.items() if not index.definition.temporary],
             b"aliases": [(db_id, alias.encode(), target.encode()) for (db_id, alias), target in self.aliases.items()],
             b"config": {k.encode(): v.encode() for k, v in self.config.items()},
             b"dicts": {k.encode(): sorted(w.encode() for w in v) for k, v in self.dicts.items()},

@@ -57,6 +57,8 @@ class SearchIndex:
         self.admin_ops = 0
         self.dialects = [0, 0, 0, 0]
         self.filter = None
+        #: last search or write, for TEMPORARY indexes (dropped after that many idle seconds)
+        self.touched = time.monotonic()
         #: synonym groups (FT.SYNUPDATE): term -> group ids; indexed as "~group" terms
         self.synonyms: dict[str, set[str]] = {}
         self._setup_fields(definition.fields)
@@ -102,6 +104,7 @@ class SearchIndex:
     def index_key(self, key: bytes, value: Any) -> None:
         """Index (or re-index, or drop) ``key`` given its current value (None: deleted)."""
         started = time.perf_counter()
+        self.touched = time.monotonic()
         try:
             self.remove_key(key)
             if value is None or not documents.key_matches_type(self.definition, value):

@@ -198,7 +198,7 @@ def parse_create(argv: list[bytes]) -> IndexDefinition:
         elif word == "SKIPINITIALSCAN":
             definition.skip_initial_scan = True
         elif word == "TEMPORARY":
-            raise _err("TEMPORARY indexes are not supported by Pion: drop the index with FT.DROPINDEX instead")
+            definition.temporary = args.next_int("TEMPORARY", minimum=1)
         elif word == "ASYNC":
             continue
         elif word == "INDEXALL":

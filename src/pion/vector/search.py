@@ -247,6 +247,7 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
     started = time.perf_counter()
     query = parse_query(req.query, req.dialect, req.params)
     index.uses += 1
+    index.touched = time.monotonic()
     index.dialects[min(req.dialect, 4) - 1] += 1
     ctx = query_exec.ExecContext(index=index, scorer=req.scorer, verbatim=req.verbatim, infields=req.infields,
                                  slop=req.slop, inorder=req.inorder, stopwords_off=req.nostopwords,

@@ -67,6 +67,7 @@ def install(server: Any) -> SearchEngine:
     server.reset_hooks.append(eng.database_reset)
     server.startup_hooks.append(lambda srv: eng.start())
     server.shutdown_hooks.append(lambda srv: eng.stop())
+    server.cron_hooks.append(lambda srv: eng.expire_temporary())
     server.engines["modules"] = list(MODULES)
     sections = getattr(server, "info_sections", None)
     if sections is not None:
@@ -96,8 +97,10 @@ def ft_create(ctx: Ctx, argv: list[bytes]):
     eng.catch_up()
     if len(argv) < 3:
         raise ReplyError(errors.wrong_arity("ft.create"))
-    eng.create(ctx.db, argv)
+    index = eng.create(ctx.db, argv)
     ctx.dirty()
+    if index.definition.temporary:
+        ctx.no_propagate()  # as in RediSearch, a TEMPORARY index is not persisted
     return OK
 
 
