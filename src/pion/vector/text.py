@@ -3,7 +3,7 @@ Snowball stemming (the stem is indexed beside the word, marked ``+``, so ``runni
 ``runs``: RediSearch's query expansion).
 
 The stemmer is ``snowballstemmer`` (the Snowball algorithms RediSearch compiles in), part of the
-``search`` extra; without it stemming is off and FT.CREATE says so for TEXT fields that ask for it.
+``search`` extra; without it stemming is off, and the server log says so once.
 """
 
 from __future__ import annotations
@@ -55,7 +55,11 @@ def tokenize(text: str) -> list[str]:
 def _stemmer(language: str):
     try:
         import snowballstemmer
-    except ImportError:  # the search extra is not installed
+    except ImportError:  # the search extra is not installed: said once, in the server log
+        import logging
+
+        logging.getLogger("pion.search").warning(
+            "snowballstemmer is missing (pip install 'pion[search]'): TEXT fields are indexed without stemming")
         return None
     try:
         return snowballstemmer.stemmer(language)
