@@ -59,7 +59,7 @@ def exact_top(data: np.ndarray, queries: np.ndarray, k: int, subset: np.ndarray 
     out = np.empty((len(queries), k), dtype=np.int64)
     for start in range(0, len(queries), 64):
         sims = queries[start:start + 64] @ rows.T
-        top = np.argpartition(-sims, k, axis=1)[:, :k]
+        top = np.argpartition(-sims, min(k, sims.shape[1] - 1), axis=1)[:, :k]
         order = np.take_along_axis(sims, top, axis=1).argsort(axis=1)[:, ::-1]
         best = np.take_along_axis(top, order, axis=1)
         out[start:start + 64] = best if subset is None else subset[best]

@@ -116,16 +116,17 @@ def _bump(terms: dict[str, Posting], term: str, number: int, inc: int, where: in
 class TagIndex:
     def __init__(self) -> None:
         self.values: dict[str, set[int]] = {}
-        self.doc_values: dict[int, list[str]] = {}
+        self.doc_values: dict[int, str | tuple[str, ...]] = {}
 
     def add(self, doc_id: int, tags: Iterable[str]) -> None:
-        tags = list(dict.fromkeys(tags))
+        tags = tuple(dict.fromkeys(tags))
         for tag in tags:
             self.values.setdefault(tag, set()).add(doc_id)
-        self.doc_values[doc_id] = tags
+        self.doc_values[doc_id] = tags[0] if len(tags) == 1 else tags  # one tag: no tuple object
 
     def remove(self, doc_id: int) -> None:
-        for tag in self.doc_values.pop(doc_id, ()):
+        tags = self.doc_values.pop(doc_id, ())
+        for tag in (tags,) if tags.__class__ is str else tags:
             docs = self.values.get(tag)
             if docs is not None:
                 docs.discard(doc_id)
@@ -138,12 +139,18 @@ class TagIndex:
 
 class NumericIndex:
     def __init__(self) -> None:
-        self.doc_values: dict[int, list[float]] = {}
+        self.doc_values: dict[int, float | tuple[float, ...]] = {}
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
 
     def add(self, doc_id: int, values: list[float]) -> None:
-        self.doc_values[doc_id] = values
+        self.doc_values[doc_id] = values[0] if len(values) == 1 else tuple(values)
         self._sorted = None
+
+    def values_of(self, doc_id: int) -> tuple[float, ...]:
+        value = self.doc_values.get(doc_id)
+        if value is None:
+            return ()
+        return (value,) if value.__class__ is float else value
 
     def remove(self, doc_id: int) -> None:
         if self.doc_values.pop(doc_id, None) is not None:
@@ -154,7 +161,7 @@ class NumericIndex:
             docs: list[int] = []
             vals: list[float] = []
             for doc, values in self.doc_values.items():
-                for value in values:
+                for value in (values,) if values.__class__ is float else values:
                     docs.append(doc)
                     vals.append(value)
             v = np.asarray(vals, dtype=np.float64)

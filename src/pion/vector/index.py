@@ -10,7 +10,6 @@ counts the failure, as RediSearch's ``hash_indexing_failures``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from pion.vector import documents
@@ -21,13 +20,6 @@ from pion.vector.text import stemming_available
 from pion.vector.vectors import VectorField
 
 
-@dataclass
-class DocMeta:
-    key: bytes
-    score: float = 1.0
-    sortables: dict[str, Any] = field(default_factory=dict)
-
-
 class SearchIndex:
     def __init__(self, definition: IndexDefinition, db_id: int, hidden: bool = False) -> None:
         self.definition = definition
@@ -35,7 +27,11 @@ class SearchIndex:
         #: a Pion-owned index (agent memory, semantic cache): not in FT._LIST unless asked
         self.hidden = hidden
         self.key_to_doc: dict[bytes, int] = {}
-        self.docs: dict[int, DocMeta] = {}
+        #: doc id -> key; scores and sortable values live in their own dicts (few objects per
+        #: document: a full GC over a 100k-document index is a pause of the event loop)
+        self.docs: dict[int, bytes] = {}
+        self.doc_scores: dict[int, float] = {}
+        self.sortables: dict[str, dict[int, Any]] = {}
         self.next_doc = 1
         self.text = TextIndex()
         self.tags: dict[str, TagIndex] = {}
@@ -138,7 +134,11 @@ class SearchIndex:
                 self.vectors[name].remove(doc_id)
             raise
         self.key_to_doc[key] = doc_id
-        self.docs[doc_id] = DocMeta(key, doc.score, doc.sortables)
+        self.docs[doc_id] = key
+        if doc.score != 1.0:
+            self.doc_scores[doc_id] = doc.score
+        for name, value in doc.sortables.items():
+            self.sortables.setdefault(name, {})[doc_id] = value
         definition = self.definition
         text_fields = []
         for name, values in doc.texts.items():
@@ -173,6 +173,9 @@ class SearchIndex:
         if doc_id is None:
             return False
         self.docs.pop(doc_id, None)
+        self.doc_scores.pop(doc_id, None)
+        for values in self.sortables.values():
+            values.pop(doc_id, None)
         self.text.remove(doc_id)
         self.text.doc_len.pop(doc_id, None)
         for group in (self.tags, self.numerics, self.geos, self.vectors):
@@ -191,6 +194,13 @@ class SearchIndex:
             vec.close()
 
     # -- reads ----------------------------------------------------------------------------------
+
+    def score_of(self, doc_id: int) -> float:
+        return self.doc_scores.get(doc_id, 1.0)
+
+    def sortable(self, name: str, doc_id: int) -> Any:
+        values = self.sortables.get(name)
+        return None if values is None else values.get(doc_id)
 
     def all_docs(self) -> set[int]:
         return set(self.docs)

@@ -336,7 +336,7 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
         raise ReplyError(f"Property `{req.sortby}` not loaded nor in schema")
     scored = _scores(plan_, hits)
     total = len(scored)
-    rows = [Row(doc, docs[doc].key, score, extras.get(doc, {})) for doc, score in scored.items()]
+    rows = [Row(doc, docs[doc], score, extras.get(doc, {})) for doc, score in scored.items()]
     if req.sortby is not None:
         _sort_rows(index, rows, req.sortby, req.sort_asc, sort_loader)
     elif knn_result is not None:
@@ -357,16 +357,17 @@ def _scores(plan_: SearchPlan, hits: dict[int, float]) -> dict[int, float]:
     wildcard = plan_.query.root.kind == "all" or plan_.query.root.kind == "none"
     avg = index.avg_doc_len
     out: dict[int, float] = {}
+    scores = index.doc_scores
     for doc, raw in hits.items():
-        meta = docs.get(doc)
-        if meta is None:
+        if doc not in docs:
             continue
         doc_len = text.doc_len.get(doc, 0)
         max_freq = text.max_freq.get(doc, 0)
+        doc_score = scores.get(doc, 1.0)
         if wildcard:
-            out[doc] = scoring.wildcard_score(scorer, meta.score, doc_len, avg, max_freq)
+            out[doc] = scoring.wildcard_score(scorer, doc_score, doc_len, avg, max_freq)
         else:
-            out[doc] = scoring.finish(scorer, raw, meta.score, max_freq, doc_len)
+            out[doc] = scoring.finish(scorer, raw, doc_score, max_freq, doc_len)
     return out
 
 
@@ -377,11 +378,11 @@ def _sort_rows(index: SearchIndex, rows: list[Row], name: str, asc: bool, loader
     def value(row: Row) -> Any:
         if name in row.extras:
             return row.extras[name]
-        meta = index.docs[row.doc_id]
-        if name in meta.sortables:
-            return meta.sortables[name]
+        stored = index.sortable(name, row.doc_id)
+        if stored is not None:
+            return stored
         if numeric is not None:
-            values = numeric.doc_values.get(row.doc_id)
+            values = numeric.values_of(row.doc_id)
             return values[0] if values else None
         if loader is not None:
             raw = loader(row.key, spec.identifier if spec is not None else name)

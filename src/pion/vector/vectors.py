@@ -88,7 +88,8 @@ class VectorField:
         self.slot_doc = np.full(capacity, -1, dtype=np.int64)
         self.slot_ver = np.zeros(capacity, dtype=np.int64)  # 0: dead
         self.high = 0  # slots ever used
-        self.doc_slots: dict[int, list[int]] = {}
+        #: doc id -> its slot (an int), or a list of slots for a multi-vector JSON document
+        self.doc_slots: dict[int, int | list[int]] = {}
         self.count = 0  # live vectors
         self._free: list[int] = []
         self._free_later: list[int] = []
@@ -125,13 +126,15 @@ class VectorField:
             slots.append(slot)
             if self.graph is not None:
                 self.graph.enqueue(slot, self._version, row)
-        self.doc_slots[doc_id] = slots
+        self.doc_slots[doc_id] = slots[0] if len(slots) == 1 else slots
         self.count += len(slots)
 
     def remove(self, doc_id: int) -> None:
         slots = self.doc_slots.pop(doc_id, None)
-        if not slots:
+        if slots is None:
             return
+        if slots.__class__ is int:
+            slots = [slots]
         self.count -= len(slots)
         for slot in slots:
             self.slot_ver[slot] = 0
@@ -267,7 +270,11 @@ class VectorField:
         out: list[int] = []
         for doc in doc_ids.tolist():
             slots = doc_slots.get(doc)
-            if slots:
+            if slots is None:
+                continue
+            if slots.__class__ is int:
+                out.append(slots)
+            else:
                 out.extend(slots)
         return np.asarray(out, dtype=np.int64)
 
