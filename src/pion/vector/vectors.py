@@ -91,6 +91,8 @@ class VectorField:
         #: doc id -> its slot (an int), or a list of slots for a multi-vector JSON document
         self.doc_slots: dict[int, int | list[int]] = {}
         self.count = 0  # live vectors
+        #: doc id -> its single slot (-1: none or several), so a prefilter maps to slots in numpy
+        self.slot_of_doc = np.full(1024, -1, dtype=np.int64)
         self._free: list[int] = []
         self._free_later: list[int] = []
         self._version = 0
@@ -128,6 +130,11 @@ class VectorField:
                 self.graph.enqueue(slot, self._version, row)
         self.doc_slots[doc_id] = slots[0] if len(slots) == 1 else slots
         self.count += len(slots)
+        if doc_id >= len(self.slot_of_doc):
+            grown = np.full(max(doc_id + 1, 2 * len(self.slot_of_doc)), -1, dtype=np.int64)
+            grown[: len(self.slot_of_doc)] = self.slot_of_doc
+            self.slot_of_doc = grown
+        self.slot_of_doc[doc_id] = slots[0] if len(slots) == 1 else -1
 
     def remove(self, doc_id: int) -> None:
         slots = self.doc_slots.pop(doc_id, None)
@@ -136,6 +143,8 @@ class VectorField:
         if slots.__class__ is int:
             slots = [slots]
         self.count -= len(slots)
+        if doc_id < len(self.slot_of_doc):
+            self.slot_of_doc[doc_id] = -1
         for slot in slots:
             self.slot_ver[slot] = 0
             self.slot_doc[slot] = -1
@@ -266,17 +275,19 @@ class VectorField:
             self.in_flight -= 1
 
     def _slots_of(self, doc_ids: np.ndarray) -> np.ndarray:
-        doc_slots = self.doc_slots
-        out: list[int] = []
-        for doc in doc_ids.tolist():
-            slots = doc_slots.get(doc)
-            if slots is None:
-                continue
-            if slots.__class__ is int:
-                out.append(slots)
-            else:
-                out.extend(slots)
-        return np.asarray(out, dtype=np.int64)
+        table = self.slot_of_doc
+        inside = doc_ids[doc_ids < len(table)]
+        single = table[inside]
+        out = single[single >= 0]
+        if len(self.doc_slots) != self.count:  # some documents have several vectors (JSON arrays)
+            extra: list[int] = []
+            for doc in inside[single < 0].tolist():
+                slots = self.doc_slots.get(doc)
+                if slots is not None and slots.__class__ is not int:
+                    extra.extend(slots)
+            if extra:
+                out = np.concatenate([out, np.asarray(extra, dtype=np.int64)])
+        return out
 
     def _exact_top(self, cand: np.ndarray, rows, norms, slot_doc, query, k):
         if len(cand) == 0 or k <= 0:
