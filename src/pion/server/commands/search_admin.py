@@ -70,8 +70,12 @@ def install(server: Any) -> SearchEngine:
     server.cron_hooks.append(lambda srv: eng.expire_temporary())
     server.engines["modules"] = list(MODULES)
     sections = getattr(server, "info_sections", None)
-    if sections is not None:
-        sections["search"] = lambda srv: eng.info()
+    if sections is not None:  # before Pion's own section, which INFO keeps last
+        ordered = list(sections.items())
+        at = next((i for i, (name, _) in enumerate(ordered) if name == "pion"), len(ordered))
+        ordered.insert(at, ("search", lambda srv: eng.info()))
+        sections.clear()
+        sections.update(ordered)
     memory = server.engines.get("memory")
     if memory is not None and hasattr(memory, "extra_bytes"):
         memory.extra_bytes.append(eng.memory_bytes)
