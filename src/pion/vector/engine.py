@@ -311,7 +311,7 @@ class SearchEngine:
         for scan in self._scans:
             if scan.index is index:
                 scan.cancelled = True
-        keys = [k for k in list(db.data) if index.definition.covers(k)]
+        keys = list(db.data)  # one C-level copy; the prefix test runs in the scan's slices
         scan = _Scan(index, keys)
         index.indexing = True
         index.scan_total = len(keys)
@@ -344,10 +344,12 @@ class SearchEngine:
             index = scan.index
             db = scan.db  # type: ignore[attr-defined]
             keys = scan.keys
+            covers = index.definition.covers
             while scan.pos < len(keys):
                 key = keys[scan.pos]
                 scan.pos += 1
-                index.index_key(key, self.values(db, key))
+                if covers(key):
+                    index.index_key(key, self.values(db, key))
                 if (scan.pos & 63) == 0 and time.perf_counter() >= deadline:
                     index.scan_done = scan.pos
                     return True
