@@ -249,6 +249,7 @@ def test_temporary_index_expires_when_idle(server):
 
     r = redis.Redis(port=server.port, protocol=2)
     r.execute_command("FT.CREATE", "tmp", "TEMPORARY", "1", "SCHEMA", "t", "TEXT")
+    assert r.execute_command("FT.DEBUG", "TTL", "tmp") in (0, 1)
     r.hset("x", "t", "hello")
     assert r.execute_command("FT.SEARCH", "tmp", "hello", "NOCONTENT") == [1, b"x"]
     deadline = time.time() + 10

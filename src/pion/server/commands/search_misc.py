@@ -273,3 +273,18 @@ def ft_profile(ctx: Ctx, argv: list[bytes]):
     if ctx.client.proto >= 3:
         return {b"Results": result, b"Profile": {b"Shards": [dict(entries)], b"Coordinator": {}}}
     return [result, [[k, v] for k, v in entries]]
+
+
+# -- FT.DEBUG -------------------------------------------------------------------------------------
+
+
+@command("FT.DEBUG", -2, "admin", categories=f"@admin {_CATS} @slow", group="search", since="1.0.0")
+def ft_debug(ctx: Ctx, argv: list[bytes]):
+    """FT.DEBUG TTL index (seconds a TEMPORARY index has left); other RediSearch debug commands are refused"""
+    if argv[1].upper() != b"TTL" or len(argv) != 3:
+        raise ReplyError(f"FT.DEBUG {_s(argv[1]).upper()} is not supported by Pion (only FT.DEBUG TTL)")
+    index = engine(ctx).get(ctx.db, _s(argv[2]))
+    ttl = index.definition.temporary
+    if not ttl:
+        raise ReplyError("Index is not temporary")
+    return max(0, int(round(ttl - (time.monotonic() - index.touched))))
