@@ -23,6 +23,8 @@ steal the CPU from the next one. Prints a table with ratios and writes JSON and 
     python benchmarks/bench_ttft.py                       # demo model, hf runtime, default codecs
     python benchmarks/bench_ttft.py --runtime mlx --codecs auto,fp16
     python benchmarks/bench_ttft.py --smoke               # CI-sized: tiny model, two lengths
+    python benchmarks/bench_ttft.py --model builtin:smollm2   # the real SmolLM2-135M-Instruct
+    python benchmarks/bench_ttft.py --runtime llama       # llama.cpp: Pion vs LlamaDiskCache
 """
 
 from __future__ import annotations
@@ -242,8 +244,11 @@ def plot(rows: list[dict], codecs: list[str], path: Path, title: str) -> None:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help="model (default: the built-in demo model)")
-    p.add_argument("--runtime", choices=("hf", "mlx"), default="hf")
+    p.add_argument("--model", default=None, help="model (default: the built-in random-weight demo model; "
+                   "builtin:smollm2 = the real SmolLM2-135M-Instruct; with --runtime llama: a GGUF path)")
+    p.add_argument("--runtime", choices=("hf", "mlx", "llama"), default="hf",
+                   help="llama = llama.cpp on the packaged GGUF, against LlamaDiskCache (bench_ttft_llama.py)")
+    p.add_argument("--threads", type=int, default=2, help="llama only: llama.cpp threads")
     p.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=list(LENGTHS))
     p.add_argument("--codecs", type=lambda s: s.split(","), default=list(CODECS))
     p.add_argument("--runs", type=int, default=5)
@@ -265,6 +270,10 @@ def smoke_model(workdir: Path) -> str:
 
 
 def run(args) -> int:
+    if args.runtime == "llama":
+        import bench_ttft_llama
+
+        return bench_ttft_llama.bench(args)
     with tempfile.TemporaryDirectory(prefix="bench-ttft-") as tmp:
         workdir = Path(tmp)
         if args.smoke:
@@ -303,7 +312,8 @@ def bench(args, redis_srv) -> int:
             w.close()
     print_table(rows, args.codecs)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"ttft_{args.runtime}" + (f"_{args.device}" if args.device else "") + ("_smoke" if args.smoke else "")
+    stem = (f"ttft_{args.runtime}" + ("_smollm2" if args.model == "builtin:smollm2" else "")
+            + (f"_{args.device}" if args.device else "") + ("_smoke" if args.smoke else ""))
     meta = {"model": loaded.name, "runtime": args.runtime, "device": args.device or "cpu", "runs": args.runs,
             "loadavg": os.getloadavg()}
     (args.out_dir / f"{stem}.json").write_text(json.dumps({"rows": rows, **meta}, indent=1))

@@ -47,6 +47,7 @@ FAMILIES = (
     "kv_export",
     "kv_prefix",
     "kv_substrates",
+    "moe_experts",
     "scripting",
     "functions_cmds",
     "acl",
