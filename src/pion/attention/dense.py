@@ -1,0 +1,119 @@
+"""Dense attention over a stored prefix, with the row-wise log-sum-exp that lets a caller merge it.
+
+Layouts (float32, C order unless said):
+
+- ``q``: ``[H_q, M, D]`` query heads, M query rows each (M=1 is a decode step).
+- a stored prefix: ``k, v`` of ``[N, H_kv, D]``, token-major (one V-store row per token, heads
+  concatenated: the prompt cache's own rows, or a view of them), possibly strided views.
+- a live suffix: ``[H_kv, S, D]``, head-major (the reference's wire layout).
+- ``head_map``: ``[H_q]`` ints, query head -> kv head (GQA); ``None`` is the identity.
+
+Every query head that shares a kv head is computed in one matrix product against that kv head's
+keys (BLAS through numpy), cut into row chunks so the score matrix stays small. Results are
+``out [H_q, M, D]`` and ``lse [H_q, M]`` (natural log; ``-inf`` where a row saw no key, with
+``out`` 0 there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: bytes of float32 scores one chunk of query rows may hold (bounds the kernel's scratch memory)
+SCORE_BYTES = 32 * 1024 * 1024
+
+
+def identity_map(heads: int) -> np.ndarray:
+    return np.arange(heads, dtype=np.intp)
+
+
+def grouped_map(q_heads: int, kv_heads: int) -> np.ndarray:
+    """The usual GQA map: query head h reads kv head ``h // (q_heads // kv_heads)``."""
+    if kv_heads <= 0 or q_heads % kv_heads:
+        raise ValueError(f"{q_heads} query heads are not a multiple of {kv_heads} kv heads")
+    return np.arange(q_heads, dtype=np.intp) // (q_heads // kv_heads)
+
+
+def head_groups(head_map: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``[(kv head, query heads that read it)]`` in kv-head order."""
+    return [(int(g), np.flatnonzero(head_map == g)) for g in np.unique(head_map)]
+
+
+def empty_result(q_heads: int, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((q_heads, rows, dim), np.float32), np.full((q_heads, rows), -np.inf, np.float32)
+
+
+def attend_rows(
+    qr: np.ndarray, kg: np.ndarray, vg: np.ndarray, scale: float, visible: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax attention of query rows ``qr [R, D]`` over ``kg, vg [T, D]``.
+
+    ``visible`` (``[R]`` ints) lets row r see keys ``[0, visible[r])`` only (a causal suffix).
+    Returns ``(out [R, D], lse [R])``.
+    """
+    rows, dim = qr.shape
+    out = np.zeros((rows, vg.shape[1]), np.float32)
+    lse = np.full(rows, -np.inf, np.float32)
+    total = kg.shape[0]
+    if total == 0 or rows == 0:
+        return out, lse
+    step = max(1, SCORE_BYTES // (4 * total))
+    for lo in range(0, rows, step):
+        hi = min(rows, lo + step)
+        scores = qr[lo:hi] @ kg.T
+        scores *= np.float32(scale)
+        if visible is not None:
+            cols = np.arange(total)
+            scores[cols[None, :] >= visible[lo:hi, None]] = -np.inf
+        peak = scores.max(axis=1)
+        seen = np.isfinite(peak)
+        peak = np.where(seen, peak, 0).astype(np.float32)
+        scores -= peak[:, None]
+        np.exp(scores, out=scores)
+        weight = scores.sum(axis=1)
+        chunk = scores @ vg
+        safe = np.where(seen, weight, 1).astype(np.float32)
+        out[lo:hi] = chunk / safe[:, None]
+        with np.errstate(divide="ignore"):
+            lse[lo:hi] = np.where(seen, peak + np.log(safe), -np.inf)
+    return out, lse
+
+
+def attend_prefix(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, head_map: np.ndarray | None = None, scale: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Attention of ``q [H_q, M, D]`` over a whole token-major prefix ``k, v [N, H_kv, D]``."""
+    q_heads, rows, dim = q.shape
+    head_map = identity_map(q_heads) if head_map is None else head_map
+    scale = dim ** -0.5 if scale is None else scale
+    out, lse = empty_result(q_heads, rows, v.shape[2])
+    for g, heads in head_groups(head_map):
+        qr = q[heads].reshape(len(heads) * rows, dim)
+        o, s = attend_rows(qr, k[:, g, :], v[:, g, :], scale)
+        out[heads] = o.reshape(len(heads), rows, -1)
+        lse[heads] = s.reshape(len(heads), rows)
+    return out, lse
+
+
+def causal_visible(rows: int, suffix: int, groups: int = 1) -> np.ndarray:
+    """Keys each row may see in a causal suffix: row m sees positions ``<= suffix - rows + m``."""
+    return np.tile(np.arange(suffix - rows + 1, suffix + 1), groups)
+
+
+def attend_suffix(
+    q: np.ndarray, k_suf: np.ndarray, v_suf: np.ndarray, head_map: np.ndarray | None = None,
+    scale: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Causal attention of ``q [H_q, M, D]`` over the live suffix ``k_suf, v_suf [H_kv, S, D]``."""
+    q_heads, rows, dim = q.shape
+    head_map = identity_map(q_heads) if head_map is None else head_map
+    scale = dim ** -0.5 if scale is None else scale
+    out, lse = empty_result(q_heads, rows, v_suf.shape[2])
+    suffix = k_suf.shape[1]
+    if suffix == 0:
+        return out, lse
+    for g, heads in head_groups(head_map):
+        qr = q[heads].reshape(len(heads) * rows, dim)
+        o, s = attend_rows(qr, k_suf[g], v_suf[g], scale, causal_visible(rows, suffix, len(heads)))
+        out[heads] = o.reshape(len(heads), rows, -1)
+        lse[heads] = s.reshape(len(heads), rows)
+    return out, lse

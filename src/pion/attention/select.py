@@ -1,0 +1,103 @@
+"""Sparse selectors over a stored prefix: block-mean and Quest, with per-block key summaries.
+
+The exact algorithm (spec 6.4), shared by the server (``QUERY_SPARSE_AUTO*``) and the client's
+in-process lane, so both pick the same tokens:
+
+1. ``budget = B * K_top``; a prefix of at most ``budget`` tokens is attended densely.
+2. ``N_full = floor(N / B) * B``; the tail ``[N_full, N)`` (the most recent tokens) is always kept.
+3. Block scores per query head (GQA: a query head reads its kv head's summaries):
+   block-mean ``q . mean(K[block]) / sqrt(D)``; Quest ``sum_d max(q_d Kmin_d, q_d Kmax_d) / sqrt(D)``,
+   an upper bound of every ``q . k`` in the block, so it never misses a block whose true max score
+   is among the top K.
+4. One **shared** mask: scores averaged over the query heads, the top ``K_eff = min(K_top, N_full/B)``
+   blocks (ties to the earlier block), in ascending block order, expanded to tokens, then the tail.
+
+Summaries (``BlockSummary``: per block and kv head the mean, min and max key) are computed once
+per prefix and block size (at store time for the default block size) and kept with the prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BLOCK_MEAN = 0
+QUEST = 1
+SELECTOR_NAMES = {BLOCK_MEAN: "block-mean", QUEST: "quest"}
+DEFAULT_BLOCK = 64
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSummary:
+    """Per block and kv head: ``mean, kmin, kmax`` of ``[n_blocks, H_kv, D]`` (float32)."""
+
+    block: int
+    mean: np.ndarray
+    kmin: np.ndarray
+    kmax: np.ndarray
+
+    @property
+    def n_blocks(self) -> int:
+        return self.mean.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.mean.nbytes + self.kmin.nbytes + self.kmax.nbytes
+
+
+def summarize(k: np.ndarray, block: int) -> BlockSummary:
+    """Summaries of the full blocks of a token-major prefix ``k [N, H_kv, D]``."""
+    if block <= 0:
+        raise ValueError("block size must be > 0")
+    full = (k.shape[0] // block) * block
+    blocks = k[:full].reshape(full // block, block, *k.shape[1:])
+    return BlockSummary(
+        block,
+        blocks.mean(axis=1, dtype=np.float32),
+        blocks.min(axis=1),
+        blocks.max(axis=1),
+    )
+
+
+def block_scores(q: np.ndarray, summary: BlockSummary, head_map: np.ndarray, selector: int) -> np.ndarray:
+    """``[H_q, n_blocks]`` scores of one decode query ``q [H_q, D]``."""
+    dim = q.shape[1]
+    scores = np.empty((q.shape[0], summary.n_blocks), np.float32)
+    for h in range(q.shape[0]):
+        g = int(head_map[h])
+        qh = q[h]
+        if selector == BLOCK_MEAN:
+            scores[h] = summary.mean[:, g, :] @ qh
+        elif selector == QUEST:
+            scores[h] = summary.kmax[:, g, :] @ np.maximum(qh, 0) + summary.kmin[:, g, :] @ np.minimum(qh, 0)
+        else:
+            raise ValueError(f"unknown selector {selector}")
+    scores /= np.float32(np.sqrt(dim))
+    return scores
+
+
+def top_blocks(shared: np.ndarray, k_top: int) -> np.ndarray:
+    """Indices of the ``k_top`` highest shared scores (ties to the earlier block), ascending."""
+    count = min(k_top, shared.shape[0])
+    order = np.argsort(-shared, kind="stable")[:count]
+    return np.sort(order)
+
+
+def select_tokens(
+    q: np.ndarray, n_tokens: int, summary: BlockSummary | None, head_map: np.ndarray, k_top: int, selector: int,
+) -> np.ndarray | None:
+    """Token ids to attend for a decode query ``q [H_q, D]``, ascending; None means all (dense).
+
+    ``summary`` must summarise the same ``n_tokens`` prefix with the block size in use.
+    """
+    block = summary.block if summary is not None else 0
+    if summary is None or n_tokens <= block * k_top:
+        return None
+    full = (n_tokens // block) * block
+    if summary.n_blocks != full // block:
+        raise ValueError(f"summary has {summary.n_blocks} blocks, the prefix {full // block}")
+    shared = block_scores(q, summary, head_map, selector).mean(axis=0)
+    chosen = top_blocks(shared, k_top)
+    tokens = (chosen[:, None] * block + np.arange(block)[None, :]).reshape(-1)
+    return np.concatenate([tokens, np.arange(full, n_tokens)]).astype(np.intp)
