@@ -68,6 +68,10 @@ class Settings:
     kv_maxmemory: int = 0
     # V.EXPORT: byte budget of the export files (under <dir>/export), 0 = V.EXPORT disabled
     kv_export_maxbytes: int = 4 * 1024**3
+    # Stage 2 (ATTEND.PREFIX.*): bytes of decoded prefixes and block summaries kept warm (0 = no cap)
+    attention_warm_bytes: int = 1024**3
+    # Stage 2: attend only the last N prefix tokens when a query does not say (0 = the whole prefix)
+    attention_fa_window: int = 0
     # misc
     enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
@@ -93,6 +97,8 @@ class Settings:
         _check(self.maxmemory >= 0, "maxmemory must be >= 0")
         _check(self.kv_maxmemory >= 0, "kv-maxmemory must be >= 0")
         _check(self.kv_export_maxbytes >= 0, "kv-export-maxbytes must be >= 0")
+        _check(self.attention_warm_bytes >= 0, "attention-warm-bytes must be >= 0")
+        _check(self.attention_fa_window >= 0, "attention-fa-window must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
         _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
         _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
@@ -200,6 +206,9 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "maxmemory-samples": ("maxmemory_samples", parse_int_value, str),
     "kv-maxmemory": ("kv_maxmemory", parse_memory, str),
     "kv-export-maxbytes": ("kv_export_maxbytes", parse_memory, str),
+    "attention-warm-bytes": ("attention_warm_bytes", parse_memory, str),
+    "attention-fa-window": ("attention_fa_window", parse_int_value, str),
+    "fa-window": ("attention_fa_window", parse_int_value, str),  # the reference's flag name
     "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),

@@ -59,8 +59,13 @@ def window_start(n_tokens: int, window: int) -> int:
     return n_tokens - window if 0 < window < n_tokens else 0
 
 
-def answer(view: PrefixView, query: Query) -> Result:
-    """Attention of ``query`` over the prefix in ``view`` (merged with the suffix when given)."""
+def answer(view: PrefixView, query: Query, kv_heads: int | None = None) -> Result:
+    """Attention of ``query`` over the prefix in ``view`` (merged with the suffix when given).
+
+    ``kv_heads``: split the rows into that many heads of the query's head dim (default: as built).
+    """
+    if kv_heads is not None:
+        view = view.shaped(kv_heads, query.q.shape[2])
     start = window_start(view.n_tokens, query.window)
     k, v = view.k[start:], view.v[start:]
     total = k.shape[0]
@@ -95,5 +100,6 @@ def choose(view: PrefixView, k: np.ndarray, start: int, query: Query) -> tuple[n
     built = None
     if summary is None:
         summary = built = summarize(k, sel.block)
+    summary = summary.as_heads(k.shape[1], k.shape[2])
     tokens = select_tokens(query.q[:, 0, :], k.shape[0], summary, query.head_map, sel.k_top, sel.kind)
     return tokens, built

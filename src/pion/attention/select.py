@@ -45,6 +45,13 @@ class BlockSummary:
     def nbytes(self) -> int:
         return self.mean.nbytes + self.kmin.nbytes + self.kmax.nbytes
 
+    def as_heads(self, kv_heads: int, head_dim: int) -> BlockSummary:
+        """The same summary for rows split into other heads (statistics are per element)."""
+        if self.mean.shape[1:] == (kv_heads, head_dim):
+            return self
+        shape = (self.n_blocks, kv_heads, head_dim)
+        return BlockSummary(self.block, self.mean.reshape(shape), self.kmin.reshape(shape), self.kmax.reshape(shape))
+
 
 def summarize(k: np.ndarray, block: int) -> BlockSummary:
     """Summaries of the full blocks of a token-major prefix ``k [N, H_kv, D]``."""

@@ -55,6 +55,14 @@ class PrefixView:
     def nbytes(self) -> int:
         return self.owned + sum(s.nbytes for s in self.summaries.values())
 
+    def shaped(self, kv_heads: int, head_dim: int) -> PrefixView:
+        """The same rows split into ``kv_heads`` heads of ``head_dim`` (a view; summaries shared)."""
+        if self.k.shape[1:] == (kv_heads, head_dim):
+            return self
+        shape = (self.n_tokens, kv_heads, head_dim)
+        return PrefixView(self.k.reshape(shape), self.v.reshape(shape), self.owned, self.source, self.origin,
+                          self.summaries)
+
 
 class WarmTier:
     """LRU of ``key -> PrefixView`` under ``budget`` bytes (0 = no limit), plus the cold keys."""

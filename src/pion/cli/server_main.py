@@ -23,6 +23,9 @@ K/V cache: --kv-maxmemory BYTES caps the stored prefixes (0 = no cap; whole pref
 least recently used first, leaves of a chain before their roots, pinned ones never).
 --kv-export-maxbytes BYTES caps V.EXPORT's files, kept in /dev/shm (default 4gb; 0 disables it).
 --kvcache is accepted for the reference's scripts and does nothing: the K/V cache is always on.
+Stage 2 (ATTEND.PREFIX.*, on the CPU): --attention-warm-bytes BYTES caps the prefixes kept ready
+(default 1gb; the rest answer -COLDMISS until KV.PREFIX.WARM); --fa-window N attends only the
+last N prefix tokens when a query does not say (default 0 = all).
 Reference flags for hardware Pion does not drive (--metal-attention, --cuda-attention, --gpu,
 --xdp, --iouring, --inference, ...) are refused with the reason.
 
@@ -41,7 +44,7 @@ _NO_MODEL = "Pion runs no model: the client prefills and ships K/V (use the clie
 #: reference flags we cannot honour: refused at start with the reason, never silently ignored
 UNSUPPORTED = {
     "--metal-attention": _NO_GPU, "--metal-attention-fp16": _NO_GPU, "--cuda-attention": _NO_GPU,
-    "--gpu": _NO_GPU, "--fa-window": _NO_GPU,
+    "--gpu": _NO_GPU,
     "--xdp": "XDP networking is not supported", "--xdp-interface": "XDP networking is not supported",
     "--xdp-iface": "XDP networking is not supported",
     "--iouring": "io_uring is not supported (Pion's event loop is uvloop)",
