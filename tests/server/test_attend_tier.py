@@ -176,14 +176,14 @@ def test_a_big_query_runs_off_the_loop_while_other_clients_are_served(server, mo
     """The kernel is held inside the worker until a PING from another client has been answered."""
     released = threading.Event()
     entered = threading.Event()
-    real = attend_prefix.answer
+    real = attend_prefix.pieces
 
-    def held(*args):
+    def held(job):
         entered.set()
         assert released.wait(20)
-        return real(*args)
+        return job()
 
-    monkeypatch.setattr(attend_prefix, "answer", held)
+    monkeypatch.setattr(attend_prefix, "pieces", lambda *args: [lambda job=job: held(job) for job in real(*args)])
     rng = np.random.default_rng(6)
     k, v = prefix(rng, 2, 4096, 64)
     a = redis.Redis(port=server.port, socket_timeout=30)

@@ -3,9 +3,9 @@
 Layouts (float32, C order unless said):
 
 - ``q``: ``[H_q, M, D]`` query heads, M query rows each (M=1 is a decode step).
-- a stored prefix: ``k, v`` of ``[N, H_kv, D]``, token-major (one V-store row per token, heads
-  concatenated: the prompt cache's own rows, or a view of them), possibly strided views.
-- a live suffix: ``[H_kv, S, D]``, head-major (the reference's wire layout).
+- a stored prefix and a live suffix: ``k, v`` of ``[H_kv, N, D]``, head-major (the reference's
+  wire layout): each kv head's keys are one contiguous matrix, which matrix-vector products
+  read three times faster than the V-store's token-major rows viewed per head.
 - ``head_map``: ``[H_q]`` ints, query head -> kv head (GQA); ``None`` is the identity.
 
 Every query head that shares a kv head is computed in one matrix product against that kv head's
@@ -81,14 +81,14 @@ def attend_rows(
 def attend_prefix(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, head_map: np.ndarray | None = None, scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Attention of ``q [H_q, M, D]`` over a whole token-major prefix ``k, v [N, H_kv, D]``."""
+    """Attention of ``q [H_q, M, D]`` over every key of a prefix ``k, v [H_kv, N, D]``."""
     q_heads, rows, dim = q.shape
     head_map = identity_map(q_heads) if head_map is None else head_map
     scale = dim ** -0.5 if scale is None else scale
     out, lse = empty_result(q_heads, rows, v.shape[2])
     for g, heads in head_groups(head_map):
         qr = q[heads].reshape(len(heads) * rows, dim)
-        o, s = attend_rows(qr, k[:, g, :], v[:, g, :], scale)
+        o, s = attend_rows(qr, k[g], v[g], scale)
         out[heads] = o.reshape(len(heads), rows, -1)
         lse[heads] = s.reshape(len(heads), rows)
     return out, lse

@@ -47,11 +47,10 @@ class AttentionEngine:
 
     def info(self) -> list[tuple[str, object]]:
         tier = self.tier
-        shared = sum(view.k.nbytes + view.v.nbytes for view in tier.entries.values() if not view.owned)
         fraction = self.attended_tokens / self.prefix_tokens if self.prefix_tokens else 0.0
         return [
             ("warm_views", len(tier)), ("cold_views", len(tier.cold)), ("warm_bytes", tier.nbytes),
-            ("warm_budget", tier.budget), ("shared_bytes", shared), ("demotions", tier.demotions),
+            ("warm_budget", tier.budget), ("demotions", tier.demotions),
             ("rehydrates", tier.rehydrates), *((name, self.counts[name]) for name in COUNTERS),
             ("attended_tokens", int(self.attended_tokens)), ("prefix_tokens", self.prefix_tokens),
             ("attended_fraction", f"{fraction:.6f}"),

@@ -12,7 +12,7 @@ in-process lane, so both pick the same tokens:
 4. One **shared** mask: scores averaged over the query heads, the top ``K_eff = min(K_top, N_full/B)``
    blocks (ties to the earlier block), in ascending block order, expanded to tokens, then the tail.
 
-Summaries (``BlockSummary``: per block and kv head the mean, min and max key) are computed once
+Summaries (``BlockSummary``: per kv head and block the mean, min and max key) are computed once
 per prefix and block size (at store time for the default block size) and kept with the prefix.
 """
 
@@ -30,7 +30,7 @@ DEFAULT_BLOCK = 64
 
 @dataclass(frozen=True, slots=True)
 class BlockSummary:
-    """Per block and kv head: ``mean, kmin, kmax`` of ``[n_blocks, H_kv, D]`` (float32)."""
+    """Per kv head and block: ``mean, kmin, kmax`` of ``[H_kv, n_blocks, D]`` (float32)."""
 
     block: int
     mean: np.ndarray
@@ -39,32 +39,22 @@ class BlockSummary:
 
     @property
     def n_blocks(self) -> int:
-        return self.mean.shape[0]
+        return self.mean.shape[1]
 
     @property
     def nbytes(self) -> int:
         return self.mean.nbytes + self.kmin.nbytes + self.kmax.nbytes
 
-    def as_heads(self, kv_heads: int, head_dim: int) -> BlockSummary:
-        """The same summary for rows split into other heads (statistics are per element)."""
-        if self.mean.shape[1:] == (kv_heads, head_dim):
-            return self
-        shape = (self.n_blocks, kv_heads, head_dim)
-        return BlockSummary(self.block, self.mean.reshape(shape), self.kmin.reshape(shape), self.kmax.reshape(shape))
 
 
 def summarize(k: np.ndarray, block: int) -> BlockSummary:
-    """Summaries of the full blocks of a token-major prefix ``k [N, H_kv, D]``."""
+    """Summaries of the full blocks of a prefix ``k [H_kv, N, D]``."""
     if block <= 0:
         raise ValueError("block size must be > 0")
-    full = (k.shape[0] // block) * block
-    blocks = k[:full].reshape(full // block, block, *k.shape[1:])
-    return BlockSummary(
-        block,
-        blocks.mean(axis=1, dtype=np.float32),
-        blocks.min(axis=1),
-        blocks.max(axis=1),
-    )
+    heads, n, dim = k.shape
+    full = (n // block) * block
+    blocks = k[:, :full].reshape(heads, full // block, block, dim)
+    return BlockSummary(block, blocks.mean(axis=2, dtype=np.float32), blocks.min(axis=2), blocks.max(axis=2))
 
 
 def block_scores(q: np.ndarray, summary: BlockSummary, head_map: np.ndarray, selector: int) -> np.ndarray:
@@ -75,9 +65,9 @@ def block_scores(q: np.ndarray, summary: BlockSummary, head_map: np.ndarray, sel
         g = int(head_map[h])
         qh = q[h]
         if selector == BLOCK_MEAN:
-            scores[h] = summary.mean[:, g, :] @ qh
+            scores[h] = summary.mean[g] @ qh
         elif selector == QUEST:
-            scores[h] = summary.kmax[:, g, :] @ np.maximum(qh, 0) + summary.kmin[:, g, :] @ np.minimum(qh, 0)
+            scores[h] = summary.kmax[g] @ np.maximum(qh, 0) + summary.kmin[g] @ np.minimum(qh, 0)
         else:
             raise ValueError(f"unknown selector {selector}")
     scores /= np.float32(np.sqrt(dim))

@@ -19,7 +19,7 @@ def attend_tokens(
     """Attention of ``q [H_q, M, D]`` over the prefix tokens ``tokens`` (all of them when None)."""
     if tokens is None:
         return attend_prefix(q, k, v, head_map, scale)
-    return attend_prefix(q, np.take(k, tokens, axis=0), np.take(v, tokens, axis=0), head_map, scale)
+    return attend_prefix(q, np.take(k, tokens, axis=1), np.take(v, tokens, axis=1), head_map, scale)
 
 
 def attend_indexed(
@@ -35,7 +35,7 @@ def attend_indexed(
         picked, g = indices[h], int(head_map[h])
         if len(picked) == 0:
             continue
-        o, s = attend_rows(q[h], np.take(k[:, g, :], picked, axis=0), np.take(v[:, g, :], picked, axis=0), scale)
+        o, s = attend_rows(q[h], np.take(k[g], picked, axis=0), np.take(v[g], picked, axis=0), scale)
         out[h], lse[h] = o, s
     return out, lse
 
@@ -44,7 +44,7 @@ def top_k_tokens(q: np.ndarray, k: np.ndarray, head_map: np.ndarray, top_k: int)
     """Per query head, the ``top_k`` prefix tokens with the highest ``q . k`` (ascending ids)."""
     picked = []
     for h in range(q.shape[0]):
-        scores = k[:, int(head_map[h]), :] @ q[h, 0]
+        scores = k[int(head_map[h])] @ q[h, 0]
         if top_k >= scores.shape[0]:
             picked.append(np.arange(scores.shape[0]))
             continue

@@ -1,9 +1,8 @@
 """The warm tier: prefixes ready for attention, bounded by a byte budget, and the cold registry.
 
-A ``PrefixView`` is one (session, layer) prefix as the kernels read it: ``k, v [N, H_kv, D]``
-float32 (a view of the stored rows when they are fp32, a decoded copy otherwise) and its block
-summaries. ``owned`` counts what the view holds beyond the stored rows themselves (the decoded
-copies; summaries are counted apart): that is what the budget bounds.
+A ``PrefixView`` is one (session, layer) prefix as the kernels read it: ``k, v [H_kv, N, D]``
+float32 (head-major: the stored rows decoded and transposed) and its block summaries. ``owned``
+counts the bytes it holds (summaries are counted apart): that is what the budget bounds.
 
 When a new view does not fit, the least recently used ones are **demoted**: dropped from memory,
 their keys remembered in the cold registry, so a query on them fails fast (``-COLDMISS`` on the
@@ -41,11 +40,11 @@ class PrefixView:
 
     @property
     def n_tokens(self) -> int:
-        return self.k.shape[0]
+        return self.k.shape[1]
 
     @property
     def kv_heads(self) -> int:
-        return self.k.shape[1]
+        return self.k.shape[0]
 
     @property
     def head_dim(self) -> int:
@@ -55,13 +54,6 @@ class PrefixView:
     def nbytes(self) -> int:
         return self.owned + sum(s.nbytes for s in self.summaries.values())
 
-    def shaped(self, kv_heads: int, head_dim: int) -> PrefixView:
-        """The same rows split into ``kv_heads`` heads of ``head_dim`` (a view; summaries shared)."""
-        if self.k.shape[1:] == (kv_heads, head_dim):
-            return self
-        shape = (self.n_tokens, kv_heads, head_dim)
-        return PrefixView(self.k.reshape(shape), self.v.reshape(shape), self.owned, self.source, self.origin,
-                          self.summaries)
 
 
 class WarmTier:

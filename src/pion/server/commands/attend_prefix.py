@@ -4,7 +4,7 @@ A Stage-2 prefix is a V-store namespace: layer L's K rows in session ``<sid>_pk`
 ``<sid>_pv``, one row per token (kv heads concatenated), in any codec. ``ATTEND.PREFIX.STORE``
 writes fp32 rows there, and a prompt cache's own prefix already is one, so a client stores once
 and both stages read the same durable rows. The attention engine keeps *views* of them ready
-(fp32 rows read in place, others decoded, plus block summaries) under ``attention-warm-bytes``;
+(the rows decoded to fp32, head-major, plus block summaries) under ``attention-warm-bytes``;
 views it had to drop, and prefixes not loaded since the server started, are **cold**: a query
 answers ``-COLDMISS`` until ``KV.PREFIX.WARM`` loads them, except with ``FROM ns``, which loads
 (and decodes) the rows of namespace ``ns`` when needed. Kernels run in the worker pool.
@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+import threadpoolctl
 
 from pion.attention.dense import grouped_map
 from pion.attention.engine import AttentionEngine
-from pion.attention.query import Query, Result, answer
+from pion.attention.query import Query, Result, answer, combine, pieces
 from pion.attention.select import DEFAULT_BLOCK, summarize
 from pion.attention.tier import PrefixView
 from pion.kvcache.space import sides
@@ -32,7 +33,7 @@ from pion.kvcache.vstore import MAX_LAYERS
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import Status
 from pion.server.commands.kvcache import arg, check_ns, info_text, space, strict_int
-from pion.server.deferred import Deferred, can_defer
+from pion.server.deferred import WORKERS, Deferred, can_defer
 from pion.server.registry import command
 
 MAX_HEADS = 256
@@ -50,6 +51,9 @@ def attention_engine(server) -> AttentionEngine:
     """The server's Stage-2 engine (made at first use), following ``attention-warm-bytes``."""
     found = server.engines.get("attention")
     if found is None:
+        # one BLAS thread per kernel call: the worker pool spreads a query over the cores, and
+        # BLAS's own threads spinning against the pool (or other processes) cost 2-5x under load
+        threadpoolctl.threadpool_limits(1, user_api="blas")
         found = server.engines["attention"] = AttentionEngine(server.settings.attention_warm_bytes)
         server.cron_hooks.append(partial(_sweep, ticks=[0]))
         server.resetstat_hooks.append(lambda srv: srv.engines["attention"].reset_stats())
@@ -133,21 +137,26 @@ def gather(chunks: tuple, n_tokens: int, row_bytes: int):
 
 
 def build_view(source: Source, kv_heads: int, head_dim: int) -> PrefixView:
-    """Decode a source into a view with its default block summary (a worker job: reads only immutable rows)."""
-    arrays, owned = [], 0
+    """Decode a source into a head-major view with its default block summary (a worker job:
+    it reads only immutable rows)."""
+    arrays = []
     for side in (0, 1):
-        data, single = gather(source.chunks[side], source.n_tokens, source.row_bytes[side])
+        data, _ = gather(source.chunks[side], source.n_tokens, source.row_bytes[side])
         if source.fmts[side] == "fp32":
-            rows = np.frombuffer(data, dtype="<f4")
-            owned += 0 if single else rows.nbytes
+            rows = np.frombuffer(data, dtype="<f4").reshape(source.n_tokens, source.dim)
         else:
             rows = source.codecs[side].decode(data, (source.n_tokens, source.dim))
-            owned += rows.nbytes
-        arrays.append(rows.reshape(source.n_tokens, kv_heads, head_dim))
-    view = PrefixView(arrays[0], arrays[1], owned, source, source.origin)
+        arrays.append(head_major(rows, kv_heads, head_dim))
+    view = PrefixView(arrays[0], arrays[1], arrays[0].nbytes + arrays[1].nbytes, source, source.origin)
     if source.n_tokens >= DEFAULT_BLOCK:
         view.summaries[(DEFAULT_BLOCK, 0)] = summarize(view.k, DEFAULT_BLOCK)
     return view
+
+
+def head_major(rows: np.ndarray, kv_heads: int, head_dim: int) -> np.ndarray:
+    """Token-major rows ``[N, H*D]`` as a contiguous ``[H, N, D]`` float32 copy."""
+    cube = rows.reshape(rows.shape[0], kv_heads, head_dim).transpose(1, 0, 2)
+    return np.ascontiguousarray(cube, dtype=np.float32)
 
 
 # -- argument parsing --------------------------------------------------------------------------
@@ -296,24 +305,32 @@ def stored_kv_heads(target: Target, head_dim: int, cmd: str) -> int:
 
 
 def execute(ctx, target: Target, query: Query, *, sparse: bool, fused: bool, want_lse: bool, bytes_in: int):
-    """Run the query (in the worker pool when it is large) and answer its reply bytes."""
-    kv_heads = target.dim // query.q.shape[2]
-    job = partial(compute, target, query, kv_heads, query.q.shape[2])
+    """Run the query (in the worker pool when it is large, cut into parts) and answer its reply bytes."""
+    kv_heads, head_dim = target.dim // query.q.shape[2], query.q.shape[2]
+    view = target.view
+    if view is not None and (view.kv_heads, view.head_dim) != (kv_heads, head_dim):
+        target = Target(target.key, None, view.source)  # the rows split into other heads: build again
     finish = partial(conclude, target=target, sparse=sparse, fused=fused, want_lse=want_lse, bytes_in=bytes_in)
-    work = (target.source.n_tokens if target.view is None else target.view.n_tokens) * target.dim
-    if can_defer(ctx) and (target.view is None or work * query.q.shape[1] >= INLINE_MAX):
-        return Deferred([job], lambda ctx, results: finish(ctx, results[0]))
-    return finish(ctx, job())
+    if target.view is None:
+        job = partial(build_and_answer, target.source, query, kv_heads, head_dim)
+        if can_defer(ctx):
+            return Deferred([job], lambda ctx, results: finish(ctx, *results[0]))
+        return finish(ctx, *job())
+    jobs = pieces(target.view, query, WORKERS)
+    work = target.view.n_tokens * target.dim * query.q.shape[1]
+    if can_defer(ctx) and work >= INLINE_MAX:
+        return Deferred(jobs, lambda ctx, results: finish(ctx, target.view, combine(results)))
+    return finish(ctx, target.view, combine([job() for job in jobs]))
 
 
-def compute(target: Target, query: Query, kv_heads: int, head_dim: int) -> tuple[PrefixView, Result]:
-    view = target.view if target.view is not None else build_view(target.source, kv_heads, head_dim)
-    return view, answer(view, query, kv_heads)
+def build_and_answer(source: Source, query: Query, kv_heads: int, head_dim: int) -> tuple[PrefixView, Result]:
+    view = build_view(source, kv_heads, head_dim)
+    return view, answer(view, query)
 
 
-def conclude(ctx, computed, *, target: Target, sparse: bool, fused: bool, want_lse: bool, bytes_in: int) -> bytes:
+def conclude(ctx, view: PrefixView, result: Result, *, target: Target, sparse: bool, fused: bool, want_lse: bool,
+             bytes_in: int) -> bytes:
     """On the loop: keep a view built for this query (if its rows did not change meanwhile), answer."""
-    view, result = computed
     engine = attention_engine(ctx.server)
     if target.view is None and source_current(space(ctx), view.source):
         engine.tier.put(target.key, view)

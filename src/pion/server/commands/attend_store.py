@@ -4,7 +4,7 @@ STORE takes the reference's ``[H, N, D]`` fp32 blobs, turns them into token-majo
 per token, heads concatenated) and stores them as layer ``layer`` of V-store sessions
 ``<sid>_pk`` / ``<sid>_pv`` in fp32: durable as every K/V row (logged as ``V.CREATE``,
 ``V.TRUNCATE`` and ``V.STOREBATCH ... FMT RAW``, the rows in a log arena), evictable under
-``kv-maxmemory`` like any prefix, and warm at once (the view reads the stored rows in place).
+``kv-maxmemory`` like any prefix, and warm at once (the view keeps the blobs, head-major as they came).
 The transposition, the block summaries and the arena writes run in the worker pool.
 """
 
@@ -74,19 +74,14 @@ def check_sessions(sp, sid: bytes, layer_id: int, width: int) -> None:
                              f"layer; STORE keeps fp32 rows H*D={width} wide (use another sid, or FROM to read it)")
 
 
-def token_major(blob, heads: int, n: int, dim: int) -> np.ndarray:
-    """``[H, N, D]`` fp32 bytes as ``[N, H*D]`` rows (one copy)."""
-    cube = np.frombuffer(blob, dtype="<f4").reshape(heads, n, dim)
-    return np.ascontiguousarray(cube.transpose(1, 0, 2)).reshape(n, heads * dim)
-
-
 def prepare(argv, heads: int, n: int, dim: int, arenas, rooms) -> tuple:
-    """Worker job: rows of both sides, the K summary, and the arena writes' crcs."""
-    rows = [token_major(argv[6], heads, n, dim), token_major(argv[7], heads, n, dim)]
+    """Worker job: the view's arrays (the blobs themselves), token-major rows, the K summary, the crcs."""
+    cubes = [np.frombuffer(blob, dtype="<f4").reshape(heads, n, dim) for blob in argv[6:8]]
+    rows = [np.ascontiguousarray(cube.transpose(1, 0, 2)).reshape(n, heads * dim) for cube in cubes]
     blobs = [memoryview(r.view(np.uint8).reshape(-1)) for r in rows]
     crcs = [None, None] if rooms is None else [write_reserved(arenas, room, b) for room, b in zip(rooms, blobs, strict=True)]
-    summary = summarize(rows[0].reshape(n, heads, dim), DEFAULT_BLOCK) if n >= DEFAULT_BLOCK else None
-    return rows, blobs, crcs, summary
+    summary = summarize(cubes[0], DEFAULT_BLOCK) if n >= DEFAULT_BLOCK else None
+    return cubes, blobs, crcs, summary
 
 
 @command("ATTEND.PREFIX.STORE", 8, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
@@ -111,7 +106,7 @@ def attend_prefix_store(ctx, argv):
 def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
     """On the loop: create the sessions, store and log both sides, make the view warm."""
     sid, layer_id, heads, n, dim = parse_store(argv)
-    rows, blobs, crcs, summary = prepared
+    cubes, blobs, crcs, summary = prepared
     sp = space(ctx)
     arenas = ctx.server.engines.get("arenas")
     try:
@@ -139,8 +134,7 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
         effects.append([b"V.STOREBATCH", name, layer_arg, b"0", b"%d" % n, blob, b"FMT", b"RAW"])
     ctx.dirty()
     ctx.rewrite(*effects)
-    view = PrefixView(rows[0].reshape(n, heads, dim), rows[1].reshape(n, heads, dim), 0,
-                      read_source(sp, sid, layer_id), sid)
+    view = PrefixView(cubes[0], cubes[1], cubes[0].nbytes + cubes[1].nbytes, read_source(sp, sid, layer_id), sid)
     if summary is not None:
         view.summaries[(DEFAULT_BLOCK, 0)] = summary
     attention_engine(ctx.server).tier.put((tenant_of(ctx), sid, layer_id), view)
