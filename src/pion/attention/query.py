@@ -125,7 +125,7 @@ def pieces(view: PrefixView, query: Query, parts: int) -> list[Callable[[], Resu
     if not query.is_dense(total) or parts < 2:
         return [partial(answer, view, query)]
     bounds = np.linspace(start, view.n_tokens, parts + 1).astype(int)
-    jobs: list[Callable[[], Result]] = [partial(_prefix_range, view, query, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    jobs: list[Callable[[], Result]] = [partial(_prefix_range, view, query, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
     if query.k_suffix is not None:
         jobs.append(partial(_suffix_part, query))
     return jobs
