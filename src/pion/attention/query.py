@@ -110,6 +110,25 @@ def choose(view: PrefixView, k: np.ndarray, start: int, query: Query) -> tuple[n
     return tokens, built
 
 
+def cost(view: PrefixView, query: Query) -> int:
+    """About how many floats the query reads (what decides whether it is worth a worker thread)."""
+    start = window_start(view.n_tokens, query.window)
+    total = view.n_tokens - start
+    width = view.kv_heads * view.head_dim
+    rows = query.q.shape[1]
+    suffix = 0 if query.k_suffix is None else 2 * query.k_suffix.size * rows
+    if query.indices is not None:
+        return sum(len(ids) for ids in query.indices) * 2 * view.head_dim + suffix
+    if query.selector is not None and total > query.selector.block * query.selector.k_top:
+        sel = query.selector
+        if (sel.block, start) not in view.summaries:
+            return total * width + suffix
+        return (3 * (total // sel.block) + 2 * sel.block * sel.k_top) * width + suffix
+    if not query.is_dense(total):
+        return total * width + suffix
+    return 2 * total * width * rows + suffix
+
+
 # -- splitting a dense query over worker threads -------------------------------------------------
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pion.attention.dense import grouped_map
-from pion.attention.query import MIN_PART_TOKENS, Query, Selector, answer, combine, pieces
+from pion.attention.query import MIN_PART_TOKENS, Query, Selector, answer, combine, cost, pieces
 from pion.attention.select import DEFAULT_BLOCK, QUEST, summarize
 from pion.attention.tier import PrefixView, WarmTier
 from tests.unit.attention import reference as ref
@@ -100,3 +100,13 @@ def test_pieces_combined_equal_one_answer():
     np.testing.assert_allclose(split.lse, whole.lse, atol=2e-5)
     assert split.attended == whole.attended and split.prefix_tokens == whole.prefix_tokens
     assert len(pieces(v, Query(q[:, :1], grouped_map(4, 2), 0.1, selector=Selector(64, 2, QUEST)), 3)) == 1
+
+
+def test_cost_counts_what_each_form_reads():
+    v = view(n=6400, heads=2, dim=32, seed=5)
+    v.summaries[(64, 0)] = summarize(v.k, 64)
+    q = np.ones((2, 1, 32), np.float32)
+    dense = cost(v, Query(q, grouped_map(2, 2), 0.1))
+    sparse = cost(v, Query(q, grouped_map(2, 2), 0.1, selector=Selector(64, 4, QUEST)))
+    unsummarized = cost(v, Query(q, grouped_map(2, 2), 0.1, selector=Selector(32, 4, QUEST)))
+    assert dense == 2 * 6400 * 64 and sparse < dense / 10 and unsummarized == 6400 * 64
