@@ -41,7 +41,16 @@ from tests.support.servers import ProcessServer  # noqa: E402
 
 from pion.attention.dense import grouped_map  # noqa: E402
 from pion.attention.query import Query, Selector, answer  # noqa: E402
-from pion.attention.select import BLOCK_MEAN, QUEST, select_tokens, summarize  # noqa: E402
+from pion.attention.select import (  # noqa: E402
+    BLOCK_MEAN,
+    BLOCK_MEAN_PER_HEAD,
+    QUEST,
+    QUEST_PER_HEAD,
+    SELECTOR_NAMES,
+    select_tokens,
+    select_tokens_per_head,
+    summarize,
+)
 from pion.attention.tier import PrefixView  # noqa: E402
 
 BLOCK = 64
@@ -147,6 +156,18 @@ def plant(rng, n: int, kv_heads: int, dim: int, one_head: bool):
     return k, v, queries, positions
 
 
+def selected(q, n, view, head_map, k_top, selector, pos, head, one_head) -> float:
+    """Did the selector keep the needle? For the per-head selectors: the fraction of the heads
+    holding it whose own selection kept it."""
+    summary = view.summaries[(BLOCK, 0)]
+    if selector in (QUEST_PER_HEAD, BLOCK_MEAN_PER_HEAD):
+        per_head = select_tokens_per_head(q[:, 0], n, summary, head_map, k_top, selector)
+        heads = [head] if one_head else range(len(head_map))
+        return 1.0 if per_head is None else float(np.mean([pos in set(per_head[h].tolist()) for h in heads]))
+    tokens = select_tokens(q[:, 0], n, summary, head_map, k_top, selector)
+    return float(tokens is None or pos in set(tokens.tolist()))
+
+
 def needle_mass(view: PrefixView, q: np.ndarray, pos: int, head: int) -> float:
     scores = view.k[head] @ q[head, 0] / math.sqrt(q.shape[2])
     weights = np.exp(scores - scores.max())
@@ -163,12 +184,11 @@ def bench_needles(r, sizes: list[int], kv_heads: int = 8, dim: int = 64) -> list
             k, v, queries, positions = plant(rng, n, kv_heads, dim, one_head)
             view = PrefixView(k, v, 0, summaries={(BLOCK, 0): summarize(k, BLOCK)})
             store(r, "needles", k, v)
-            found = {BLOCK_MEAN: 0, QUEST: 0}
+            found = {BLOCK_MEAN: 0.0, QUEST: 0.0, BLOCK_MEAN_PER_HEAD: 0.0, QUEST_PER_HEAD: 0.0}
             parity = 0.0
             for i, (q, pos) in enumerate(zip(queries, positions, strict=True)):
                 for selector in found:
-                    tokens = select_tokens(q[:, 0], n, view.summaries[(BLOCK, 0)], head_map, k_top, selector)
-                    found[selector] += int(tokens is None or pos in set(tokens.tolist()))
+                    found[selector] += selected(q, n, view, head_map, k_top, selector, pos, i % kv_heads, one_head)
                 if i < 3:  # the server picks the same tokens: its reply equals the in-process one
                     got = np.frombuffer(sparse_query(r, "needles", q, k_top, kv_heads, QUEST), "<f4")
                     want = answer(view, Query(q, head_map, dim ** -0.5, selector=Selector(BLOCK, k_top, QUEST))).out
@@ -176,7 +196,7 @@ def bench_needles(r, sizes: list[int], kv_heads: int = 8, dim: int = 64) -> list
             attended = k_top * BLOCK + n % BLOCK
             row = {"part": "needles", "n": n, "needle_in": "one head" if one_head else "every head",
                    "budget_tokens": attended, "budget_fraction": round(attended / n, 4),
-                   "recall_block_mean": found[BLOCK_MEAN] / NEEDLES, "recall_quest": found[QUEST] / NEEDLES,
+                   **{f"recall_{SELECTOR_NAMES[sel].replace('-', '_')}": round(count / NEEDLES, 3) for sel, count in found.items()},
                    "dense_needle_mass": round(float(np.mean([needle_mass(view, q, p, (i % kv_heads))
                                                              for i, (q, p) in enumerate(zip(queries, positions, strict=True))])), 3),
                    "server_vs_inproc_max_abs": parity, "loadavg": load()}
@@ -261,6 +281,9 @@ def plot(results: dict, path: Path) -> None:
         xs = [row["n"] for row in rows]
         left.plot(xs, [row["recall_quest"] for row in rows], "o" + style, label=f"Quest, needle in {where}")
         left.plot(xs, [row["recall_block_mean"] for row in rows], "s" + style, label=f"block-mean, needle in {where}")
+        if where == "one head":
+            left.plot(xs, [row["recall_quest_per_head"] for row in rows], "^" + style,
+                      label="Quest per head (Pion), needle in one head")
     left.set(xscale="log", xlabel="prefix tokens N", ylabel="needle recall (20 needles)", ylim=(-0.05, 1.05),
              title="Recall at budget max(1% N, 512)")
     left.legend(fontsize=8)

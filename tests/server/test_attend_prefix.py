@@ -182,3 +182,22 @@ def test_sparse_auto_with_a_small_prefix_is_dense(r):
     q = rng.standard_normal((1, 1, 32)).astype(np.float32)
     raw = r.execute_command("ATTEND.PREFIX.QUERY_SPARSE_AUTO", "s", 0, 1, 32, 64, 8, 1, q.tobytes(), b"")
     assert ref.rel_err(np.frombuffer(raw, "<f4").reshape(1, 1, 32), reference(q, k, v, [0])[0]) < TOL
+
+
+def test_per_head_selectors_attend_each_heads_own_blocks(r):
+    rng = np.random.default_rng(12)
+    q_heads, kv_heads, dim, n = 4, 2, 32, 900
+    k, v = prefix(rng, kv_heads, n, dim)
+    store(r, "s", 0, k, v)
+    q = rng.standard_normal((q_heads, 1, dim)).astype(np.float32)
+    raw = r.execute_command("ATTEND.PREFIX.QUERY_SPARSE_AUTO", "s", 0, q_heads, dim, 64, 3, kv_heads, q.tobytes(), b"",
+                            -1, 2)
+    out = np.frombuffer(raw, "<f4").reshape(q_heads, 1, dim)
+    head_map = grouped_map(q_heads, kv_heads)
+    picks = ref.select_per_head(q[:, 0], tokens_major(k), head_map, 64, 3, 1)
+    for h in range(q_heads):
+        g = head_map[h]
+        ids = picks[h]
+        want, _ = ref.attention(q[h:h + 1], tokens_major(k)[ids][:, g:g + 1], tokens_major(v)[ids][:, g:g + 1], [0],
+                                dim ** -0.5)
+        assert ref.rel_err(out[h], want[0]) < TOL

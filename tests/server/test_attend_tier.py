@@ -129,7 +129,7 @@ def test_store_replaces_a_layer_and_refuses_another_codec(r):
     (["ATTEND.PREFIX.QUERY_FUSED", "s", 0, 2, 32, 0, 2, b"\0" * 256, b"", b"", b"\x00"], "head_map must be H_q=2 bytes"),
     (["ATTEND.PREFIX.QUERY_FUSED", "s", 0, 2, 32, 0, 2, b"\0" * 256, b"", b"", b"\x00\x05"], "head_map values must be < H_kv=2"),
     (["ATTEND.PREFIX.QUERY_FUSED", "s", 0, 2, 32, 0, 1, b"\0" * 256, b"", b"", b""], "the query says H_kv*D = 32"),
-    (["ATTEND.PREFIX.QUERY_SPARSE_AUTO", "s", 0, 2, 32, 64, 4, 2, b"\0" * 256, b"", -1, 2], "selector_id must be 0"),
+    (["ATTEND.PREFIX.QUERY_SPARSE_AUTO", "s", 0, 2, 32, 64, 4, 2, b"\0" * 256, b"", -1, 4], "selector_id must be 0"),
     (["ATTEND.PREFIX.QUERY_SPARSE_AUTO", "s", 0, 2, 32, 0, 4, 2, b"\0" * 256, b""], "invalid B"),
     (["ATTEND.PREFIX.QUERY_SPARSE_AUTO", "s", 0, 2, 32, 64, 4, 2, b"\0" * 512, b""], "Q blob size mismatch (expected H*D*4"),
     (["ATTEND.PREFIX.QUERY_SPARSE", "s", 0, 2, 32, 2, b"\0" * 256, b"\0" * 15, b"\0" * 8], "indices blob size mismatch"),

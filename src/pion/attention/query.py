@@ -19,7 +19,7 @@ import numpy as np
 
 from pion.attention.dense import attend_prefix, attend_suffix, empty_result
 from pion.attention.merge import merge
-from pion.attention.select import BlockSummary, select_tokens, summarize
+from pion.attention.select import PER_HEAD, BlockSummary, select_tokens, select_tokens_per_head, summarize
 from pion.attention.sparse import attend_indexed, attend_tokens, top_k_tokens
 from pion.attention.tier import PrefixView
 
@@ -87,8 +87,12 @@ def answer(view: PrefixView, query: Query) -> Result:
         attended = float(min(query.top_k, total))
     elif query.selector is not None:
         tokens, new_summary = choose(view, k, start, query)
-        out, lse = attend_tokens(query.q, k, v, tokens, query.head_map, query.scale)
-        attended = float(total if tokens is None else len(tokens))
+        if isinstance(tokens, list):
+            out, lse = attend_indexed(query.q, k, v, tokens, query.head_map, query.scale)
+            attended = float(np.mean([len(t) for t in tokens]))
+        else:
+            out, lse = attend_tokens(query.q, k, v, tokens, query.head_map, query.scale)
+            attended = float(total if tokens is None else len(tokens))
     else:
         out, lse = attend_prefix(query.q, k, v, query.head_map, query.scale)
         attended = float(total)
@@ -97,8 +101,9 @@ def answer(view: PrefixView, query: Query) -> Result:
     return Result(out, lse, attended, total, new_summary, start)
 
 
-def choose(view: PrefixView, k: np.ndarray, start: int, query: Query) -> tuple[np.ndarray | None, BlockSummary | None]:
-    """The selector's tokens (relative to ``start``), and a summary it had to build (or None)."""
+def choose(view: PrefixView, k: np.ndarray, start: int, query: Query):
+    """The selector's tokens (relative to ``start``; a list per head for the per-head selectors),
+    and a summary it had to build (or None)."""
     sel = query.selector
     if k.shape[1] <= sel.block * sel.k_top:
         return None, None
@@ -106,7 +111,8 @@ def choose(view: PrefixView, k: np.ndarray, start: int, query: Query) -> tuple[n
     built = None
     if summary is None:
         summary = built = summarize(k, sel.block)
-    tokens = select_tokens(query.q[:, 0, :], k.shape[1], summary, query.head_map, sel.k_top, sel.kind)
+    pick = select_tokens_per_head if sel.kind in PER_HEAD else select_tokens
+    tokens = pick(query.q[:, 0, :], k.shape[1], summary, query.head_map, sel.k_top, sel.kind)
     return tokens, built
 
 

@@ -12,6 +12,10 @@ in-process lane, so both pick the same tokens:
 4. One **shared** mask: scores averaged over the query heads, the top ``K_eff = min(K_top, N_full/B)``
    blocks (ties to the earlier block), in ascending block order, expanded to tokens, then the tail.
 
+Pion adds per-head variants (selector ids 2 and 3): step 4 without the average, each query head
+keeping its own top blocks (as Quest itself does), so a needle one head looks for is not diluted
+by the others.
+
 Summaries (``BlockSummary``: per kv head and block the mean, min and max key) are computed once
 per prefix and block size (at store time for the default block size) and kept with the prefix.
 """
@@ -24,7 +28,12 @@ import numpy as np
 
 BLOCK_MEAN = 0
 QUEST = 1
-SELECTOR_NAMES = {BLOCK_MEAN: "block-mean", QUEST: "quest"}
+#: Pion's: the same scores, but every query head keeps its own top blocks (no shared mask)
+QUEST_PER_HEAD = 2
+BLOCK_MEAN_PER_HEAD = 3
+SELECTOR_NAMES = {BLOCK_MEAN: "block-mean", QUEST: "quest", QUEST_PER_HEAD: "quest-per-head",
+                  BLOCK_MEAN_PER_HEAD: "block-mean-per-head"}
+PER_HEAD = {QUEST_PER_HEAD: QUEST, BLOCK_MEAN_PER_HEAD: BLOCK_MEAN}
 DEFAULT_BLOCK = 64
 
 
@@ -98,3 +107,21 @@ def select_tokens(
     chosen = top_blocks(shared, k_top)
     tokens = (chosen[:, None] * block + np.arange(block)[None, :]).reshape(-1)
     return np.concatenate([tokens, np.arange(full, n_tokens)]).astype(np.intp)
+
+
+def select_tokens_per_head(
+    q: np.ndarray, n_tokens: int, summary: BlockSummary | None, head_map: np.ndarray, k_top: int, selector: int,
+) -> list[np.ndarray] | None:
+    """Per query head, its own token ids (steps 1-3 and 4 without the average); None means dense."""
+    block = summary.block if summary is not None else 0
+    if summary is None or n_tokens <= block * k_top:
+        return None
+    full = (n_tokens // block) * block
+    scores = block_scores(q, summary, head_map, PER_HEAD.get(selector, selector))
+    tail = np.arange(full, n_tokens)
+    out = []
+    for h in range(q.shape[0]):
+        chosen = top_blocks(scores[h], k_top)
+        tokens = (chosen[:, None] * block + np.arange(block)[None, :]).reshape(-1)
+        out.append(np.concatenate([tokens, tail]).astype(np.intp))
+    return out

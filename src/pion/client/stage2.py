@@ -23,11 +23,20 @@ import numpy as np
 
 from pion.attention.dense import grouped_map
 from pion.attention.query import Query, Selector, answer
-from pion.attention.select import BLOCK_MEAN, DEFAULT_BLOCK, QUEST, summarize
+from pion.attention.select import (
+    BLOCK_MEAN,
+    BLOCK_MEAN_PER_HEAD,
+    DEFAULT_BLOCK,
+    QUEST,
+    QUEST_PER_HEAD,
+    SELECTOR_NAMES,
+    summarize,
+)
 from pion.attention.tier import PrefixView
 from pion.client.stage2_wire import Stage2Wire
 
-SELECTORS = {"block-mean": BLOCK_MEAN, "block_mean": BLOCK_MEAN, "mean": BLOCK_MEAN, "quest": QUEST}
+SELECTORS = {"block-mean": BLOCK_MEAN, "block_mean": BLOCK_MEAN, "mean": BLOCK_MEAN, "quest": QUEST,
+             "quest-per-head": QUEST_PER_HEAD, "block-mean-per-head": BLOCK_MEAN_PER_HEAD}
 LANES = ("server", "inproc")
 
 
@@ -169,7 +178,7 @@ class Stage2:
             "bytes_received": wire["bytes_received"], "cold_rehydrates": wire["cold_rehydrates"],
             **counts, "selected_fraction": round(fraction, 6), "lane": self.lane,
             "sparse": None if self.sparse is None else {"block": self.sparse.block, "budget": self.sparse.budget,
-                                                        "selector": "quest" if self.sparse.selector == QUEST else "block-mean"},
+                                                        "selector": SELECTOR_NAMES[self.sparse.selector]},
             "attend_ms_total": round(self.ms["attend_ms_total"], 3),
         }
 

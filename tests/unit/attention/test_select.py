@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from pion.attention.dense import grouped_map
-from pion.attention.select import BLOCK_MEAN, QUEST, block_scores, select_tokens, summarize
+from pion.attention.select import (
+    BLOCK_MEAN,
+    BLOCK_MEAN_PER_HEAD,
+    QUEST,
+    QUEST_PER_HEAD,
+    block_scores,
+    select_tokens,
+    select_tokens_per_head,
+    summarize,
+)
 from tests.unit.attention import reference as ref
 
 
@@ -54,3 +63,16 @@ def test_ties_go_to_the_earlier_block():
     q = np.ones((1, 8), np.float32)
     got = select_tokens(q, 64 * 6, summarize(k, 64), np.zeros(1, np.intp), 2, BLOCK_MEAN)
     np.testing.assert_array_equal(got, np.arange(128))
+
+
+@pytest.mark.parametrize(("selector", "base"), [(QUEST_PER_HEAD, QUEST), (BLOCK_MEAN_PER_HEAD, BLOCK_MEAN)])
+def test_per_head_selection_is_each_heads_own_top_blocks(selector, base):
+    rng = np.random.default_rng(11)
+    k = rng.standard_normal((2, 1000, 32)).astype(np.float32)
+    q = rng.standard_normal((4, 32)).astype(np.float32)
+    head_map = grouped_map(4, 2)
+    got = select_tokens_per_head(q, 1000, summarize(k, 64), head_map, 3, selector)
+    want = ref.select_per_head(q, np.transpose(k, (1, 0, 2)), head_map, 64, 3, base)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert select_tokens_per_head(q, 1000, summarize(k, 64), head_map, 20, selector) is None  # budget covers N

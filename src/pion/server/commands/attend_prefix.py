@@ -224,8 +224,8 @@ def parse_tail(ctx, args: list, cmd: str, positional: tuple[str, ...] = ("fa_win
             if value < -1:
                 raise ReplyError("ERR invalid fa_window (-1 = server default, 0 = whole prefix, N > 0 = last N tokens)")
             tail.window = tail.window if value == -1 else value
-        elif value not in (0, 1):
-            raise ReplyError("ERR selector_id must be 0 (block-mean) or 1 (Quest)")
+        elif value not in (0, 1, 2, 3):
+            raise ReplyError("ERR selector_id must be 0 (block-mean), 1 (Quest), 2 (Quest per head) or 3 (block-mean per head)")
         else:
             tail.selector = value
         pos += 1

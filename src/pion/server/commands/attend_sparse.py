@@ -4,7 +4,8 @@
 ``QUERY_SPARSE_AUTO[_FUSED]``: the server picks ``K_top`` blocks of ``B`` tokens with block-mean
 (selector 0) or Quest (selector 1), by the exact algorithm of ``pion.attention.select`` (shared
 mask, ascending blocks, the tail kept), then attends them (and the causal suffix). Both
-selectors run on every server: there is no Metal-only form here. Decode steps only (M=1).
+selectors run on every server: there is no Metal-only form here. Pion adds selectors 2 (Quest)
+and 3 (block-mean) with a mask per query head instead of the shared one. Decode steps only (M=1).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def parse_selector(argv, at: int) -> tuple[int, int, int]:
 def attend_prefix_query_sparse_auto(ctx, argv):
     """ATTEND.PREFIX.QUERY_SPARSE_AUTO sid layer H_q D B K_top H_kv Q head_map [fa_window] [selector_id] [FROM ns] [SCALE s]: out.
 
-    Decode step (M=1): the server picks K_top blocks of B tokens (selector 0 block-mean, 1 Quest)
-    and always the tail; a prefix of at most B*K_top tokens is attended densely. Reply H_q*D fp32.
+    Decode step (M=1): the server picks K_top blocks of B tokens (selector 0 block-mean, 1 Quest;
+    2 and 3 the same per query head) and always the tail; a prefix of at most B*K_top tokens is attended densely. Reply H_q*D fp32.
     """
     cmd = "ATTEND.PREFIX.QUERY_SPARSE_AUTO"
     return sparse_auto(ctx, argv, cmd, fused=False)
