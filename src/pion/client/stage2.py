@@ -99,6 +99,10 @@ class Stage2:
                        "prefixes_stored": 0, "prefixes_found": 0}
         self.ms = {"attend_ms_total": 0.0}
 
+    def set_sparse(self, sparse: dict | None) -> None:
+        """Switch decode-time selection on (``{"block", "budget", "selector"}``) or off (None)."""
+        self.sparse = Sparse.parse(sparse)
+
     # -- prefixes -----------------------------------------------------------------------------
 
     def prefix(self, prefix_ids) -> PrefixHandle:
