@@ -151,7 +151,8 @@ def test_arity_errors_are_redis_style(r):
         r.execute_command("ATTEND.PREFIX.STORE", "s", 0)
 
 
-def test_a_stage_two_prefix_survives_a_restart(tmp_path):
+@pytest.mark.parametrize("snapshot", [False, True], ids=["log", "snapshot"])
+def test_a_stage_two_prefix_survives_a_restart(tmp_path, snapshot):
     rng = np.random.default_rng(5)
     k, v = prefix(rng, 2, 300, 64)
     settings = make_settings(tmp_path)
@@ -160,6 +161,8 @@ def test_a_stage_two_prefix_survives_a_restart(tmp_path):
     store(r, "a", 2, k, v)
     q = rng.standard_normal((4, 3, 64)).astype(np.float32)
     before = r.execute_command("ATTEND.PREFIX.QUERY", "a", 2, 4, 64, 300, q.tobytes())
+    if snapshot:
+        assert r.save()  # the rows now live in the snapshot, the log it covered is gone
     srv.stop()
     srv = ThreadServer(settings.with_changes(port=free_port())).start()
     try:
@@ -232,3 +235,23 @@ def test_tenants_never_see_each_others_stage_two_prefixes(make_server):
     assert query(alice, "s", q, 100) != query(bob, "s", q, 100)
     got = np.frombuffer(query(alice, "s", q, 100), "<f4").reshape(2, 1, 32)
     assert ref.rel_err(got, reference(q, k, v, [0, 1])[0]) < TOL
+
+
+def test_an_acknowledged_store_survives_kill_9(tmp_path):
+    from tests.support.servers import ProcessServer
+
+    rng = np.random.default_rng(9)
+    k, v = prefix(rng, 2, 5000, 64)  # large: the rows go through a log arena, written by the workers
+    srv = ProcessServer(tmp_path / "data").start()
+    try:
+        r = redis.Redis(port=srv.port, socket_timeout=30)
+        store(r, "a", 0, k, v)
+        q = rng.standard_normal((2, 1, 64)).astype(np.float32)
+        before = query(r, "a", q, 5000)
+        srv.kill9()
+        srv = ProcessServer(tmp_path / "data", port=srv.port).start()
+        r = redis.Redis(port=srv.port, socket_timeout=30)
+        assert r.execute_command("KV.PREFIX.WARM", "a", 2, 64) == b"1"
+        assert query(r, "a", q, 5000) == before
+    finally:
+        srv.stop()
