@@ -16,18 +16,16 @@ from pion.attention.query import Query, Selector
 from pion.kvcache.vstore import MAX_TOKENS
 from pion.protocol.errors import ReplyError
 from pion.server.commands.attend_prefix import (
-    MAX_HEADS,
     check_gqa,
     check_stored_heads,
     execute,
     parse_head_map,
-    parse_heads_dim,
-    parse_layer,
     parse_tail,
     query_rows,
     resolve,
     suffix_rows,
 )
+from pion.server.commands.attend_store import MAX_HEADS, parse_heads_dim, parse_layer
 from pion.server.commands.kvcache import arg, strict_int
 from pion.server.registry import command
 
