@@ -62,13 +62,36 @@ def log(msg: str) -> None:
 
 
 def median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return interleaved({"x": fn}, repeats)["x"]
+
+
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Median ms of each function, timed in rounds (one call of each per round), so a burst of
+    load from the other processes on the machine hits every contender alike."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1000)
+    times: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t) * 1000) for name, t in times.items()}
+
+
+def torch_one_thread(fn):
+    """``fn`` run with torch on one thread (the setting that is fastest on a small shared machine)."""
+    import torch
+
+    def run():
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(before)
+
+    return run
 
 
 def load() -> list[float]:
@@ -126,13 +149,16 @@ def kernel_row(r, rng, n: int, q_heads: int, kv_heads: int, dim: int, repeats: i
     local = Query(q, grouped_map(q_heads, kv_heads), dim ** -0.5)
     tq, tk, tv = (torch.from_numpy(x).unsqueeze(0) for x in (q, k, v))
     gqa = q_heads != kv_heads
-    row = {"part": "kernel", "n": n, "q_heads": q_heads, "kv_heads": kv_heads, "dim": dim,
-           "server_query_ms": median_ms(lambda: query(r, "kern", q, n), repeats),
-           "inproc_kernel_ms": median_ms(lambda: answer(view, local), repeats),
-           "torch_sdpa_ms": median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-               tq, tk, tv, enable_gqa=gqa), repeats),
+
+    def sdpa():
+        return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=gqa)
+
+    timed = interleaved({"server_query_ms": lambda: query(r, "kern", q, n),
+                         "inproc_kernel_ms": lambda: answer(view, local),
+                         "torch_sdpa_ms": sdpa, "torch_sdpa_1thread_ms": torch_one_thread(sdpa)}, repeats)
+    row = {"part": "kernel", "n": n, "q_heads": q_heads, "kv_heads": kv_heads, "dim": dim, **timed,
            "store_s": round(store_s, 3), "torch_threads": torch.get_num_threads(), "loadavg": load()}
-    row["server_vs_torch"] = round(row["server_query_ms"] / row["torch_sdpa_ms"], 2)
+    row["server_vs_torch"] = round(row["server_query_ms"] / min(row["torch_sdpa_ms"], row["torch_sdpa_1thread_ms"]), 2)
     return row
 
 
@@ -217,9 +243,11 @@ def bench_speed(r, n: int, repeats: int, kv_heads: int = 8, dim: int = 64) -> di
     qs = [rng.standard_normal((kv_heads, 1, dim), dtype=np.float32) for _ in range(8)]
     cycle = iter(range(1 << 30))
     k_top = k_top_for(n)
-    dense = median_ms(lambda: query(r, "speed", qs[next(cycle) % 8], n), repeats)
-    sparse = median_ms(lambda: sparse_query(r, "speed", qs[next(cycle) % 8], k_top, kv_heads, QUEST), repeats * 4)
-    mean = median_ms(lambda: sparse_query(r, "speed", qs[next(cycle) % 8], k_top, kv_heads, BLOCK_MEAN), repeats * 4)
+    timed = interleaved({
+        "dense": lambda: query(r, "speed", qs[next(cycle) % 8], n),
+        "quest": lambda: sparse_query(r, "speed", qs[next(cycle) % 8], k_top, kv_heads, QUEST),
+        "mean": lambda: sparse_query(r, "speed", qs[next(cycle) % 8], k_top, kv_heads, BLOCK_MEAN)}, repeats * 2)
+    dense, sparse, mean = timed["dense"], timed["quest"], timed["mean"]
     row = {"part": "speed", "n": n, "kv_heads": kv_heads, "dim": dim, "k_top": k_top,
            "dense_query_ms": dense, "sparse_quest_ms": sparse, "sparse_block_mean_ms": mean,
            "speedup_quest": round(dense / sparse, 1), "speedup_block_mean": round(dense / mean, 1),
@@ -291,7 +319,8 @@ def plot(results: dict, path: Path) -> None:
     xs = [row["n"] for row in shape]
     right.plot(xs, [row["server_query_ms"] for row in shape], "o-", label="Pion QUERY dense (loopback)")
     right.plot(xs, [row["inproc_kernel_ms"] for row in shape], "^-", label="pion.attention kernel (in-process)")
-    right.plot(xs, [row["torch_sdpa_ms"] for row in shape], "s-", label="torch SDPA (same CPU)")
+    right.plot(xs, [row["torch_sdpa_ms"] for row in shape], "s-", label="torch SDPA (same CPU, 2 threads)")
+    right.plot(xs, [row["torch_sdpa_1thread_ms"] for row in shape], "s:", label="torch SDPA (1 thread)")
     if results.get("sparse_by_n"):
         right.plot([row["n"] for row in results["sparse_by_n"]], [row["sparse_quest_ms"] for row in results["sparse_by_n"]],
                    "d-", label="Pion QUERY_SPARSE_AUTO Quest (loopback)")
