@@ -156,3 +156,18 @@ def test_demo_model_greedy_decode_through_stage2_equals_local_decode(url):
     got, _ = greedy_stage2(model, stage2.cache_for(prefix), suffix, 12)
     assert got == want
     assert stage2.stats()["round_trips"] == 30 * 13
+
+
+def test_a_prefix_of_another_model_is_never_attended(url, prompt):
+    from pion.client import PionPromptCache
+
+    prefix, _ = prompt
+    first = PionPromptCache(hf_llama(seed=1), url=url, vquant="fp32")
+    ns = first.namespace(prefix)
+    first.put(prefix, first.adapter.prefill(prefix), namespace=ns)
+    other = PionPromptCache(hf_llama(seed=5), url=url, vquant="fp32")  # other weights: another fingerprint
+    stage2 = other.enable_stage2()
+    stage2.pc.namespace = lambda ids: ns  # force the same namespace (a collision, or a forged one)
+    with pytest.raises(RuntimeError, match="fail closed"):
+        stage2.cache_for(prefix)
+    assert stage2.stats()["round_trips"] == 0

@@ -115,7 +115,11 @@ class Stage2:
             cache = self.pc.get_or_prefill(ids, namespace=ns)
             kv, _ = self.adapter.export(cache)
             return PrefixHandle(ns, len(ids), [self._view(k, v, slot) for slot, (k, v) in zip(self.adapter.layout.attn, kv, strict=True)])
-        if self._stored(ns, ids):
+        stored = self._stored(ns, ids)
+        if stored is None:
+            raise RuntimeError(f"Stage 2: the server's prefix under {ns} is not this model's or these tokens' "
+                               f"({self.pc.last_mismatch}); it is never used (fail closed)")
+        if stored:
             self.counts["prefixes_found"] += 1
         else:
             started = time.perf_counter()
@@ -125,13 +129,17 @@ class Stage2:
             self.counts["prefixes_stored"] += 1
         return PrefixHandle(ns, len(ids))
 
-    def _stored(self, ns: str, ids: list[int]) -> bool:
-        """A complete stored prefix whose manifest is this model's and these tokens' (fail closed)."""
+    def _stored(self, ns: str, ids: list[int]) -> bool | None:
+        """True: a complete stored prefix whose manifest is this model's and these tokens'; False:
+        none; None: one that is not (a mismatch: never attended, never overwritten)."""
         client = self.pc.client
         if not client.kv_lookup(ns):
             return False
         raw = client.kv_manifest(ns)
-        return raw is not None and self.pc._verify(ns, raw, ids, len(ids), True)
+        if raw is None:
+            self.pc.last_mismatch = f"{ns}: no manifest"
+            return None
+        return True if self.pc._verify(ns, raw, ids, len(ids), True) else None
 
     def _view(self, k_rows: np.ndarray, v_rows: np.ndarray, slot: int) -> PrefixView:
         heads, k_dim, v_dim = self.adapter.layout.heads[self.attn_slots[slot]]
