@@ -25,22 +25,14 @@ def greedy_local(model, ids, steps):
     """Plain transformers: prefill the whole prompt, then one token at a time (logits kept)."""
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=model.config)
-    out, logits = [], []
-    with torch.no_grad():
-        step = model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True).logits[0, -1]
-        for _ in range(steps):
-            logits.append(step.float().numpy())
-            token = int(step.argmax())
-            out.append(token)
-            step = model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True).logits[0, -1]
-    return out, logits
+    return greedy_stage2(model, DynamicCache(config=model.config), ids, steps)
 
 
-def greedy_stage2(model, cache, suffix, steps):
+def greedy_stage2(model, cache, first_ids, steps):
+    """``first_ids`` on top of ``cache``, then ``steps`` greedy tokens: ``(tokens, logits)``."""
     out, logits = [], []
     with torch.no_grad():
-        step = model(input_ids=torch.tensor([suffix]), cache=cache, use_cache=True).logits[0, -1]
+        step = model(input_ids=torch.tensor([first_ids]), cache=cache, use_cache=True).logits[0, -1]
         for _ in range(steps):
             logits.append(step.float().numpy())
             token = int(step.argmax())

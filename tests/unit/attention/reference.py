@@ -79,16 +79,7 @@ def rel_err(got, want) -> float:
 
 
 def select_per_head(q, k_tokens, head_map, block, k_top, selector):
-    """Pion's per-head variant: spec 6.4 steps 1-3, then each query head its own top blocks."""
-    q = np.asarray(q, np.float64)
-    k = np.asarray(k_tokens, np.float64)
-    n = k.shape[0]
-    if n <= block * k_top:
-        return None
-    full = (n // block) * block
-    out = []
-    for h in range(q.shape[0]):
-        single = select(q[h:h + 1], k, [head_map[h]], block, k_top, selector)
-        out.append(single)
-    assert all(len(t) == k_top * block + n - full for t in out)
-    return out
+    """Pion's per-head variant: spec 6.4 steps 1-3, then each query head its own top blocks
+    (the shared algorithm run for one head at a time)."""
+    picks = [select(np.asarray(q)[h:h + 1], k_tokens, [head_map[h]], block, k_top, selector) for h in range(len(q))]
+    return None if picks[0] is None else picks
