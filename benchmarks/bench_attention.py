@@ -243,14 +243,26 @@ def bench_speed(r, n: int, repeats: int, kv_heads: int = 8, dim: int = 64) -> di
     qs = [rng.standard_normal((kv_heads, 1, dim), dtype=np.float32) for _ in range(8)]
     cycle = iter(range(1 << 30))
     k_top = k_top_for(n)
+    view = PrefixView(k, v, 0, summaries={(BLOCK, 0): summarize(k, BLOCK)})
+    head_map = grouped_map(kv_heads, kv_heads)
+
+    def local(selector):
+        sel = None if selector is None else Selector(BLOCK, k_top, selector)
+        return lambda: answer(view, Query(qs[next(cycle) % 8], head_map, dim ** -0.5, selector=sel))
+
     timed = interleaved({
         "dense": lambda: query(r, "speed", qs[next(cycle) % 8], n),
         "quest": lambda: sparse_query(r, "speed", qs[next(cycle) % 8], k_top, kv_heads, QUEST),
-        "mean": lambda: sparse_query(r, "speed", qs[next(cycle) % 8], k_top, kv_heads, BLOCK_MEAN)}, repeats * 2)
+        "mean": lambda: sparse_query(r, "speed", qs[next(cycle) % 8], k_top, kv_heads, BLOCK_MEAN),
+        "local_dense": local(None), "local_quest": local(QUEST), "local_mean": local(BLOCK_MEAN)}, repeats * 2)
     dense, sparse, mean = timed["dense"], timed["quest"], timed["mean"]
     row = {"part": "speed", "n": n, "kv_heads": kv_heads, "dim": dim, "k_top": k_top,
            "dense_query_ms": dense, "sparse_quest_ms": sparse, "sparse_block_mean_ms": mean,
            "speedup_quest": round(dense / sparse, 1), "speedup_block_mean": round(dense / mean, 1),
+           "kernel_dense_ms": timed["local_dense"], "kernel_quest_ms": timed["local_quest"],
+           "kernel_block_mean_ms": timed["local_mean"],
+           "kernel_speedup_quest": round(timed["local_dense"] / timed["local_quest"], 1),
+           "kernel_speedup_block_mean": round(timed["local_dense"] / timed["local_mean"], 1),
            "wire_bytes_per_query": {"sent": qs[0].nbytes, "received": kv_heads * dim * 4},
            "prefix_bytes_k_plus_v": k.nbytes + v.nbytes, "loadavg": load()}
     print(json.dumps(row), flush=True)
@@ -365,8 +377,9 @@ def main() -> int:
     (out / f"{name}.json").write_text(json.dumps(results, indent=1))
     plot(results, Path(args.plot) if not args.smoke else out / f"{name}.png")
     speed = results["speed"]
-    print(f"sparse vs dense at N={speed['n']}: Quest {speed['speedup_quest']}x, block-mean "
-          f"{speed['speedup_block_mean']}x (goal >= 20x); load {results['loadavg_end']}")
+    print(f"sparse vs dense at N={speed['n']}: over the wire Quest {speed['speedup_quest']}x, block-mean "
+          f"{speed['speedup_block_mean']}x; kernel Quest {speed['kernel_speedup_quest']}x, block-mean "
+          f"{speed['kernel_speedup_block_mean']}x (goal >= 20x); load {results['loadavg_end']}")
     return 0
 
 

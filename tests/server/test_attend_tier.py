@@ -188,13 +188,13 @@ def test_a_big_query_runs_off_the_loop_while_other_clients_are_served(server, mo
 
     monkeypatch.setattr(attend_prefix, "pieces", lambda *args: [lambda job=job: held(job) for job in real(*args)])
     rng = np.random.default_rng(6)
-    k, v = prefix(rng, 2, 16384, 64)  # well above the work that runs on the loop (attend_prefix.INLINE_MAX)
+    k, v = prefix(rng, 2, 32768, 64)  # well above the work that runs on the loop (attend_prefix.INLINE_MAX)
     a = redis.Redis(port=server.port, socket_timeout=30)
     b = redis.Redis(port=server.port, socket_timeout=30)
     store(a, "big", 0, k, v)
     q = rng.standard_normal((2, 1, 64)).astype(np.float32)
     box: list = []
-    worker = threading.Thread(target=lambda: box.append(query(a, "big", q, 16384)))
+    worker = threading.Thread(target=lambda: box.append(query(a, "big", q, 32768)))
     worker.start()
     assert entered.wait(20), "the query never reached its kernel"
     assert b.ping() and b.set("k", "v") and b.get("k") == b"v"  # answered while the kernel is held

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pion.attention.dense import is_grouped
+
 BLOCK_MEAN = 0
 QUEST = 1
 #: Pion's: the same scores, but every query head keeps its own top blocks (no shared mask)
@@ -68,19 +70,26 @@ def summarize(k: np.ndarray, block: int) -> BlockSummary:
 
 def block_scores(q: np.ndarray, summary: BlockSummary, head_map: np.ndarray, selector: int) -> np.ndarray:
     """``[H_q, n_blocks]`` scores of one decode query ``q [H_q, D]``."""
-    dim = q.shape[1]
-    scores = np.empty((q.shape[0], summary.n_blocks), np.float32)
-    for h in range(q.shape[0]):
-        g = int(head_map[h])
-        qh = q[h]
+    q_heads, dim = q.shape
+    kv_heads = summary.mean.shape[0]
+    if selector not in (BLOCK_MEAN, QUEST):
+        raise ValueError(f"unknown selector {selector}")
+    if is_grouped(head_map, kv_heads):  # every head in one batched product
+        qg = q.reshape(kv_heads, q_heads // kv_heads, dim).transpose(0, 2, 1)
         if selector == BLOCK_MEAN:
-            scores[h] = summary.mean[g] @ qh
-        elif selector == QUEST:
-            scores[h] = summary.kmax[g] @ np.maximum(qh, 0) + summary.kmin[g] @ np.minimum(qh, 0)
+            scores = np.matmul(summary.mean, qg)
         else:
-            raise ValueError(f"unknown selector {selector}")
-    scores /= np.float32(np.sqrt(dim))
-    return scores
+            scores = np.matmul(summary.kmax, np.maximum(qg, 0)) + np.matmul(summary.kmin, np.minimum(qg, 0))
+        scores = scores.transpose(0, 2, 1).reshape(q_heads, -1)
+    else:
+        scores = np.empty((q_heads, summary.n_blocks), np.float32)
+        for h in range(q_heads):
+            g, qh = int(head_map[h]), q[h]
+            if selector == BLOCK_MEAN:
+                scores[h] = summary.mean[g] @ qh
+            else:
+                scores[h] = summary.kmax[g] @ np.maximum(qh, 0) + summary.kmin[g] @ np.minimum(qh, 0)
+    return scores / np.float32(np.sqrt(dim))
 
 
 def top_blocks(shared: np.ndarray, k_top: int) -> np.ndarray:
