@@ -238,10 +238,18 @@ def attend_prefix_lookup(ctx, argv):
     if view is not None and source_current(sp, view.source):
         return Status("HIT")
     if view is not None:  # its rows changed: a query builds it again, if they are still there
-        return Status("COLD" if read_source(sp, view.origin, layer_id) is not None else "MISS")
-    if engine.tier.is_cold(key) or read_source(sp, sid, layer_id) is not None:
+        return Status("COLD" if stored(sp, view.origin, layer_id) else "MISS")
+    if engine.tier.is_cold(key) or stored(sp, sid, layer_id):
         return Status("COLD")
     return Status("MISS")
+
+
+def stored(sp, ns: bytes, layer_id: int) -> bool:
+    """Can a query read this layer of ``ns`` (rows stored, both sides, no gap)?"""
+    try:
+        return read_source(sp, ns, layer_id) is not None
+    except ReplyError:
+        return False
 
 
 @command("ATTEND.PREFIX.QUERY", -7, "readonly", categories="@read @pion", group="pion", since="0.1.0")

@@ -70,7 +70,7 @@ def attention_engine(server) -> AttentionEngine:
 
 
 def _sweep(server, ticks: list[int]) -> None:
-    """Cron: forget views of rows dropped, evicted or overwritten (zero-copy views pin them)."""
+    """Cron: forget views of rows dropped, evicted or overwritten (a view pins the chunks it was read from)."""
     ticks[0] += 1
     if ticks[0] % SWEEP_EVERY or server.loading:
         return
