@@ -311,6 +311,7 @@ def bench_canary(r, port: int, n: int, rows: int, seconds: float) -> dict:
 
 def plot(results: dict, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -339,6 +340,10 @@ def plot(results: dict, path: Path) -> None:
     right.set(xscale="log", yscale="log", xlabel="prefix tokens N", ylabel="ms per decode query (H=8, D=64)",
               title=f"Latency (load avg {results['loadavg_start'][0]})")
     right.legend(fontsize=8)
+    for axis, sizes in ((left, [row["n"] for row in results["needles"]]), (right, xs)):
+        ticks = sorted(set(sizes))
+        axis.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        axis.set_xticks(ticks, [f"{n // 1024}K" for n in ticks])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
