@@ -339,7 +339,9 @@ def plot(results: dict, path: Path) -> None:
                    "d-", label="Pion QUERY_SPARSE_AUTO Quest (loopback)")
     right.set(xscale="log", yscale="log", xlabel="prefix tokens N", ylabel="ms per decode query (H=8, D=64)",
               title=f"Latency (load avg {results['loadavg_start'][0]})")
-    right.legend(fontsize=8)
+    low, high = right.get_ylim()
+    right.set_ylim(low, high * 30)  # room for the legend above the lines
+    right.legend(fontsize=8, loc="upper left")
     for axis, sizes in ((left, [row["n"] for row in results["needles"]]), (right, xs)):
         ticks = sorted(set(sizes))
         axis.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
