@@ -25,6 +25,9 @@ least recently used first, leaves of a chain before their roots, pinned ones nev
 --kvcache is accepted for the reference's scripts and does nothing: the K/V cache is always on.
 MoE experts: --moe-cache DIR (the models MOE.EXPERT.LOAD may load) --moe-cache-mib N (resident budget,
 default 1024; docs/moe.md).
+Stage 2 (ATTEND.PREFIX.*, on the CPU): --attention-warm-bytes BYTES caps the prefixes kept ready
+(default 1gb; the rest answer -COLDMISS until KV.PREFIX.WARM); --fa-window N attends only the
+last N prefix tokens when a query does not say (default 0 = all).
 Reference flags for hardware Pion does not drive (--metal-attention, --cuda-attention, --gpu,
 --xdp, --iouring, --inference, ...) are refused with the reason.
 
@@ -43,7 +46,7 @@ _NO_MODEL = "Pion runs no model: the client prefills and ships K/V (use the clie
 #: reference flags we cannot honour: refused at start with the reason, never silently ignored
 UNSUPPORTED = {
     "--metal-attention": _NO_GPU, "--metal-attention-fp16": _NO_GPU, "--cuda-attention": _NO_GPU,
-    "--gpu": _NO_GPU, "--fa-window": _NO_GPU,
+    "--gpu": _NO_GPU,
     "--xdp": "XDP networking is not supported", "--xdp-interface": "XDP networking is not supported",
     "--xdp-iface": "XDP networking is not supported",
     "--iouring": "io_uring is not supported (Pion's event loop is uvloop)",

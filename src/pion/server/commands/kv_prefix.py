@@ -294,8 +294,16 @@ def prefix_info_rows(ctx) -> list[tuple[str, object]]:
         ("wal_bytes", getattr(journal, "log_bytes", 0)), ("wal_appended", journal.seq),
         ("wal_replayed", getattr(ctx.server, "replayed_records", 0)),
         ("directory_enabled", 0), ("my_worker_id", 0), ("directory_entries", 0),
-        ("sdpa_warm", 0), ("sdpa_cold", 0), ("sdpa_demotions", 0), ("sdpa_rehydrates", 0),
+        *sdpa_rows(ctx.server.engines.get("attention")),
     ]
+
+
+def sdpa_rows(attention) -> list[tuple[str, object]]:
+    """The Stage-2 tier's counts (the reference's ``sdpa_*`` fields), 0 before its first use."""
+    tier = None if attention is None else attention.tier
+    return [("sdpa_warm", 0 if tier is None else len(tier)), ("sdpa_cold", 0 if tier is None else len(tier.cold)),
+            ("sdpa_demotions", 0 if tier is None else tier.demotions),
+            ("sdpa_rehydrates", 0 if tier is None else tier.rehydrates)]
 
 
 # -- durability ---------------------------------------------------------------------------------
