@@ -58,6 +58,8 @@ class Prefix:
     chain: Chain | None = None
     parent: bytes | None = None
     children: set[bytes] = field(default_factory=set)
+    #: journal sequence of the KV.PREFIX.PUBLISH that installed it (0: registered the reference's way)
+    published_seq: int = 0
 
     def token_count(self) -> int | None:
         """How many tokens the prefix holds, when the registration says (chain, then manifest)."""
@@ -71,6 +73,13 @@ class Prefix:
         if self.manifest is not None and isinstance(self.manifest.get("n_layers"), int):
             return self.manifest["n_layers"]
         return None
+
+    def state_layers(self) -> tuple[int, ...]:
+        """The recurrent-state slots the manifest declares (SSM.PREFIX blobs a hit needs)."""
+        states = self.manifest.get("state_layers") if self.manifest is not None else None
+        if not isinstance(states, list):
+            return ()
+        return tuple(s for s in states if isinstance(s, int) and not isinstance(s, bool) and s >= 0)
 
     def set_blocks(self, block_size: int, blob: bytes) -> None:
         hashes = np.frombuffer(blob, dtype="<u8").copy()

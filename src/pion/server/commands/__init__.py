@@ -46,6 +46,7 @@ FAMILIES = (
     "kv_vstore",
     "kv_export",
     "kv_prefix",
+    "kv_stage",
     "kv_substrates",
     "scripting",
     "functions_cmds",

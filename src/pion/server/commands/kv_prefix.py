@@ -15,8 +15,10 @@ from pion.codecs.chain import HASH_BYTES
 from pion.kvcache.layer import LayerSpec
 from pion.kvcache.match import match
 from pion.kvcache.space import sides
+from pion.kvcache.staging import check_token
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Status
+from pion.server.commands.kv_stage import check_plain_register, stage_register
 from pion.server.commands.kv_vstore import UNIFORM_NAMES
 from pion.server.commands.kvcache import (
     arg,
@@ -24,6 +26,7 @@ from pion.server.commands.kvcache import (
     engine,
     hold_until_durable,
     info_text,
+    replaying,
     space,
     strict_int,
 )
@@ -32,7 +35,7 @@ from pion.server.registry import command
 MAX_HASHES = 1_048_576
 MAX_PREFILL_MS = 86_400_000
 MAX_TOKENS_CREDIT = 100_000_000
-REGISTER_OPTIONS = "BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT"
+REGISTER_OPTIONS = "BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT, STAGE, REPLACE"
 
 
 # -- REGISTER --------------------------------------------------------------------------------
@@ -65,15 +68,20 @@ def parse_register_options(argv: list[bytes]) -> dict:
         pos += 4
     while pos < len(argv):
         name = arg(argv[pos]).upper()
-        needs = {b"PREFILL_MS": 1, b"MANIFEST": 1, b"CHAIN": 2, b"SEED": 1, b"PARENT": 1}.get(name)
+        needs = {b"PREFILL_MS": 1, b"MANIFEST": 1, b"CHAIN": 2, b"SEED": 1, b"PARENT": 1, b"STAGE": 1,
+                 b"REPLACE": 0}.get(name)
         if name == b"BLOCKS":
             raise ReplyError("ERR BLOCKS must come right after vquant")
         if needs is None:
             raise ReplyError(f"ERR KV.PREFIX.REGISTER unknown option ({REGISTER_OPTIONS})")
-        if pos + needs >= len(argv):
+        if pos + needs >= len(argv) + (needs == 0):
             raise ReplyError("ERR KV.PREFIX.REGISTER option needs a value")
-        value = argv[pos + 1]
-        if name == b"PREFILL_MS":
+        value = argv[pos + 1] if needs else b""
+        if name == b"REPLACE":
+            options["replace"] = True
+        elif name == b"STAGE":
+            options["stage"] = check_token(arg(value))
+        elif name == b"PREFILL_MS":
             options["prefill_us"] = 1000 * strict_int(value, 0, MAX_PREFILL_MS, "ERR PREFILL_MS out of range (0..86400000)")
         elif name == b"MANIFEST":
             options["manifest"] = value
@@ -93,21 +101,29 @@ def parse_register_options(argv: list[bytes]) -> dict:
         if "chain" not in options:
             raise ReplyError("ERR KV.PREFIX.REGISTER SEED needs CHAIN")
         options["chain"] = (*options["chain"], seed)
+    if "replace" in options and "stage" not in options:
+        raise ReplyError("ERR KV.PREFIX.REGISTER REPLACE needs STAGE (a replacement is published whole)")
     return options
 
 
 @command("KV.PREFIX.REGISTER", -4, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
 def kv_prefix_register(ctx, argv):
-    """KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS size count blob] [PREFILL_MS ms] [MANIFEST json] [CHAIN size tokens [SEED seed]] [PARENT ns].
+    """KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS size count blob] [PREFILL_MS ms] [MANIFEST json] [CHAIN size tokens [SEED seed]] [PARENT ns] [STAGE token [REPLACE]].
 
     SEED (16 bytes) starts the CHAIN's block hashes instead of 16 zero bytes: give each model (and
-    codec schema) its own, so MATCH never answers with another model's namespace.
+    codec schema) its own, so MATCH never answers with another model's namespace. MANIFEST needs
+    STAGE: a staged store (``KV.PREFIX.PUBLISH``) that becomes readable whole or not at all.
     """
     ns = check_ns(argv[1])
     kv_dim = strict_int(argv[2], 1, 8192, "ERR kv_dim out of range")
     vquant = parse_vquant(argv[3])
     options = parse_register_options(argv)
-    if space(ctx).register(ns, LayerSpec(kv_dim, vquant), options):
+    spec = LayerSpec(kv_dim, vquant)
+    if "stage" in options:
+        return stage_register(ctx, argv, ns, spec, options)
+    if not replaying(ctx):
+        check_plain_register(space(ctx), ns, options)
+    if space(ctx).register(ns, spec, options):
         ctx.dirty()
     return OK
 
@@ -290,6 +306,8 @@ def prefix_info_rows(ctx) -> list[tuple[str, object]]:
         ("vstore_evictions", sp.evictor.evictions), ("vstore_max_sessions", 0),
         ("vstore_bytes", store.nbytes), ("ssm_bytes", sp.ssm.nbytes), ("state_bytes", sp.state.nbytes),
         ("kv_maxmemory", ctx.server.settings.kv_maxmemory), ("pinned_prefixes", len(sp.evictor.pinned)),
+        ("staged_prefixes", len(sp.stagings)),
+        ("staged_bytes", sum(st.row_bytes + st.ssm_bytes for st in sp.stagings.values())),
         ("wal_enabled", int(ctx.server.settings.appendonly and hasattr(journal, "log_bytes"))),
         ("wal_bytes", getattr(journal, "log_bytes", 0)), ("wal_appended", journal.seq),
         ("wal_replayed", getattr(ctx.server, "replayed_records", 0)),

@@ -154,6 +154,11 @@ def install(server) -> KVEngine:
     hooks = getattr(server, "resetstat_hooks", None)
     if hooks is not None:
         hooks.append(lambda srv: srv.engines["kvcache"].ledger.reset())
+    cron = getattr(server, "cron_hooks", None)
+    if cron is not None:
+        from pion.server.commands.kv_stage import abort_idle
+
+        cron.append(abort_idle)  # staged stores whose writer went quiet
     persistence = server.engines.get("persistence")
     if persistence is not None:
         from pion.server.persistence import SnapshotExtension

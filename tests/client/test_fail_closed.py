@@ -1,0 +1,83 @@
+"""Issue 12: the prompt cache never serves a wrong cache. One test (or more) per defect, each
+reproducing the failure as a user met it with a tiny transformers Llama and a real server."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+
+from pion.client import PionPromptCache
+from tests.client.models import hf_llama, prompt
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf
+
+
+def same_cache(a, b) -> bool:
+    return all(torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)
+               for la, lb in zip(a.layers, b.layers, strict=True))
+
+
+def quietly(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(*args, **kwargs)
+
+
+# -- defect 1: a refused store still wrote its rows ----------------------------------------------
+
+
+def test_a_refused_put_under_a_fixed_namespace_leaves_the_stored_prefix_intact(url):
+    pc = PionPromptCache(hf_llama(), url=url)
+    first, second = prompt(24), prompt(24, offset=1)
+    cold_first, cold_second = pc.adapter.prefill(first), pc.adapter.prefill(second)
+    assert pc.put(first, cold_first, namespace="fixed")
+    assert quietly(pc.put, second, cold_second, namespace="fixed") is False  # refused: another prefix
+    warm = pc.get_or_prefill(first, namespace="fixed")
+    assert pc.stats()["hits"] == 1
+    assert same_cache(warm, cold_first), "the refused store's rows were served under the first manifest"
+
+
+def test_another_model_storing_after_a_race_cannot_overwrite_the_namespace(url):
+    a, b = PionPromptCache(hf_llama(seed=0), url=url), PionPromptCache(hf_llama(seed=1), url=url)
+    ids = prompt(30)
+    cold_a, cold_b = a.adapter.prefill(ids), b.adapter.prefill(ids)
+    assert a.put(ids, cold_a, namespace="shared")
+    quietly(b.put, ids, cold_b, namespace="shared")  # B missed before A stored, then stores
+    warm = a.get_or_prefill(ids, namespace="shared")
+    assert a.stats()["hits"] == 1 and same_cache(warm, cold_a)
+    mine = quietly(b.get_or_prefill, ids, namespace="shared")
+    assert b.stats()["hits"] == 0 and b.stats()["manifest_mismatches"] == 1 and same_cache(mine, cold_b)
+
+
+def test_two_models_missing_on_one_namespace_at_once_never_get_the_other_s_rows(url):
+    models = [hf_llama(seed=0), hf_llama(seed=1)]
+    caches = [PionPromptCache(model, url=url) for model in models]
+    ids = prompt(40)
+    colds = [pc.adapter.prefill(ids) for pc in caches]
+    wrong = 0
+    for race in range(6):
+        ns = f"race-{race}"
+        barrier = threading.Barrier(2)
+
+        def miss(pc, ns=ns, barrier=barrier):
+            barrier.wait()
+            quietly(pc.get_or_prefill, ids, namespace=ns)
+
+        threads = [threading.Thread(target=miss, args=(pc,)) for pc in caches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for pc, cold in zip(caches, colds, strict=True):
+            hits = pc.stats()["hits"]
+            got = quietly(pc.get_or_prefill, ids, namespace=ns)
+            if pc.stats()["hits"] > hits and not same_cache(got, cold):
+                wrong += 1
+        owners = sum(1 for pc in caches if pc.client.kv_manifest(ns) is not None
+                     and pc.fp_hash in pc.client.kv_manifest(ns).decode())
+        assert owners == 1, "exactly one complete, self-consistent entry"
+    assert wrong == 0, f"{wrong} wrong hits in 6 races"
