@@ -81,3 +81,22 @@ def test_two_models_missing_on_one_namespace_at_once_never_get_the_other_s_rows(
                      and pc.fp_hash in pc.client.kv_manifest(ns).decode())
         assert owners == 1, "exactly one complete, self-consistent entry"
     assert wrong == 0, f"{wrong} wrong hits in 6 races"
+
+
+# -- defect 3: one oversized prefix wiped the K/V cache ------------------------------------------
+
+
+def test_one_oversized_prefix_is_refused_up_front_and_wipes_nothing(make_server):
+    srv = make_server(kv_maxmemory=400_000)
+    pc = PionPromptCache(hf_llama(), url=f"pion://127.0.0.1:{srv.port}")
+    small = [prompt(50, offset=i) for i in range(4)]  # 51,200 bytes each (4 layers, 2 sides, 32 fp32 values)
+    for ids in small:
+        pc.get_or_prefill(ids)
+    before = pc.client.kv_info()
+    big = prompt(512, offset=9)  # 524,288 bytes
+    quietly(pc.get_or_prefill, big)
+    assert pc.stats()["errors"] == 1
+    assert all(pc.client.kv_lookup(pc.namespace(ids)) for ids in small), "valid prefixes were evicted"
+    after = pc.client.kv_info()
+    assert after["vstore_bytes"] == before["vstore_bytes"] and after["vstore_sessions"] == before["vstore_sessions"]
+    assert not pc.client.kv_lookup(pc.namespace(big))

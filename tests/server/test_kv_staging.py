@@ -231,3 +231,38 @@ def test_a_refused_publish_is_logged_as_an_abort(tmp_path):
         assert fetched(r, "ns") == 2.0
     finally:
         srv.stop()
+
+
+# -- defect 3: one oversized prefix wiped the cache ---------------------------------------------
+
+
+def test_a_prefix_larger_than_the_budget_is_refused_up_front_evicting_nothing(make_server):
+    srv = make_server(kv_maxmemory=400_000)
+    r = redis.Redis(port=srv.port, socket_timeout=10)
+    for i in range(4):
+        pipeline(r, stage_commands(f"small{i}", manifest(tokens=100, layers=2), f"t{i}", 1.0))  # 51,200 B each
+    before = info(r)
+    big = stage_commands("big", manifest(tokens=1024, layers=2), "tb", 2.0)  # 524,288 B
+    replies = pipeline(r, big)
+    assert isinstance(replies[0], redis.exceptions.OutOfMemoryError)
+    assert "the prefix needs 524288 bytes, more than kv-maxmemory (400000)" in str(replies[0])
+    assert all(isinstance(x, redis.ResponseError) for x in replies)
+    assert all(r.execute_command("KV.PREFIX.LOOKUP", f"small{i}") == b"HIT" for i in range(4))
+    after = info(r)
+    assert after["vstore_bytes"] == before["vstore_bytes"] and after["vstore_evictions"] == "0"
+    assert after["staged_prefixes"] == "0" and r.execute_command("KV.PREFIX.LOOKUP", "big") == b"MISS"
+
+
+def test_a_prefix_that_fits_only_by_evicting_pinned_ones_is_refused_up_front(make_server):
+    srv = make_server(kv_maxmemory=400_000)
+    r = redis.Redis(port=srv.port, socket_timeout=10)
+    pipeline(r, stage_commands("pinned", manifest(tokens=500, layers=2), "t0", 1.0))  # 256,000 B
+    r.execute_command("KV.PREFIX.PIN", "pinned")
+    pipeline(r, stage_commands("other", manifest(tokens=100, layers=2), "t1", 1.0))  # 51,200 B
+    reply = pipeline(r, stage_commands("big", manifest(tokens=350, layers=2), "t2", 2.0))[0]  # 179,200 B
+    assert isinstance(reply, redis.exceptions.OutOfMemoryError)
+    assert "the prefix needs 179200 bytes, but at most 144000 of kv-maxmemory (400000)" in str(reply)
+    assert r.execute_command("KV.PREFIX.LOOKUP", "other") == b"HIT" and info(r)["vstore_evictions"] == "0"
+    fits = pipeline(r, stage_commands("fits", manifest(tokens=250, layers=2), "t3", 2.0))  # evicts "other"
+    assert not any(isinstance(x, Exception) for x in fits)
+    assert r.execute_command("KV.PREFIX.LOOKUP", "other") == b"MISS" and info(r)["vstore_evictions"] == "1"

@@ -120,15 +120,25 @@ def stage_register(ctx, argv: list, ns: bytes, spec, options: dict):
         why = conflict(sp, ns, manifest, chain, bool(options.get("replace")))
         if why is not None:
             raise ReplyError(f"{REG} namespace '{_name(ns)}' {why}; REPLACE overwrites it")
-        budget = ctx.server.settings.kv_maxmemory
-        if budget and needed > budget:
-            raise ReplyError(f"OOM the prefix needs {needed} bytes, more than kv-maxmemory ({budget}); "
-                             "nothing was evicted or stored")
+        check_fits(sp, needed, ctx.server.settings.kv_maxmemory, ns)
         effects = make_room(ctx, sp, needed, ns)
     staging = open_staging(sp, token, ns, spec, options, manifest, chain)
     staging.reserved = needed
     log_with(ctx, effects, [arg(a) for a in argv])
     return OK
+
+
+def check_fits(sp, needed: int, budget: int, ns: bytes) -> None:
+    """Refuse, before evicting anything, a staged prefix that can never fit ``--kv-maxmemory``."""
+    if not budget:
+        return
+    if needed > budget:
+        raise ReplyError(f"OOM the prefix needs {needed} bytes, more than kv-maxmemory ({budget}); "
+                         "nothing was evicted or stored")
+    free = budget - sp.nbytes + sp.evictable_bytes(frozenset((ns,)))
+    if needed > free:
+        raise ReplyError(f"OOM the prefix needs {needed} bytes, but at most {max(free, 0)} of kv-maxmemory ({budget}) "
+                         "can be freed (the rest is pinned or being stored); nothing was evicted or stored")
 
 
 # -- PUBLISH, ABORT ------------------------------------------------------------------------------
