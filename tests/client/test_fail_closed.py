@@ -100,3 +100,40 @@ def test_one_oversized_prefix_is_refused_up_front_and_wipes_nothing(make_server)
     after = pc.client.kv_info()
     assert after["vstore_bytes"] == before["vstore_bytes"] and after["vstore_sessions"] == before["vstore_sessions"]
     assert not pc.client.kv_lookup(pc.namespace(big))
+
+
+# -- defect 4: pure-recurrent models never hit ---------------------------------------------------
+
+
+def test_a_pure_recurrent_transformers_model_hits_with_its_exact_state(url):
+    import logging
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from tests.client.models import hf_mamba
+
+    model = hf_mamba()
+    pc = PionPromptCache(model, url=url)
+    assert pc.adapter.layout.attn == () and pc.adapter.layout.state == (0, 1)
+    ids, suffix = prompt(20), prompt(3, offset=2)
+    cold = pc.get_or_prefill(ids)
+    expected = pc.adapter.forward(suffix, cold)
+    warm = pc.get_or_prefill(ids)
+    assert pc.stats()["hits"] == 1 and pc.stats()["misses"] == 1
+    assert (pc.adapter.forward(suffix, warm) == expected).all()
+
+
+@pytest.mark.mlx
+def test_a_pure_recurrent_mlx_model_hits_with_its_exact_state(url):
+    pytest.importorskip("mlx_lm")
+    import numpy as np
+
+    from tests.client.models import mlx_mamba
+
+    pc = PionPromptCache(mlx_mamba(), url=url)
+    assert pc.adapter.layout.attn == () and len(pc.adapter.layout.state) == 2
+    ids, suffix = prompt(20), prompt(3, offset=2)
+    cold = pc.get_or_prefill(ids)
+    expected = pc.adapter.forward(suffix, cold)
+    warm = pc.get_or_prefill(ids)
+    assert pc.stats()["hits"] == 1 and pc.stats()["misses"] == 1
+    assert np.array_equal(pc.adapter.forward(suffix, warm), expected)
