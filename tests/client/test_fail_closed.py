@@ -137,3 +137,106 @@ def test_a_pure_recurrent_mlx_model_hits_with_its_exact_state(url):
     warm = pc.get_or_prefill(ids)
     assert pc.stats()["hits"] == 1 and pc.stats()["misses"] == 1
     assert np.array_equal(pc.adapter.forward(suffix, warm), expected)
+
+
+# -- defect 2: the fingerprint missed fine-tunes ---------------------------------------------------
+
+
+def merged_lora(model, layers=(0, 2), rank=2, seed=5):
+    """A copy of ``model`` with a rank-``rank`` LoRA merged into q_proj and v_proj of ``layers``
+    (PEFT's default targets), the weights the old strided probe never read."""
+    import copy
+
+    tuned = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for index in layers:
+            attn = tuned.model.layers[index].self_attn
+            for proj in (attn.q_proj, attn.v_proj):
+                out_f, in_f = proj.weight.shape
+                proj.weight += 0.5 * torch.randn(out_f, rank, generator=gen) @ torch.randn(rank, in_f, generator=gen)
+    return tuned
+
+
+def test_a_merged_lora_changes_the_fingerprint_and_never_loads_the_base_k_v(url):
+    base = hf_llama()
+    tuned = merged_lora(base)
+    ids = prompt(32)
+    pc_base, pc_tuned = PionPromptCache(base, url=url), PionPromptCache(tuned, url=url)
+    pc_base.get_or_prefill(ids)
+    assert pc_tuned.fp_hash != pc_base.fp_hash
+    got = pc_tuned.get_or_prefill(ids)
+    assert pc_tuned.stats()["hits"] == 0, "the fine-tune loaded the base model's K/V"
+    assert same_cache(got, pc_tuned.adapter.prefill(ids))
+
+
+def test_one_model_loaded_from_two_paths_shares_its_prefixes(url):
+    hub, local = hf_llama(), hf_llama()
+    hub.config._name_or_path, local.config._name_or_path = "HuggingFaceTB/SmolLM2-135M", "/models/smollm2"
+    ids = prompt(16)
+    PionPromptCache(hub, url=url).get_or_prefill(ids)
+    pc = PionPromptCache(local, url=url)
+    pc.get_or_prefill(ids)
+    assert pc.stats()["hits"] == 1
+
+
+def test_an_in_place_change_of_one_weight_is_seen_by_the_next_fingerprint(url):
+    model = hf_llama()
+    before = PionPromptCache(model, url=url).fp_hash
+    assert PionPromptCache(model, url=url).fp_hash == before  # cached: same object, same versions
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight[3, 7] += 1e-3
+    assert PionPromptCache(model, url=url).fp_hash != before
+
+
+def test_an_unmerged_peft_adapter_is_part_of_the_fingerprint(url):
+    peft = pytest.importorskip("peft")
+    base = hf_llama()
+    ids = prompt(24)
+    pc_base = PionPromptCache(base, url=url)
+    pc_base.get_or_prefill(ids)
+    config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    wrapped = peft.get_peft_model(hf_llama(), config).eval()
+    pc_peft = PionPromptCache(wrapped, url=url)
+    assert pc_peft.fp_hash != pc_base.fp_hash
+    got = pc_peft.get_or_prefill(ids)
+    assert pc_peft.stats()["hits"] == 0
+    assert same_cache(got, pc_peft.adapter.prefill(ids))
+    with wrapped.disable_adapter():  # the same bytes computing something else
+        assert PionPromptCache(wrapped, url=url).fp_hash != pc_peft.fp_hash
+
+
+def test_a_caller_fingerprint_skips_the_hash_and_is_the_identity(url, monkeypatch):
+    from pion.client.adapters import transformers as hf_adapter
+
+    def no_hash(self):
+        raise AssertionError("the weights were hashed")
+
+    monkeypatch.setattr(hf_adapter.TransformersAdapter, "weights_hash", no_hash)
+    a = PionPromptCache(hf_llama(seed=0), url=url, fingerprint="org/model@3f2a")
+    b = PionPromptCache(hf_llama(seed=0), url=url, fingerprint="org/model@3f2a")
+    c = PionPromptCache(hf_llama(seed=0), url=url, fingerprint="org/model@9e1c")
+    assert a.fp_hash == b.fp_hash != c.fp_hash
+    assert a.fingerprint["weights"] == "caller:org/model@3f2a"
+
+
+@pytest.mark.mlx
+def test_an_mlx_lora_unmerged_or_fused_changes_the_fingerprint(url):
+    pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+    from mlx_lm.tuner.lora import LoRALinear
+
+    from tests.client.models import mlx_llama
+
+    base_fp = PionPromptCache(mlx_llama(), url=url).fp_hash
+    model = mlx_llama()
+    attn = model.model.layers[2].self_attn
+    attn.v_proj = LoRALinear.from_base(attn.v_proj, r=2, scale=2.0)
+    attn.v_proj.lora_b = mx.ones_like(attn.v_proj.lora_b) * 0.01
+    unmerged = PionPromptCache(model, url=url).fp_hash
+    assert unmerged != base_fp
+    attn.v_proj.scale = 4.0
+    rescaled = PionPromptCache(model, url=url).fp_hash
+    assert rescaled not in (base_fp, unmerged)
+    attn.v_proj = attn.v_proj.fuse()
+    assert PionPromptCache(model, url=url).fp_hash not in (base_fp, unmerged, rescaled)

@@ -46,7 +46,12 @@ class PionPromptCache:
         block_size: tokens per block of the hash chain that ``fetch_nearest`` matches on.
         tokenizer: the tokenizer (or a hash string): part of the model fingerprint.
         adapter_id: the LoRA/adapter in use, if any: part of the model fingerprint.
-        model_id: the model's name (defaults to the runtime's own, e.g. ``config._name_or_path``).
+        model_id: the model's name, a label for logs and the demo (defaults to the runtime's own, e.g.
+            ``config._name_or_path``); it is not part of the fingerprint, so one model loaded from a
+            hub id and from a local directory shares its prefixes.
+        fingerprint: your own identity of the weights (e.g. a hub id with its commit hash, or a
+            checkpoint digest): it replaces the hash of every weight (``pion.client.fingerprint``),
+            which is then skipped. Contract: it must change whenever any weight or adapter changes.
         client: an existing ``PionClient`` (then ``url`` is ignored).
         keep_freed_memory: let glibc keep freed heap memory (``pion.client.allocator``), so
             the runtime's per-hit K/V buffers reuse mapped pages instead of page-faulting fresh
@@ -61,7 +66,8 @@ class PionPromptCache:
     def __init__(self, model, url: str = DEFAULT_URL, vquant: str = "auto", boundary_protect: int = 0,
                  admission_threshold: int = 1, block_size: int = DEFAULT_BLOCK_SIZE, *, tokenizer=None,
                  adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None,
-                 local_lane: bool | str = "auto", keep_freed_memory: bool = True) -> None:
+                 local_lane: bool | str = "auto", keep_freed_memory: bool = True,
+                 fingerprint: str | None = None) -> None:
         if admission_threshold < 1:
             raise ValueError("admission_threshold must be >= 1")
         if block_size < 1:
@@ -80,7 +86,8 @@ class PionPromptCache:
         self.layout = layout.describe()
         self.schema = make_schema(len(layout.attn), layout.dtype, self.vquant, boundary_protect)
         check_schema(self.schema, layout.k_dims, layout.v_dims)
-        self.fingerprint = {**self.adapter.fingerprint(), "tokenizer": tokenizer_hash(tokenizer), "adapter": adapter_id}
+        own = self.adapter.fingerprint(**({"weights": str(fingerprint)} if fingerprint is not None else {}))
+        self.fingerprint = {**own, "tokenizer": tokenizer_hash(tokenizer), "adapter": adapter_id}
         self.fp_hash = fingerprint_hash(self.fingerprint)
         self.schema_tag = "k=" + ",".join(self.schema["k"]) + ";v=" + ",".join(self.schema["v"])
         #: the root of this model's block chains: another model (or codec schema) storing the same

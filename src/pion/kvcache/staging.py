@@ -230,11 +230,14 @@ def publish(space: KVSpace, ns: bytes, token: bytes, seq: int) -> bool:
         raise ReplyError(f"ERR KV.PREFIX.PUBLISH: no open staged store of '{_name(ns)}' with this token "
                          f"(it was published, aborted, or idle for {int(STAGE_IDLE_S)} s)")
     missing = staging.missing()
-    why = missing or conflict(space, ns, staging.manifest, staging.chain, staging.replace)
-    if why is not None:
+    if missing is not None:
         discard(space, token)
-        verb = "is incomplete" if missing else "was refused: the namespace"
-        raise ReplyError(f"ERR KV.PREFIX.PUBLISH: the staged prefix {verb} ({why}); it was discarded")
+        raise ReplyError(f"ERR KV.PREFIX.PUBLISH: the staged prefix is incomplete ({missing}); it was discarded")
+    taken = conflict(space, ns, staging.manifest, staging.chain, staging.replace)
+    if taken is not None:
+        discard(space, token)
+        raise ReplyError(f"ERR KV.PREFIX.PUBLISH: namespace '{_name(ns)}' {taken}; the staged prefix was discarded "
+                         "(REGISTER ... REPLACE overwrites)")
     existing = space.registry.get(ns)
     if existing is not None and not staging.replace and space.completeness(ns)[0]:
         discard(space, token)  # an equal complete prefix is already there (a concurrent identical store)
