@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pion.codecs import CodecError
 from pion.kvcache.eviction import Evictor, unit_of
-from pion.kvcache.export import ExportCache
+from pion.kvcache.export import ExportBase, ExportCache
 from pion.kvcache.layer import LayerSpec
 from pion.kvcache.prefix import Chain, Prefix, PrefixRegistry, manifest_codecs, parse_manifest
 from pion.kvcache.ssm import SSMStore
@@ -269,11 +269,22 @@ class KVEngine:
         self.default = KVSpace()
         self.spaces: dict[bytes, KVSpace] = {b"": self.default}
         self.ledger = Ledger()
+        #: where every space's V.EXPORT directory lives (made at the first export)
+        self.export_base: ExportBase | None = None
+
+    def export_root(self, data_dir: str):
+        """This server's export base directory, created and recorded at the first call."""
+        if self.export_base is None:
+            self.export_base = ExportBase(data_dir)
+        return self.export_base.ensure()
 
     def close_exports(self) -> None:
-        """Delete every space's V.EXPORT files (the server is stopping)."""
+        """Delete every space's V.EXPORT files and the base (the server is stopping)."""
         for space in self.spaces.values():
             space.exports.close()
+        if self.export_base is not None:
+            self.export_base.close()
+            self.export_base = None
 
     def space(self, tenant: bytes = b"") -> KVSpace:
         found = self.spaces.get(tenant)
