@@ -68,6 +68,12 @@ class Settings:
     kv_maxmemory: int = 0
     # V.EXPORT: byte budget of the export files (under <dir>/export), 0 = V.EXPORT disabled
     kv_export_maxbytes: int = 4 * 1024**3
+    # breadcrumbs (pion.server.status): paths default to the data directory; breadcrumbs off: neither
+    crash_log: str = ""
+    status_file: str = ""
+    breadcrumbs: bool = True
+    #: one warning when RSS passes this share of the machine's memory (over 100: never)
+    rss_warn_pct: int = 70
     # misc
     enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
@@ -95,6 +101,7 @@ class Settings:
         _check(self.kv_export_maxbytes >= 0, "kv-export-maxbytes must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
         _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
+        _check(self.rss_warn_pct >= 1, f"rss-warn-pct must be >= 1, got {self.rss_warn_pct}")
         _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
 
     def with_changes(self, **changes: object) -> Settings:
@@ -200,6 +207,10 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "maxmemory-samples": ("maxmemory_samples", parse_int_value, str),
     "kv-maxmemory": ("kv_maxmemory", parse_memory, str),
     "kv-export-maxbytes": ("kv_export_maxbytes", parse_memory, str),
+    "crash-log": ("crash_log", str, str),
+    "status-file": ("status_file", str, str),
+    "breadcrumbs": ("breadcrumbs", parse_bool, format_bool),
+    "rss-warn-pct": ("rss_warn_pct", parse_int_value, str),
     "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),
