@@ -240,3 +240,79 @@ def test_an_mlx_lora_unmerged_or_fused_changes_the_fingerprint(url):
     assert rescaled not in (base_fp, unmerged)
     attn.v_proj = attn.v_proj.fuse()
     assert PionPromptCache(model, url=url).fp_hash not in (base_fp, unmerged, rescaled)
+
+
+# -- partial reuse (mlx-lm's fetch_nearest_cache) -------------------------------------------------
+
+
+def continued(pc, cache, rest, full):
+    """The logits after running ``rest`` on a fetched cache, and after a cold prefill of ``full``."""
+    import numpy as np
+
+    warm = pc.adapter.forward(rest, cache)
+    cold = pc.adapter.forward(full, pc.adapter.new_cache())
+    return float(np.abs(warm - cold).max())
+
+
+def test_a_prompt_extending_a_stored_prefix_reuses_all_of_it(url):
+    pc = PionPromptCache(hf_llama(), url=url, block_size=16)
+    stored, full = prompt(40), prompt(40) + prompt(10, offset=3)
+    pc.get_or_prefill(stored)
+    cache, rest = pc.fetch_nearest(full)
+    assert len(rest) == 10, "only the block-aligned head (32 of 40 tokens) was reused"
+    assert pc.stats()["partial_hits"] == 1 and pc.stats()["partial_tokens"] == 40
+    assert continued(pc, cache, rest, full) < 1e-4
+
+
+def test_a_prefix_shorter_than_one_block_is_found_for_a_prompt_extending_it(url):
+    pc = PionPromptCache(hf_llama(), url=url)  # block_size 256
+    stored = prompt(30)
+    pc.get_or_prefill(stored)
+    cache, rest = pc.fetch_nearest(stored + prompt(12, offset=5))
+    assert len(rest) == 12 and pc.stats()["partial_tokens"] == 30
+
+
+def test_a_prompt_shorter_than_a_stored_prefix_reuses_its_head(url):
+    pc = PionPromptCache(hf_llama(), url=url, block_size=16)
+    pc.get_or_prefill(prompt(40))
+    head = prompt(40)[:35]
+    cache, rest = pc.fetch_nearest(head)
+    assert rest == [] and pc.stats()["partial_tokens"] == 35 and pc.adapter.seq_len(cache) == 35
+
+
+def test_a_client_with_another_block_size_finds_the_prefix_and_counts_it(url):
+    model = hf_llama()
+    PionPromptCache(model, url=url, block_size=16).get_or_prefill(prompt(40))
+    other = PionPromptCache(model, url=url, block_size=32)
+    cache, rest = other.fetch_nearest(prompt(40) + prompt(8, offset=4))
+    assert len(rest) == 8 and other.stats()["block_size_mismatches"] == 1
+
+
+def test_a_hybrid_reuses_a_stored_prefix_of_any_length_that_the_prompt_extends(url):
+    from tests.client.models import hf_lfm2
+
+    pc = PionPromptCache(hf_lfm2(), url=url, block_size=16)
+    stored = prompt(20)  # not a multiple of the block size
+    pc.get_or_prefill(stored)
+    full = stored + prompt(9, offset=2)
+    cache, rest = pc.fetch_nearest(full)
+    assert len(rest) == 9 and pc.stats()["partial_hits"] == 1
+    assert continued(pc, cache, rest, full) < 1e-4
+    cache, rest = pc.fetch_nearest(stored[:18] + prompt(9, offset=3))  # diverges inside: no state there
+    assert cache is None and pc.stats()["hybrid_partial_skips"] == 1
+
+
+def test_an_explicit_namespace_reused_for_a_changed_prompt_warns_once_and_can_be_replaced(url):
+    pc = PionPromptCache(hf_llama(), url=url)
+    old, new = prompt(20), prompt(20, offset=7)
+    pc.get_or_prefill(old, namespace="system-prompt")
+    with pytest.warns(RuntimeWarning, match="holds another prefix.*replace=True"):
+        pc.get_or_prefill(new, namespace="system-prompt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per namespace
+        pc.get_or_prefill(new, namespace="system-prompt")
+    assert pc.stats()["namespace_conflicts"] == 2 and pc.stats()["hits"] == 0
+    cold_new = pc.get_or_prefill(new, namespace="system-prompt", replace=True)
+    assert pc.stats()["replaced"] == 1
+    warm = pc.get_or_prefill(new, namespace="system-prompt")
+    assert pc.stats()["hits"] == 1 and same_cache(warm, cold_new)

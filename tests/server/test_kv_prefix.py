@@ -274,9 +274,38 @@ def test_match_finds_the_longest_stored_prefix_in_one_round_trip(r, raw):
     assert err(r, "KV.PREFIX.MATCH", 16, b"x" * 15) == \
         "KV.PREFIX.MATCH hash_blob must be a multiple of 16 bytes (at most 1048576 hashes)"
     assert err(r, "KV.PREFIX.MATCH", 0, b"") == "KV.PREFIX.MATCH block_size out of range (1..8192)"
-    assert err(r, "KV.PREFIX.MATCH", 16, b"", "TOKEN", b"") == "KV.PREFIX.MATCH unknown option (TOKENS)"
+    assert err(r, "KV.PREFIX.MATCH", 16, b"", "TOKEN", b"") == "KV.PREFIX.MATCH unknown option (TOKENS, SEED, WITHTOKENS)"
     assert err(r, "KV.PREFIX.MATCH", 16, b"", "TOKENS", b"abc") == \
         "KV.PREFIX.MATCH TOKENS blob length must be a multiple of 4 (u32 token ids)"
+
+
+def test_match_withtokens_answers_every_shared_token_across_block_sizes(r):
+    tokens = np.arange(40, dtype="<u4")
+    seed = b"S" * 16
+    r.execute_command("KV.PREFIX.REGISTER", "p", 32, "fp16", "CHAIN", 16, tokens.tobytes(), "SEED", seed)
+    store_prefix(r, "p", 40)
+    r.execute_command("KV.PREFIX.REGISTER", "short", 32, "fp16", "CHAIN", 16, (tokens[:10] + 100).tobytes(),
+                      "SEED", seed)
+    store_prefix(r, "short", 10)
+    longer = np.concatenate([tokens, [7, 7, 7]]).astype("<u4")
+    hashes = b"".join(block_hashes(longer, 16, seed))
+    # a stored prefix of 40 tokens serves all 40 of a longer request, not the 32 of whole blocks
+    assert r.execute_command("KV.PREFIX.MATCH", 16, hashes, "TOKENS", longer.tobytes(), "WITHTOKENS") == \
+        [b"p", 2, 40, 16, 40]
+    # a client hashing with another block size finds it through SEED (the server hashes for 16)
+    other = b"".join(block_hashes(longer, 8, seed))
+    assert r.execute_command("KV.PREFIX.MATCH", 8, other, "TOKENS", longer.tobytes(), "WITHTOKENS") == [None, 0, 0, 0, 0]
+    assert r.execute_command("KV.PREFIX.MATCH", 8, other, "TOKENS", longer.tobytes(), "SEED", seed, "WITHTOKENS") == \
+        [b"p", 2, 40, 16, 40]
+    # a request shorter than the stored prefix gets its head; a prefix shorter than one block is found by SEED
+    head = tokens[:35]
+    assert r.execute_command("KV.PREFIX.MATCH", 16, b"".join(block_hashes(head, 16, seed)), "TOKENS", head.tobytes(),
+                             "SEED", seed, "WITHTOKENS") == [b"p", 2, 35, 16, 40]
+    small = np.concatenate([tokens[:10] + 100, [1, 2]]).astype("<u4")
+    assert r.execute_command("KV.PREFIX.MATCH", 16, b"", "TOKENS", small.tobytes(), "SEED", seed, "WITHTOKENS") == \
+        [b"short", 0, 10, 16, 10]
+    assert err(r, "KV.PREFIX.MATCH", 16, b"", "WITHTOKENS") == "KV.PREFIX.MATCH WITHTOKENS needs TOKENS"
+    assert err(r, "KV.PREFIX.MATCH", 16, b"", "SEED", b"x") == "SEED must be 16 bytes"
 
 
 SEED_A, SEED_B = b"A" * 16, b"B" * 16

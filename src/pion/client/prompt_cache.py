@@ -29,7 +29,9 @@ from pion.client.manifest import build_manifest, encode_manifest, mismatch, pars
 from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_hash
 from pion.client.rows import check_schema, make_schema
 
-STAT_KEYS = ("hits", "misses", "partial_hits", "local_hits", "admission_skips", "manifest_mismatches", "errors")
+STAT_KEYS = ("hits", "misses", "partial_hits", "partial_tokens", "local_hits", "admission_skips",
+             "manifest_mismatches", "namespace_conflicts", "replaced", "hybrid_partial_skips",
+             "block_size_mismatches", "errors")
 
 
 class PionPromptCache:
@@ -104,6 +106,7 @@ class PionPromptCache:
         self.local_lane = wanted and can_export(layout)
         #: why the last manifest check failed (for logs and tests)
         self.last_mismatch = ""
+        self._warned: set[str] = set()
 
     # -- public API ----------------------------------------------------------------------
 
@@ -111,8 +114,14 @@ class PionPromptCache:
         """The namespace this model and codec schema give to exactly these tokens."""
         return prefix_namespace(self.fp_hash, self.schema_tag, [int(t) for t in token_ids])
 
-    def get_or_prefill(self, prefix_ids, namespace: str | None = None):
-        """The runtime's cache holding ``prefix_ids``: fetched on a hit, prefilled (and stored) on a miss."""
+    def get_or_prefill(self, prefix_ids, namespace: str | None = None, *, replace: bool = False):
+        """The runtime's cache holding ``prefix_ids``: fetched on a hit, prefilled (and stored) on a miss.
+
+        ``namespace``: your own name for the prefix. If it already holds another prefix (other
+        tokens, another model), this is a miss that never overwrites it: warned once per
+        namespace and counted in ``namespace_conflicts``; ``replace=True`` stores this one in its
+        place instead (atomically: readers see the old prefix or the new one, never a mix).
+        """
         ids = [int(t) for t in prefix_ids]
         if not ids:
             raise ValueError("prefix_ids is empty")
@@ -126,20 +135,24 @@ class PionPromptCache:
         cache = self.adapter.prefill(ids)
         self._ms["last_prefill_ms"] = prefill_ms = (time.perf_counter() - started) * 1000
         self._misses_seen[ns] += 1
-        if outcome == "mismatch":
-            pass  # the namespace holds another prefix: never overwrite it (the server would refuse anyway)
-        elif self._misses_seen[ns] < self.admission_threshold:
+        if outcome == "mismatch" and not replace:
+            self._conflict(ns, explicit=namespace is not None)  # never overwrite another prefix
+        elif self._misses_seen[ns] < self.admission_threshold and outcome != "mismatch":
             self._counts["admission_skips"] += 1
         else:
-            self.put(ids, cache, namespace=ns, prefill_ms=prefill_ms)
+            self.put(ids, cache, namespace=ns, prefill_ms=prefill_ms, replace=replace)
         return cache
 
     def fetch_nearest(self, token_ids):
         """``(cache, remaining_ids)``: the longest stored prefix of ``token_ids`` and what is left to run.
 
-        An exact stored prefix gives ``(cache, [])``; otherwise the server's block-chain index
-        (``KV.PREFIX.MATCH``) finds the longest block-aligned stored head; with none, the result is
-        ``(None, token_ids)``, as mlx-lm's ``LRUPromptCache.fetch_nearest_cache``.
+        An exact stored prefix gives ``(cache, [])``. Otherwise the server (``KV.PREFIX.MATCH ...
+        WITHTOKENS``) finds the stored prefix holding the most leading tokens: a prompt extending
+        a stored prefix reuses all of it (600 of 700 tokens, not the 512 of whole blocks), and a
+        prompt shorter than a stored one reuses its head. A hybrid model's recurrent state exists
+        only at the stored prefix's end, so for it only a prompt that extends a whole stored
+        prefix is a partial hit (``hybrid_partial_skips`` counts the others). With nothing
+        usable, ``(None, token_ids)``, as mlx-lm's ``LRUPromptCache.fetch_nearest_cache``.
         """
         ids = [int(t) for t in token_ids]
         if not ids:
@@ -150,16 +163,19 @@ class PionPromptCache:
             return cache, []
         found = self._match(ids)
         if found is not None:
-            ns, used = found
-            cache, _ = self._try_fetch(ns, ids[:used], used, exact=False)
+            ns, used, stored = found
+            cache, _ = self._try_fetch(ns, ids[:used], used, exact=used == stored)
             if cache is not None:
                 self._counts["partial_hits"] += 1
+                self._counts["partial_tokens"] += used
                 return cache, ids[used:]
         self._counts["misses"] += 1
         return None, ids
 
-    def put(self, prefix_ids, cache, namespace: str | None = None, prefill_ms: float | None = None) -> bool:
-        """Store ``cache`` (holding exactly ``prefix_ids``) under its namespace; False if the server failed."""
+    def put(self, prefix_ids, cache, namespace: str | None = None, prefill_ms: float | None = None, *,
+            replace: bool = False) -> bool:
+        """Store ``cache`` (holding exactly ``prefix_ids``) under its namespace; False if the server
+        failed or refused (the namespace holds another prefix and ``replace`` is False)."""
         ids = [int(t) for t in prefix_ids]
         ns = namespace or self.namespace(ids)
         started = time.perf_counter()
@@ -172,9 +188,10 @@ class PionPromptCache:
             layout = self.adapter.layout
             after = [export_args(*transfer.sides(ns), len(ids), layout)] if self.local_lane else []
             replies = transfer.store(self.client, ns, ids, kv, states, self.schema, encode_manifest(manifest),
-                                     self.block_size, prefill_ms, after=after, seed=self.chain_seed)
+                                     self.block_size, prefill_ms, after=after, seed=self.chain_seed, replace=replace)
             if replies and isinstance(replies[0], PionError):
                 self._lane_off(f"the server refused V.EXPORT ({replies[0]})")
+            self._counts["replaced"] += int(replace)
             return True
         except PionError as exc:
             self._error("store", exc)
@@ -269,19 +286,32 @@ class PionPromptCache:
         warnings.warn(f"Pion prompt cache: local lane off, hits go through the socket: {why}", RuntimeWarning,
                       stacklevel=4)
 
-    def _match(self, ids: list[int]) -> tuple[str, int] | None:
+    def _match(self, ids: list[int]) -> tuple[str, int, int] | None:
+        """``(namespace, tokens it holds of ids, tokens it stores)`` of the best stored prefix."""
         hashes = block_hashes(ids, self.block_size, root=self.chain_seed)
-        if not hashes:
-            return None
         try:
-            found = self.client.kv_match(self.block_size, hash_blob(hashes), token_blob(ids))
+            found = self.client.kv_match_tokens(self.block_size, hash_blob(hashes), token_blob(ids), self.chain_seed)
         except PionError as exc:
             self._error("match", exc)
             return None
         if found is None:
             return None
-        ns, blocks = found
-        return ns, min(blocks * self.block_size, len(ids))
+        ns, held, size, stored = found
+        if size != self.block_size:
+            self._counts["block_size_mismatches"] += 1  # found although stored with another block_size
+        if self.adapter.layout.state and held != stored:
+            self._counts["hybrid_partial_skips"] += 1  # its recurrent state is at another position
+            return None
+        return ns, min(held, len(ids)), stored
+
+    def _conflict(self, ns: str, explicit: bool) -> None:
+        """A namespace holding another prefix: counted, and warned once when it was the caller's."""
+        self._counts["namespace_conflicts"] += 1
+        if explicit and ns not in self._warned:
+            self._warned.add(ns)
+            warnings.warn(f"Pion prompt cache: namespace {ns!r} holds another prefix ({self.last_mismatch}); every "
+                          "request for it misses without storing. Pass replace=True to store this one instead.",
+                          RuntimeWarning, stacklevel=3)
 
     def _error(self, what: str, exc: PionError) -> None:
         """Count and warn; a cache that cannot reach its server degrades to plain prefill."""

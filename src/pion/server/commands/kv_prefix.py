@@ -13,7 +13,7 @@ import numpy as np
 
 from pion.codecs.chain import HASH_BYTES
 from pion.kvcache.layer import LayerSpec
-from pion.kvcache.match import match
+from pion.kvcache.match import match, match_tokens
 from pion.kvcache.space import sides
 from pion.kvcache.staging import check_token
 from pion.protocol.errors import ReplyError
@@ -174,31 +174,61 @@ def kv_prefix_lookup(ctx, argv):
     return Status("HIT")
 
 
+def parse_match_options(argv: list[bytes]) -> tuple[np.ndarray | None, bytes | None, bool]:
+    """``(TOKENS ids, SEED, WITHTOKENS)`` after the hash blob, in any order."""
+    tokens = seed = None
+    with_tokens = False
+    pos = 3
+    while pos < len(argv):
+        name = arg(argv[pos]).upper()
+        if name == b"WITHTOKENS":
+            with_tokens, pos = True, pos + 1
+            continue
+        if name not in (b"TOKENS", b"SEED"):
+            raise ReplyError("ERR KV.PREFIX.MATCH unknown option (TOKENS, SEED, WITHTOKENS)")
+        if pos + 1 >= len(argv):
+            raise ReplyError("ERR KV.PREFIX.MATCH option needs a value")
+        value = argv[pos + 1]
+        if name == b"TOKENS":
+            if len(value) % 4:
+                raise ReplyError("ERR KV.PREFIX.MATCH TOKENS blob length must be a multiple of 4 (u32 token ids)")
+            tokens = np.frombuffer(value, dtype="<u4")
+        else:
+            seed = arg(value)
+            if len(seed) != HASH_BYTES:
+                raise ReplyError("ERR SEED must be 16 bytes")
+        pos += 2
+    if with_tokens and tokens is None:
+        raise ReplyError("ERR KV.PREFIX.MATCH WITHTOKENS needs TOKENS")
+    return tokens, seed, with_tokens
+
+
 @command("KV.PREFIX.MATCH", -3, "readonly", categories="@read @pion", group="pion", since="0.1.0")
 def kv_prefix_match(ctx, argv):
-    """KV.PREFIX.MATCH block_size hash_blob [TOKENS token_blob]: [namespace or nil, leading blocks matched].
+    """KV.PREFIX.MATCH block_size hash_blob [TOKENS token_blob] [SEED seed] [WITHTOKENS]: [namespace or nil, leading blocks matched].
 
     hash_blob: 16-byte chain hashes (``pion.codecs.chain``) of the request's full blocks; with
     TOKENS (u32 LE ids) the stored ids are compared too, so a hash collision cannot match.
+    WITHTOKENS answers [namespace, blocks, tokens held, block size, tokens stored]: the exact number
+    of leading request tokens the prefix holds (any length, not only whole blocks), its chain's
+    block size and its length; with SEED, prefixes of other block sizes and prefixes shorter than
+    one block are found too.
     """
     size = strict_int(argv[1], 1, 8192, "ERR KV.PREFIX.MATCH block_size out of range (1..8192)")
     blob = arg(argv[2])
     if len(blob) % HASH_BYTES or len(blob) // HASH_BYTES > MAX_HASHES:
         raise ReplyError("ERR KV.PREFIX.MATCH hash_blob must be a multiple of 16 bytes (at most 1048576 hashes)")
-    tokens = None
-    if len(argv) != 3:
-        if len(argv) != 5 or arg(argv[3]).upper() != b"TOKENS":
-            raise ReplyError("ERR KV.PREFIX.MATCH unknown option (TOKENS)")
-        if len(argv[4]) % 4:
-            raise ReplyError("ERR KV.PREFIX.MATCH TOKENS blob length must be a multiple of 4 (u32 token ids)")
-        tokens = np.frombuffer(argv[4], dtype="<u4")
+    tokens, seed, with_tokens = parse_match_options(argv)
     hashes = [blob[i:i + HASH_BYTES] for i in range(0, len(blob), HASH_BYTES)]
     sp = space(ctx)
-    ns, blocks, seq = match(sp, size, hashes, tokens)
+    if with_tokens:
+        ns, blocks, held, block_size, stored, seq = match_tokens(sp, size, hashes, tokens, seed)
+    else:
+        ns, blocks, seq = match(sp, size, hashes, tokens)
     if ns is not None:
         sp.touch(ns)
         hold_until_durable(ctx, seq)
-    return [ns, blocks]
+    return [ns, blocks, held, block_size, stored] if with_tokens else [ns, blocks]
 
 
 # -- DROP, PIN ---------------------------------------------------------------------------------
