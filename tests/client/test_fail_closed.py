@@ -316,3 +316,99 @@ def test_an_explicit_namespace_reused_for_a_changed_prompt_warns_once_and_can_be
     assert pc.stats()["replaced"] == 1
     warm = pc.get_or_prefill(new, namespace="system-prompt")
     assert pc.stats()["hits"] == 1 and same_cache(warm, cold_new)
+
+
+# -- the portable prefix artifact -------------------------------------------------------------
+
+
+def test_export_then_import_into_an_empty_server_hits_with_identical_logits(make_server, tmp_path):
+    import numpy as np
+
+    from tests.client.models import hf_lfm2
+
+    for make in (hf_llama, hf_lfm2):  # plain attention, and a hybrid with recurrent state
+        model = make()
+        ids, suffix = prompt(30), prompt(4, offset=6)
+        first = make_server()
+        pc = PionPromptCache(model, url=f"pion://127.0.0.1:{first.port}", vquant="int8" if make is hf_llama else "auto")
+        pc.get_or_prefill(ids)
+        expected = pc.adapter.forward(suffix, pc.get_or_prefill(ids))  # what a hit on the first server gives
+        path = tmp_path / f"{make.__name__}.safetensors"
+        assert pc.export(ids, path) == path.stat().st_size
+        pc.close()
+        first.stop()
+        second = make_server()  # another, empty data directory
+        fresh = PionPromptCache(model, url=f"pion://127.0.0.1:{second.port}", vquant=pc.vquant)
+        assert fresh.import_(path) == fresh.namespace(ids)
+        warm = fresh.get_or_prefill(ids)
+        assert fresh.stats()["hits"] == 1
+        assert np.array_equal(fresh.adapter.forward(suffix, warm), expected)
+
+
+def test_a_damaged_truncated_or_foreign_artifact_is_refused_with_the_reason(url, tmp_path):
+    import redis
+
+    from pion.client import ArtifactRefused
+
+    pc = PionPromptCache(hf_llama(), url=url)
+    ids = prompt(24)
+    pc.get_or_prefill(ids)
+    good = tmp_path / "good.safetensors"
+    pc.export(ids, good)
+    data = good.read_bytes()
+    flipped, truncated = tmp_path / "flipped", tmp_path / "truncated"
+    damaged = bytearray(data)
+    damaged[len(data) // 2] ^= 0x01
+    flipped.write_bytes(bytes(damaged))
+    truncated.write_bytes(data[:-100])
+    other = PionPromptCache(hf_llama(seed=3), url=url)
+    pc.drop(ids)
+    for path, why in ((flipped, "checksum does not match"), (truncated, "checksum does not match"),
+                      (good, "not for this model: another model")):
+        with pytest.raises(ArtifactRefused, match=why):
+            other.import_(path) if path is good else pc.import_(path)
+    r = redis.Redis(port=int(url.rsplit(":", 1)[1]))
+    for blob, why in ((bytes(damaged), "checksum does not match"), (data[:-100], "checksum does not match"),
+                      (b"junk", "not a prefix artifact")):
+        with pytest.raises(redis.ResponseError, match=f"KV.PREFIX.IMPORT: .*{why}"):
+            r.execute_command("KV.PREFIX.IMPORT", blob)  # the server checks too
+    assert not pc.client.kv_lookup(pc.namespace(ids))
+    assert pc.import_(good) == pc.namespace(ids) and pc.client.kv_lookup(pc.namespace(ids))
+    with pytest.raises(Exception, match="holds another prefix"):
+        r.execute_command("KV.PREFIX.IMPORT", other_artifact(other, tmp_path, ns=pc.namespace(ids)))
+
+
+def other_artifact(pc, tmp_path, ns):
+    """Another model's artifact stored under ``ns``."""
+    ids = prompt(24)
+    pc.put(ids, pc.adapter.prefill(ids), namespace="elsewhere")
+    pc.export(ids, tmp_path / "other.safetensors", namespace="elsewhere")
+    from pion.codecs.artifact import pack, unpack
+
+    art = unpack((tmp_path / "other.safetensors").read_bytes())
+    art.ns = ns.encode()
+    return pack(art)
+
+
+def test_an_imported_prefix_survives_kill_9(tmp_path):
+    from tests.support.servers import ProcessServer
+
+    model = hf_llama()
+    ids = prompt(20)
+    source = ProcessServer(tmp_path / "a").start()
+    target = ProcessServer(tmp_path / "b").start()
+    try:
+        pc = PionPromptCache(model, url=f"pion://127.0.0.1:{source.port}")
+        pc.get_or_prefill(ids)
+        pc.export(ids, tmp_path / "p.safetensors")
+        into = PionPromptCache(model, url=f"pion://127.0.0.1:{target.port}")
+        into.import_(tmp_path / "p.safetensors")
+        into.close()
+        target.kill9()
+        target.start()
+        again = PionPromptCache(model, url=f"pion://127.0.0.1:{target.port}")
+        again.get_or_prefill(ids)
+        assert again.stats()["hits"] == 1
+    finally:
+        source.stop()
+        target.stop()

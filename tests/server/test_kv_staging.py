@@ -15,6 +15,7 @@ import pytest
 import redis
 from tests.support.servers import ProcessServer
 
+from pion.codecs.artifact import pack, unpack
 from pion.kvcache import staging as staging_module
 
 DIM = 32
@@ -266,3 +267,43 @@ def test_a_prefix_that_fits_only_by_evicting_pinned_ones_is_refused_up_front(mak
     fits = pipeline(r, stage_commands("fits", manifest(tokens=250, layers=2), "t3", 2.0))  # evicts "other"
     assert not any(isinstance(x, Exception) for x in fits)
     assert r.execute_command("KV.PREFIX.LOOKUP", "other") == b"MISS" and info(r)["vstore_evictions"] == "1"
+
+
+# -- the portable artifact ----------------------------------------------------------------------
+
+
+def test_an_exported_artifact_is_plain_safetensors_and_imports_whole(make_server):
+    import safetensors.numpy
+
+    text = json.dumps({"model": "a", "n_layers": 2, "token_count": 4, "state_layers": [5]})
+    src = redis.Redis(port=make_server().port)
+    chain = ["CHAIN", 4, np.arange(4, dtype="<u4").tobytes()]
+    commands = stage_commands("ns", text, "t", 1.5)
+    commands[0] = commands[0][:-2] + chain + commands[0][-2:]
+    pipeline(src, commands)
+    blob = src.execute_command("KV.PREFIX.EXPORT", "ns")
+    tensors = safetensors.numpy.load(blob)
+    assert sorted(tensors) == ["k.0", "k.1", "state.5", "tokens", "v.0", "v.1"]
+    assert np.frombuffer(tensors["k.1"].tobytes(), np.float32).tolist() == [1.5] * 4 * DIM
+    dst = redis.Redis(port=make_server().port)
+    assert dst.execute_command("KV.PREFIX.IMPORT", blob) == b"ns"
+    assert dst.execute_command("KV.PREFIX.LOOKUP", "ns") == b"HIT" and fetched(dst, "ns") == 1.5
+    assert dst.execute_command("SSM.PREFIX.FETCH", "ns", 5) == b"state-5-1"
+    assert dst.execute_command("KV.PREFIX.MANIFEST", "ns") == text.encode()
+    assert dst.execute_command("KV.PREFIX.IMPORT", blob) == b"ns"  # the same prefix again: kept
+    art = unpack(blob)
+    art.manifest_raw = art.manifest_raw.replace(b'"model": "a"', b'"model": "b"')
+    other = pack(art)
+    assert "checksum does not match" in err(dst, "KV.PREFIX.IMPORT", blob[:-1] + b"X")
+    assert "KV.PREFIX.IMPORT: namespace 'ns' holds another prefix" in err(dst, "KV.PREFIX.IMPORT", other)
+    assert dst.execute_command("KV.PREFIX.IMPORT", other, "REPLACE") == b"ns"
+    assert json.loads(dst.execute_command("KV.PREFIX.MANIFEST", "ns"))["model"] == "b"
+    assert info(dst)["staged_prefixes"] == "0"
+
+
+def test_export_refuses_what_an_importer_could_not_check(r):
+    r.execute_command("KV.PREFIX.REGISTER", "plain", DIM, "fp32")
+    assert "is not a prefix registered with a manifest" in err(r, "KV.PREFIX.EXPORT", "plain")
+    pipeline(r, stage_commands("nochain", manifest(), "t", 1.0))
+    assert "has no token chain" in err(r, "KV.PREFIX.EXPORT", "nochain")
+    assert "syntax error" in err(r, "KV.PREFIX.IMPORT", b"x", "NOW")

@@ -199,6 +199,25 @@ class PionPromptCache:
         finally:
             self._ms["store_ms_total"] += (time.perf_counter() - started) * 1000
 
+    def export(self, prefix_ids, path, namespace: str | None = None) -> int:
+        """Write the stored prefix of ``prefix_ids`` to ``path`` as a portable artifact (a
+        safetensors file with the manifest and a checksum, ``pion.client.portable``); its size.
+        Raises ``PionError`` when the server has no complete prefix there."""
+        from pion.client.portable import export_prefix
+
+        return export_prefix(self, namespace or self.namespace(prefix_ids), path)
+
+    def import_(self, path, replace: bool = False) -> str:
+        """Store the artifact at ``path`` (made by ``export``, here or on another machine); its namespace.
+
+        Refused with ``ArtifactRefused`` and the reason, before anything is sent, when the file
+        is damaged or truncated or is another model's (fingerprint, layout, codec schema); the
+        server checks the checksum again and refuses a namespace holding another prefix unless
+        ``replace``."""
+        from pion.client.portable import import_prefix
+
+        return import_prefix(self, path, replace)
+
     def drop(self, prefix_ids=None, namespace: str | None = None) -> bool:
         """Remove a stored prefix (K/V and recurrent state)."""
         ns = namespace or self.namespace(prefix_ids)

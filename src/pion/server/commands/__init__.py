@@ -47,6 +47,7 @@ FAMILIES = (
     "kv_export",
     "kv_prefix",
     "kv_stage",
+    "kv_artifact",
     "kv_substrates",
     "scripting",
     "functions_cmds",
