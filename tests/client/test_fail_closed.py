@@ -412,3 +412,18 @@ def test_an_imported_prefix_survives_kill_9(tmp_path):
     finally:
         source.stop()
         target.stop()
+
+
+# -- first hit in a fresh process ---------------------------------------------------------------
+
+
+def test_warm_up_prefaults_the_first_hit_s_memory_and_changes_no_result(url):
+    model = hf_llama()
+    ids = prompt(40)
+    PionPromptCache(model, url=url).get_or_prefill(ids)
+    pc = PionPromptCache(model, url=url, warm_up_tokens=64)
+    per_token = 4 * 2 * 32 * 4  # 4 layers, K and V, 32 values, fp32
+    expected = -(-int(per_token * 65 * 1.25) // (1 << 20)) * (1 << 20)
+    assert pc.warm_up(64) == (expected if pc.allocator_tuned else 0)
+    cold = pc.adapter.prefill(ids)
+    assert same_cache(pc.get_or_prefill(ids), cold) and pc.stats()["hits"] == 1

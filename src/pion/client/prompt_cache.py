@@ -51,6 +51,8 @@ class PionPromptCache:
         model_id: the model's name, a label for logs and the demo (defaults to the runtime's own, e.g.
             ``config._name_or_path``); it is not part of the fingerprint, so one model loaded from a
             hub id and from a local directory shares its prefixes.
+        warm_up_tokens: N > 0 calls ``warm_up(N)`` now: the first hit of a prefix up to N tokens in
+            this process then costs what later hits cost (a one-time touch of that much memory).
         fingerprint: your own identity of the weights (e.g. a hub id with its commit hash, or a
             checkpoint digest): it replaces the hash of every weight (``pion.client.fingerprint``),
             which is then skipped. Contract: it must change whenever any weight or adapter changes.
@@ -69,7 +71,7 @@ class PionPromptCache:
                  admission_threshold: int = 1, block_size: int = DEFAULT_BLOCK_SIZE, *, tokenizer=None,
                  adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None,
                  local_lane: bool | str = "auto", keep_freed_memory: bool = True,
-                 fingerprint: str | None = None) -> None:
+                 fingerprint: str | None = None, warm_up_tokens: int = 0) -> None:
         if admission_threshold < 1:
             raise ValueError("admission_threshold must be >= 1")
         if block_size < 1:
@@ -107,6 +109,8 @@ class PionPromptCache:
         #: why the last manifest check failed (for logs and tests)
         self.last_mismatch = ""
         self._warned: set[str] = set()
+        if warm_up_tokens:
+            self.warm_up(warm_up_tokens)
 
     # -- public API ----------------------------------------------------------------------
 
@@ -198,6 +202,21 @@ class PionPromptCache:
             return False
         finally:
             self._ms["store_ms_total"] += (time.perf_counter() - started) * 1000
+
+    def warm_up(self, n_tokens: int) -> int:
+        """Prepare this process for fast hits of prefixes up to ``n_tokens``; the bytes prefaulted.
+
+        A fresh process's first hit pays for memory the runtime touches for the first time: the
+        cache tensors it builds from the prefix (transformers concatenates every layer into new
+        buffers). With ``keep_freed_memory`` in force, this touches that much heap once and
+        gives it back, so the first hit reuses faulted pages as later ones do (docs/client.md,
+        "First hit in a fresh process"). Call it at start-up, before serving (or pass
+        ``warm_up_tokens=``); without ``keep_freed_memory`` it does nothing.
+        """
+        layout = self.adapter.layout
+        itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}.get(layout.dtype, 4)
+        per_token = sum(k + v for k, v in zip(layout.k_dims, layout.v_dims, strict=True)) * itemsize
+        return allocator.prefault(int(per_token * (n_tokens + 1) * 1.25))
 
     def export(self, prefix_ids, path, namespace: str | None = None) -> int:
         """Write the stored prefix of ``prefix_ids`` to ``path`` as a portable artifact (a
