@@ -6,11 +6,14 @@ On a hit it costs one round trip (manifest, K rows, V rows and recurrent state i
 pipeline), then a local decode. When the server is on this host, the rows do not cross the
 socket at all: the same round trip asks for ``V.EXPORT`` and the client maps the file it names
 (``pion.client.local_lane``). On a miss it prefills locally, returns the cache, and stores it
-(unless the namespace has not yet been missed ``admission_threshold`` times).
-``fetch_nearest(token_ids)`` reuses the longest stored block-aligned prefix of a longer prompt.
+(unless the namespace has not yet been missed ``admission_threshold`` times), as a staged
+store the server publishes whole or not at all. ``fetch_nearest(token_ids)`` reuses every token
+a stored prefix shares with a longer (or shorter) prompt. ``export``/``import_`` move a prefix
+between servers as a checksummed file.
 
-Every hit is checked against the stored manifest (model fingerprint, layout, codecs, tokens):
-a mismatch is a miss, counted, never loaded (fail closed).
+Every hit is checked against the stored manifest (model fingerprint: every weight hashed;
+layout, codecs, tokens): a mismatch is a miss, counted, never loaded (fail closed; docs/client.md,
+"The fail-closed contract").
 """
 
 from __future__ import annotations

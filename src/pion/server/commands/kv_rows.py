@@ -120,6 +120,8 @@ def store_rows(ctx, plan: StorePlan, encoded, durable_of=None) -> object:
     session = current_session(sp, plan)
     if session is None:  # the staging went between plan and store
         session = target_session(ctx, sp, plan.sid, plan.token, plan.layer_id, plan.start, plan.count)
+    elif plan.token is None:  # a deferred store: a manifest may have taken the namespace meanwhile
+        refuse_if_owned(ctx, sp, plan.sid, "V.STOREBATCH")
     staging = sp.stagings.get(plan.token) if plan.token is not None else None
     incoming = len(encoded) if staging is None else max(0, len(encoded) - staging.outstanding)
     effects = make_room(ctx, sp, incoming, unit_of(plan.sid))

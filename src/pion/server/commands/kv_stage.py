@@ -12,6 +12,7 @@ Log replay applies records as they were accepted, so it skips these checks.
 
 from __future__ import annotations
 
+from pion.codecs import CodecError
 from pion.kvcache.prefix import Chain, manifest_codecs, parse_manifest
 from pion.kvcache.staging import (
     Staging,
@@ -98,7 +99,7 @@ def stage_register(ctx, argv: list, ns: bytes, spec, options: dict):
         raise ReplyError(f"{REG} STAGE needs MANIFEST (the manifest says what the staged rows are)")
     try:
         spec.codec().check_dim(spec.dim)
-    except Exception:
+    except CodecError:
         raise ReplyError(f"{REG} vquant '{spec.fmt}' needs kv_dim divisible by 32 (got {spec.dim})") from None
     chain = Chain.build(*options["chain"]) if "chain" in options else None
     manifest = parse_manifest(options["manifest"], spec.dim, chain)
