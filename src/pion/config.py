@@ -246,8 +246,13 @@ def settings_from_pairs(pairs: list[tuple[str, str]], base: Settings | None = No
     return (base or Settings()).with_changes(**changes)
 
 
-def read_config_file(path: str) -> list[tuple[str, str]]:
-    """redis.conf syntax: one ``name value...`` a line, ``#`` comments, quoted values."""
+def read_config_file(path: str, check=None) -> list[tuple[str, str]]:
+    """redis.conf syntax: one ``name value...`` a line, ``#`` comments, quoted values.
+
+    ``check(name, values, "path:line")`` -> ``(name, value)`` checks each directive
+    (``pion.cli.flags.check_directive``: pion-server refuses unknown ones); without it the
+    values are joined by spaces.
+    """
     import shlex
 
     pairs: list[tuple[str, str]] = []
@@ -260,6 +265,9 @@ def read_config_file(path: str) -> list[tuple[str, str]]:
                 words = shlex.split(text)
             except ValueError as exc:
                 raise ConfigError(f"{path}:{number}: {exc}") from None
+            if check is not None:
+                pairs.append(check(words[0], words[1:], f"{path}:{number}"))
+                continue
             if len(words) < 2 and words[0].lower() not in ("save", "bind", "requirepass"):
                 raise ConfigError(f"{path}:{number}: '{words[0]}' needs a value")
             pairs.append((words[0], " ".join(words[1:])))

@@ -13,7 +13,7 @@ import difflib
 import os
 import shlex
 
-from pion.config import PARAMETERS, ConfigError
+from pion.config import PARAMETERS, ConfigError, read_config_file
 from pion.server import config_table as table
 
 #: value-less flags: flag name -> the (parameter, value) it sets
@@ -150,17 +150,5 @@ def parse_args(args: list[str]) -> list[tuple[str, str]]:
 
 
 def read_file(path: str) -> list[tuple[str, str]]:
-    """A redis.conf-style file: ``name value...`` a line, ``#`` comments, quoted values; checked."""
-    pairs: list[tuple[str, str]] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            try:
-                words = shlex.split(text)
-            except ValueError as exc:
-                raise ConfigError(f"{path}:{number}: {exc}") from None
-            pairs.append(check_directive(words[0], words[1:], f"{path}:{number}"))
-    pairs.append(("config-file", os.path.abspath(path)))  # CONFIG REWRITE rewrites this file
-    return pairs
+    """A redis.conf-style file, every directive checked, then the file itself (CONFIG REWRITE's)."""
+    return [*read_config_file(path, check_directive), ("config-file", os.path.abspath(path))]
