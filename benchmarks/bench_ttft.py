@@ -167,6 +167,9 @@ def first_hits(args, n: int) -> dict:
            "all_steady_ms": [round(x["ms"], 2) for x in steady]}
     row["ratio"] = row["first_ms"] / row["steady_ms"]
     row["ratio_without_warm_up"] = row["first_without_warm_up_ms"] / row["steady_ms"]
+    for key, rows in (("first", first), ("first_without_warm_up", cold_start), ("steady", steady)):
+        row[f"{key}_cpu_ms"] = M.median([x.get("cpu_ms", float("nan")) for x in rows])
+        row[f"{key}_faults"] = M.median([x.get("faults", float("nan")) for x in rows])
     return row
 
 
@@ -175,6 +178,9 @@ def print_first_hit(row: dict) -> None:
           f"{row['first_ms']:.1f} ms with warm_up_tokens ({row['ratio']:.2f}x the steady {row['steady_ms']:.1f} ms; "
           f"goal <= 1.3x: {'met' if row['ratio'] <= 1.3 else 'MISSED'}), "
           f"{row['first_without_warm_up_ms']:.1f} ms without ({row['ratio_without_warm_up']:.2f}x)")
+    print(f"  CPU ms / minor page faults of the hit's process: first {row['first_cpu_ms']:.1f} / "
+          f"{row['first_faults']:.0f}, first without warm_up {row['first_without_warm_up_cpu_ms']:.1f} / "
+          f"{row['first_without_warm_up_faults']:.0f}, steady {row['steady_cpu_ms']:.1f} / {row['steady_faults']:.0f}")
 
 
 # -- one length --------------------------------------------------------------------------------
