@@ -46,6 +46,8 @@ FAMILIES = (
     "kv_vstore",
     "kv_export",
     "kv_prefix",
+    "kv_stage",
+    "kv_artifact",
     "kv_substrates",
     "moe_experts",
     "attend_prefix",
