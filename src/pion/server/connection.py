@@ -4,7 +4,9 @@ coalesced replies of each read in one ``write``.
 Flow control: when the transport's write buffer passes its high-water mark we stop reading
 this client (``pause_writing``), so a client that does not read its replies cannot make the
 server hold an unbounded backlog; past the hard output limit the client is disconnected.
-Replies to writes are held until the journal reports their record durable. A large reply (a
+Replies are held until the journal reports durable every record logged before them: a write's
+own, and for any other command the writes it may have seen (nobody observes a change that a
+crash could still take back). A large reply (a
 K/V batch fetch) stays a list of its buffers and goes out with ``writelines`` (no joined copy).
 
 Security: until its client authenticates, the reader parses with Redis's pre-auth caps
@@ -155,7 +157,8 @@ class Connection(asyncio.BufferedProtocol):
     def process(self) -> None:
         """Run every complete command in the buffer unless blocked, then flush once."""
         client = self.client
-        dispatcher = self.server.dispatcher
+        server = self.server
+        dispatcher = server.dispatcher
         reader = self.reader
         out = self.out
         while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until:
@@ -173,6 +176,9 @@ class Connection(asyncio.BufferedProtocol):
             if not argv:
                 continue
             reply = dispatcher.execute(client, argv)
+            seq = server.journal.seq
+            if seq > self.pending_seq:  # a reply may show writes not durable yet: it waits for them
+                self.pending_seq = seq
             if reply is BLOCKED:
                 break
             self._append_reply(reply)

@@ -276,7 +276,7 @@ class Persistence:
             "aof_current_rewrite_time_sec": int(now - job.started) if job and job.kind == "rewrite" else -1,
             "aof_last_bgrewrite_status": "ok" if self.last_rewrite_ok else "err", "aof_rewrites": self.rewrites,
             "aof_rewrites_consecutive_failures": self.rewrite_failures,
-            "aof_last_write_status": "err" if journal.write_error() else "ok", "aof_last_cow_size": 0,
+            "aof_last_write_status": "ok" if journal.last_write_ok() else "err", "aof_last_cow_size": 0,
             "module_fork_in_progress": 0, "module_fork_last_cow_size": 0,
         }
         if on:

@@ -28,6 +28,7 @@ from pion.protocol.resp import encode_error
 from pion.server.journal import Journal
 from pion.storage import wal
 from pion.storage.arena import ArenaStore, BlobRef
+from pion.storage.faults import DiskWriteError
 
 if TYPE_CHECKING:
     from pion.server.client import Client
@@ -79,6 +80,9 @@ class WalJournal(ObservedJournal):
         self._order = itertools.count()
         self._marks: dict[Any, list[tuple[int, int]]] = {}
         self._error: str | None = None
+        #: a failed blob arena write: (reason, monotonic time, journal seq then); writes are
+        #: refused for RETRY_SECONDS after it, INFO says err until a later record is written
+        self._arena_error: tuple[str, float, int] | None = None
         self.write_failures = 0
         #: writer-thread counters: batches written and fsyncs done (group commit: fsyncs < records)
         self.batches = 0
@@ -102,6 +106,18 @@ class WalJournal(ObservedJournal):
 
     # -- loop side ----------------------------------------------------------------------------
 
+    def stage(self, argv: list) -> None:
+        """Put a write's arguments of ``blob-threshold`` bytes or more in an arena before the
+        command runs (the record then references them): a full disk refuses the command with
+        ``DiskWriteError`` while nothing has changed yet."""
+        threshold = self.blob_threshold
+        arenas = self.arenas
+        for arg in argv:
+            if len(arg) >= threshold and not (arg.__class__ is memoryview and arenas.ref_of(arg) is not None):
+                entry = arenas.recent.get(id(arg))
+                if entry is None or entry[0] is not arg:
+                    arenas.put(arg)
+
     def append(self, effects: Effects) -> int:
         for observer in self.observers:
             observer(effects)
@@ -116,7 +132,14 @@ class WalJournal(ObservedJournal):
                 entry = recent.get(id(arg))
                 ref = entry[1] if entry is not None and entry[0] is arg else None
             if ref is None and len(arg) >= limit:
-                ref = self.arenas.put(arg)
+                try:
+                    ref = self.arenas.put(arg)
+                except DiskWriteError as exc:
+                    # the change is in memory already (a value the command made, not one it was
+                    # given): keep the bytes in the record itself; if the log cannot be written
+                    # either, the record is answered -MISCONF and retried like any other
+                    self.note_disk_error(exc)
+                    return None
             if ref is not None:
                 refs.append(ref)
             return ref
@@ -182,13 +205,33 @@ class WalJournal(ObservedJournal):
             marks.append((len(conn.out), seq))
 
     def write_error(self) -> str | None:
-        return self._error
+        if self._error is not None:
+            return self._error
+        failure = self._arena_error
+        if failure is not None and time.monotonic() - failure[1] < RETRY_SECONDS:
+            return failure[0]
+        return None
+
+    def last_write_ok(self) -> bool:
+        return self._error is None and self._arena_error is None
+
+    def note_disk_error(self, exc: OSError) -> None:
+        """On the loop: a blob arena write failed. Writes are refused with -MISCONF for
+        RETRY_SECONDS (then the next one tries the disk again); logged once per outage."""
+        self.write_failures += 1
+        reason = f"arena write failed: {exc.strerror or exc}"
+        if self._arena_error is None and self._error is None:
+            log.error("%s: refusing writes with -MISCONF until a write succeeds", reason)
+        self._arena_error = (reason, time.monotonic(), self.seq)
 
     def _written(self, seq: int, synced: bool) -> None:
         """On the loop: the writer finished records up to ``seq``."""
         if self._error is not None:
             log.warning("log writes succeed again; accepting writes")
             self._error = None
+        if self._arena_error is not None and seq > self._arena_error[2]:
+            log.warning("disk writes succeed again; accepting writes")
+            self._arena_error = None
         if synced:
             self.synced_seq = max(self.synced_seq, seq)
             self.last_fsync = time.time()

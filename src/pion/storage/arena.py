@@ -31,8 +31,10 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from pion.storage import faults
 from pion.storage.blobpack import pack_blob, snapshot_scope, unpack_blob
 from pion.storage.blobref import ArenaError, BlobRef
+from pion.storage.faults import DiskWriteError
 from pion.storage.fileops import fsync_dir, gaps, punch_hole, round_up
 
 #: the ref type and the snapshot tokens are re-exported: engines and the server import them from here
@@ -109,8 +111,14 @@ class ArenaStore:
         path = self._path(arena_id)
         capacity = max(self.arena_size, round_up(min_size, mmap.PAGESIZE))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.ftruncate(fd, capacity)  # sparse: only written blocks use disk
-        arena = _Arena(arena_id, path, fd, capacity, 0)
+        try:
+            os.ftruncate(fd, capacity)  # sparse: only written blocks use disk
+            arena = _Arena(arena_id, path, fd, capacity, 0)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
         arena.dirty = True
         with self._lock:
             self._arenas[arena_id] = arena
@@ -123,9 +131,15 @@ class ArenaStore:
     # -- the engine-facing API -------------------------------------------------------------
 
     def put(self, data: bytes | bytearray | memoryview) -> BlobRef:
-        """Append a blob; durable once the next log record (or snapshot) has been fsynced."""
+        """Append a blob; durable once the next log record (or snapshot) has been fsynced.
+        A failed write raises ``DiskWriteError`` and leaves nothing registered."""
         room = self.reserve(len(data) if not isinstance(data, memoryview) else data.nbytes)
-        return self.commit(room, data, self.write_at(room, data))
+        try:
+            crc = self.write_at(room, data)
+        except DiskWriteError:
+            self.cancel(room)
+            raise
+        return self.commit(room, data, crc)
 
     def reserve(self, length: int) -> BlobRef:
         """Room for a blob of ``length`` bytes (a ref with crc 0), to be filled by ``write_at``
@@ -133,7 +147,10 @@ class ArenaStore:
         A reservation given up (``cancel``) is dead space, reclaimed like any other."""
         arena = self._current
         if arena is None or arena.used + length > arena.capacity:
-            arena = self._new_arena(length)
+            try:
+                arena = self._new_arena(length)
+            except OSError as exc:
+                raise DiskWriteError(exc.errno, f"cannot create an arena file: {exc.strerror or exc}") from exc
         offset = arena.used
         arena.used = round_up(offset + length, 8)
         with self._lock:
@@ -152,10 +169,15 @@ class ArenaStore:
                 raise ArenaError(f"{view.nbytes} bytes at {at} overflow the reservation {room}")
             self._writers += 1
         try:
+            faults.check("arena.write")
             written = 0
             while written < view.nbytes:
                 written += os.pwrite(arena.fd, view[written:], room.offset + at + written)
             return crc32c.crc32c(view)
+        except DiskWriteError:
+            raise
+        except OSError as exc:
+            raise DiskWriteError(exc.errno, exc.strerror or str(exc)) from exc
         finally:
             with self._lock:
                 self._writers -= 1
@@ -250,6 +272,7 @@ class ArenaStore:
             new_files, self._new_files = self._new_files, False
         for arena in dirty:
             try:
+                faults.check("arena.sync")
                 os.fsync(arena.fd)
             except OSError:
                 with self._lock:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import crc32c
 import hiredis
 
+from pion.storage import faults
 from pion.storage.arena import BlobRef
 from pion.storage.fileops import fsync_dir
 
@@ -142,6 +143,7 @@ class SegmentWriter:
         start = self.size
         done = 0
         try:
+            faults.check("wal.write")
             while done < len(view):
                 done += os.pwrite(self.fd, view[done:], start + done)
         except OSError:
@@ -157,6 +159,7 @@ class SegmentWriter:
         os.ftruncate(self.fd, self.size)
 
     def sync(self) -> None:
+        faults.check("wal.sync")
         os.fdatasync(self.fd) if hasattr(os, "fdatasync") else os.fsync(self.fd)
         if self.needs_dir_sync:
             fsync_dir(self.directory)

@@ -101,8 +101,8 @@ def store_rows(ctx, plan: StorePlan, encoded, durable_of=None) -> object:
     ``durable_of()`` gives their arena view when the caller already wrote them (else it is put now)."""
     sp = space(ctx)
     session = sp.vstore.require(plan.sid)
+    durable = arena_view(ctx, encoded) if durable_of is None else durable_of()  # a full disk: nothing evicted
     effects = make_room(ctx, sp, len(encoded), unit_of(plan.sid))
-    durable = arena_view(ctx, encoded) if durable_of is None else durable_of()
     sp.vstore.store(session, plan.layer_id, plan.start, plan.count, encoded, write_seq(ctx), durable)
     sp.touch(plan.sid)
     log_with(ctx, effects, [b"V.STOREBATCH", plan.sid, b"%d" % plan.layer_id, b"%d" % plan.start,

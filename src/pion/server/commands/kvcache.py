@@ -118,10 +118,7 @@ def arena_view(ctx: Ctx, blob) -> memoryview | None:
         return None
     if blob.__class__ is memoryview and arenas.ref_of(blob) is not None:
         return blob
-    try:
-        ref = arenas.put(blob)
-    except OSError as exc:
-        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
+    ref = arenas.put(blob)  # a full disk raises DiskWriteError: the dispatcher answers -MISCONF
     return arenas.view(ref)
 
 
@@ -133,11 +130,9 @@ def durable_arenas(ctx: Ctx, nbytes: int) -> ArenaStore | None:
 
 
 def write_reserved(arenas: ArenaStore, room, data, at: int = 0) -> int:
-    """``arenas.write_at`` for a worker job: a failed write answers as ``arena_view`` does."""
-    try:
-        return arenas.write_at(room, data, at)
-    except OSError as exc:
-        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
+    """``arenas.write_at`` for a worker job: a failed write (``DiskWriteError``) answers -MISCONF
+    through the dispatcher's error boundary, as ``arena_view`` does."""
+    return arenas.write_at(room, data, at)
 
 
 def install(server) -> KVEngine:
