@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import crc32c
 
+from pion.storage import faults
 from pion.storage.fileops import fsync_dir
 
 MAGIC = b"PIONSNAP"
@@ -88,11 +89,13 @@ class SnapshotFile:
         self.size = HEADER_SIZE
 
     def write(self, data: bytes) -> None:
+        faults.check("snapshot.write")
         self.handle.write(data)
         self.size += len(data)
 
     def commit(self, header: bytes) -> None:
         """Write the header, fsync the temp file, rename it over the snapshot, fsync the directory."""
+        faults.check("snapshot.write")
         self.handle.flush()
         os.pwrite(self.handle.fileno(), header, 0)
         os.fsync(self.handle.fileno())
