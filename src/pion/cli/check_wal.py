@@ -22,7 +22,7 @@ from pion.storage import wal
 from pion.storage.arena import ArenaError, ArenaStore, BlobRef
 from pion.storage.fileops import fsync_dir
 from pion.storage.recovery import ARENA_DIR, WAL_DIR
-from pion.storage.snapshot import FILENAME, SnapshotError, SnapshotReader
+from pion.storage.snapshot import FILENAME, SnapshotError, SnapshotReader, salvage
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +107,25 @@ def check_snapshot(data_dir: str) -> tuple[str, str | None]:
     return path, f"ok ({count} records, log cut at segment {reader.info.base_segment})"
 
 
+def salvage_snapshot(data_dir: str, wal_dir: str, backup: str) -> bool:
+    """--fix of a damaged snapshot: rewrite it with every intact record; True if it was done."""
+    segments = [number for number, _ in wal.list_segments(wal_dir)]
+    try:
+        report = salvage(data_dir, backup, base_segment=min(segments) - 1 if segments else 0)
+    except (SnapshotError, OSError) as exc:
+        print(f"the snapshot cannot be salvaged: {exc}", file=sys.stderr)
+        return False
+    for problem in report.problems:
+        print(f"BAD snapshot: {problem}")
+    lost = ", ".join(report.lost[:20]) + (" ..." if len(report.lost) > 20 else "")
+    print(f"SALVAGED {os.path.join(data_dir, FILENAME)}: {report.kept} intact records kept, "
+          f"{len(report.problems)} damaged spot(s) dropped" + (f" (lost: {lost})" if lost else "")
+          + f"; original in {backup}")
+    if any("header" in problem for problem in report.problems):
+        print("WARNING: the snapshot's header was damaged: its log cut was inferred from the segments present")
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     data_dir, wal_dir = _dirs(args.dir)
     if not os.path.isdir(wal_dir):
@@ -116,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
         if name.endswith(wal.SUFFIX + ".repair"):
             os.unlink(os.path.join(wal_dir, name))
     snap_path, snap_state = check_snapshot(data_dir)
+    if snap_state is not None and not snap_state.startswith("ok") and args.fix:
+        print(f"snapshot {snap_path}: {snap_state}")
+        if salvage_snapshot(data_dir, wal_dir, backup_dir(data_dir)):
+            snap_path, snap_state = check_snapshot(data_dir)
     base = 0
     if snap_state is not None:
         print(f"snapshot {snap_path}: {snap_state}")
@@ -137,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
     snap_bad = snap_state is not None and not snap_state.startswith("ok")
     print(f"checked {len(reports)} segments: {bad} bad record(s)" + ("; the snapshot is damaged" if snap_bad else ""))
     if not bad:
+        if snap_bad:
+            print(f"run `pion check-wal --fix {args.dir}` to salvage every intact record of the snapshot "
+                  "(the damaged file is kept in a backup)")
         return 1 if snap_bad else 0
     if not args.fix:
         print(f"run `pion check-wal --fix {args.dir}` to cut the log at the first bad record (a backup is kept)")
@@ -162,11 +188,7 @@ def _fix(data_dir: str, reports: list[SegmentReport]) -> int:
     report = reports[first]
     later = reports[first + 1 :]
     wal_dir = os.path.dirname(report.path)
-    backup = os.path.join(data_dir, "wal-backup-%s" % time.strftime("%Y%m%d-%H%M%S"))
-    suffix = 1
-    while os.path.exists(backup + ("" if suffix == 1 else f"-{suffix}")):
-        suffix += 1
-    backup += "" if suffix == 1 else f"-{suffix}"
+    backup = backup_dir(data_dir)
     os.makedirs(backup)
     for damaged in [report, *later]:
         target = os.path.join(backup, os.path.basename(damaged.path))
@@ -189,6 +211,15 @@ def _fix(data_dir: str, reports: list[SegmentReport]) -> int:
     dropped = report.size - max(cut, wal.HEADER_SIZE)
     print(f"FIXED {report.path}: truncated at offset {cut} ({dropped} bytes dropped); original in {backup}")
     return 0
+
+
+def backup_dir(data_dir: str) -> str:
+    """A new ``wal-backup-<time>[-n]`` folder name in the data directory."""
+    backup = os.path.join(data_dir, "wal-backup-%s" % time.strftime("%Y%m%d-%H%M%S"))
+    suffix = 1
+    while os.path.exists(backup + ("" if suffix == 1 else f"-{suffix}")):
+        suffix += 1
+    return backup + ("" if suffix == 1 else f"-{suffix}")
 
 
 def _fsync_file(path: str) -> None:

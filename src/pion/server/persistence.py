@@ -42,11 +42,19 @@ RETRY_DELAY = 5.0
 
 @dataclass(slots=True)
 class SnapshotExtension:
-    """An engine's own state in the snapshot: ``dump() -> bytes`` at the cut, ``load(bytes)`` at start."""
+    """An engine's own state in the snapshot: ``dump() -> bytes`` at the cut, ``load(bytes)`` at start.
+
+    ``sections`` (optional) dumps the state as several records instead, each with its own
+    checksum, and ``load`` is called once per section: a damaged record then costs one section,
+    not the whole engine, when the snapshot is salvaged (``pion check-wal --fix``)."""
 
     name: str
     dump: Callable[[], bytes]
     load: Callable[[bytes], None]
+    sections: Callable[[], list[bytes]] | None = None
+
+    def parts(self) -> list[bytes]:
+        return self.sections() if self.sections is not None else [self.dump()]
 
 
 def parse_save_rules(text: str) -> list[tuple[int, int]]:

@@ -48,6 +48,8 @@ DENIED_CATEGORIES = ("@admin", "@scripting")
 #: @admin commands a tenant may run: they are filtered to its own connections
 ALLOWED = frozenset({"client|list", "client|kill"})
 _RESCAN = frozenset({b"flushall", b"flushdb", b"swapdb"})
+#: tenant keys per snapshot section (one record, one checksum)
+SECTION_KEYS = 1000
 
 
 @dataclass(slots=True)
@@ -228,16 +230,36 @@ class Tenants:
     # -- snapshots -----------------------------------------------------------------------------
 
     def dump(self) -> bytes:
-        """Every tenant's keys, for the snapshot (called at the snapshot's consistent point)."""
-        from pion.storage.serialize import dump_value, pack_tree
+        """Every tenant's keys in one piece (``sections`` is what snapshots write)."""
+        from pion.storage.serialize import pack_tree, unpack_tree
 
-        tenants = {}
-        for name, dbs in self.server.tenant_dbs.items():
-            tenants[name.encode()] = [(db.index, key, db.expires.get(key, -1), dump_value(value))
-                                      for db in dbs for key, value in db.data.items()]
+        tenants: dict[bytes, list] = {}
+        for section in self.sections():
+            for raw, records in unpack_tree(section)[b"tenants"].items():
+                tenants.setdefault(raw, []).extend(records)
         return pack_tree({b"version": 1, b"tenants": tenants})
 
+    def sections(self) -> list[bytes]:
+        """Every tenant's keys for the snapshot (called at its consistent point), in sections of
+        at most SECTION_KEYS keys of one tenant, each its own record with its own checksum: a
+        damaged record of a salvaged snapshot costs those keys, not every tenant's data."""
+        from pion.storage.serialize import dump_value, pack_tree
+
+        out: list[bytes] = []
+        for name, dbs in self.server.tenant_dbs.items():
+            batch: list = []
+            for db in dbs:
+                for key, value in db.data.items():
+                    batch.append((db.index, key, db.expires.get(key, -1), dump_value(value)))
+                    if len(batch) >= SECTION_KEYS:
+                        out.append(pack_tree({b"version": 1, b"tenants": {name.encode(): batch}}))
+                        batch = []
+            if batch:
+                out.append(pack_tree({b"version": 1, b"tenants": {name.encode(): batch}}))
+        return out
+
     def load(self, data: bytes) -> None:
+        """One section (the keyspaces were emptied before the load began)."""
         from pion.storage.recovery import RecoveryError
         from pion.storage.serialize import load_value, unpack_tree
 
@@ -248,13 +270,13 @@ class Tenants:
             if dbs is None:
                 raise RecoveryError(f"the snapshot holds data of tenant '{name}', which is not configured: "
                                     "start with the same --tenant list as the server that wrote it")
-            for db in dbs:
-                db.flush()
+            accounting = self.accounting.get(name)
             for index, key, expire, payload in records:
                 dbs[index].set(key, load_value(payload))
                 if expire >= 0:
                     dbs[index].set_expire(key, expire)
-        self.rescan()
+                if accounting is not None:
+                    accounting.update(dbs[index], key)
 
 
 def tenants_of(server: Server) -> Tenants | None:
@@ -324,7 +346,7 @@ def install(server: Server, specs: list[TenantSpec]) -> Tenants:
     if persistence is not None:
         from pion.server.persistence import SnapshotExtension
 
-        persistence.snapshot_extensions.append(SnapshotExtension("tenants", engine.dump, engine.load))
+        persistence.snapshot_extensions.append(SnapshotExtension("tenants", engine.dump, engine.load, engine.sections))
     server.startup_hooks.append(lambda srv: engine.rescan())  # after recovery filled the keyspaces
     if specs:
         log.info("tenants: %s", ", ".join(spec.name for spec in specs))

@@ -24,7 +24,7 @@ import numpy as np
 
 from pion.storage import faults
 from pion.storage.arena import BlobRef
-from pion.storage.fileops import fsync_dir
+from pion.storage.fileops import find_frame, fsync_dir
 
 MAGIC = b"PIONWAL1"
 VERSION = 1
@@ -258,34 +258,12 @@ class SegmentScan:
 
 
 def find_valid_record(view: memoryview, start: int) -> int | None:
-    """The offset of the first intact record at or after ``start``, if any.
-
-    A record's payload starts with ``*`` and ends with LF, and its length field points there; the
-    candidates are found with numpy a MiB at a time and only those get their checksum
-    computed. (Trying every offset in Python took 15-75 s for the torn tail of a 60 MB record,
-    which recovery scans to tell a torn tail from corruption.)"""
-    size = len(view)
-    last = size - FRAME_SIZE  # a record header must start before this
-    if start >= last:
-        return None
-    data = np.frombuffer(view, dtype=np.uint8)
-    step = 1 << 20  # a few arrays of this many int64 at most
-    for lo in range(start, last, step):
-        hi = min(lo + step, last)
-        starts = np.flatnonzero(data[lo + FRAME_SIZE : hi + FRAME_SIZE] == 0x2A) + lo
-        if not len(starts):
-            continue
-        lengths = (data[starts].astype(np.int64) | data[starts + 1].astype(np.int64) << 8
-                   | data[starts + 2].astype(np.int64) << 16 | data[starts + 3].astype(np.int64) << 24)
-        ends = starts + FRAME_SIZE + lengths
-        fits = (lengths >= 4) & (ends <= size)
-        starts, ends = starts[fits], ends[fits]
-        for pos in starts[data[ends - 1] == 0x0A].tolist():
-            length = int.from_bytes(view[pos : pos + 4], "little")
-            payload = view[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-            if crc32c.crc32c(payload) == int.from_bytes(view[pos + 4 : pos + 8], "little"):
-                return pos
-    return None
+    """The offset of the first intact record at or after ``start``, if any (a payload starts
+    with ``*`` and ends with LF; ``fileops.find_frame`` finds the candidates with numpy)."""
+    found = find_frame(view, start, b"*", 0x0A)
+    if found is not None and int.from_bytes(view[found : found + 4], "little") < 4:
+        return find_valid_record(view, found + 1)
+    return found
 
 
 def truncate_segment(path: str, offset: int) -> None:
