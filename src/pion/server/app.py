@@ -56,6 +56,9 @@ class Server:
         self.slowlog: SlowLog | None = SlowLog(self)
         self.journal: Journal = Journal()
         self.monitors: dict[int, Client] = {}
+        #: connections whose unsent replies passed the transport's high-water mark -> bytes; what
+        #: big replies still hold counts against maxmemory and quotas (MemoryManager.admit_reply)
+        self.held_output: dict[Any, int] = {}
         #: extra checks before a command runs (auth/ACL, memory, write refusal); returns an error or None
         self.guard: Callable[[Client, CommandSpec, list[bytes]], ReplyError | None] | None = None
         self.loading = False

@@ -288,7 +288,7 @@ def install(server: Server, specs: list[Any]) -> Users:
         if client.tenant is not None:
             if tenants.tenant_denied(spec):
                 return tenants.nopermission(client, spec)
-            refusal = engine.quota_refusal(client, spec)
+            refusal = engine.quota_refusal(client, spec, argv)
             if refusal is not None:
                 return refusal
         return previous(client, spec, argv) if previous is not None else None

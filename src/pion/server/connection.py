@@ -95,6 +95,7 @@ class Connection(asyncio.BufferedProtocol):
             self.client = None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.server.held_output.pop(self, None)
         if self._hold_timer is not None:
             self._hold_timer.cancel()
         if self.client is not None:
@@ -142,6 +143,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.paused_by_writes = False
+        self.server.held_output.pop(self, None)
         if self.transport is not None and not self.transport.is_closing() and not self.held_until:
             if not self.deferred:
                 self.transport.resume_reading()
@@ -296,7 +298,10 @@ class Connection(asyncio.BufferedProtocol):
                 transport.write(out[0] if len(out) == 1 else b"".join(out))
             self.out.clear()
             self.out_size = 0
-            if self._over_output_limit(transport.get_write_buffer_size()):
+            held = transport.get_write_buffer_size()
+            if held > HIGH_WATER:  # until resume_writing: the transport drained it
+                self.server.held_output[self] = held
+            if self._over_output_limit(held):
                 log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
                 transport.abort()
                 return

@@ -113,6 +113,30 @@ class MemoryManager:
                 if other is not db:
                     update(other, moved)
 
+    # -- replies -------------------------------------------------------------------------------
+
+    def held_output(self) -> int:
+        """Bytes of replies the transports still hold for clients past their high-water mark."""
+        held = self.server.held_output
+        return sum(held.values()) if held else 0
+
+    def admit(self, client: Any, nbytes: int, what: str = "reply") -> ReplyError | None:
+        """-OOM for ``nbytes`` the server is about to hold for a client (a K/V fetch reply
+        rendered before it is sent, a STATE buffer, an export file) that, with the data and the
+        replies other clients have not read yet, would pass ``maxmemory``, or the client's tenant
+        quota: such bytes are memory as surely as a key is."""
+        limit = self.server.settings.maxmemory
+        if limit:
+            used = self.accounting.used if self.active else self.used_memory()
+            held = self.held_output()
+            if used + held + nbytes > limit:
+                return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (a {nbytes}-byte "
+                                  f"{what}; {used} bytes of data and {held} of unsent replies are held)")
+        tenants = self.server.engines.get("tenants")
+        if tenants is not None and client is not None and client.tenant is not None:
+            return tenants.charge(client, nbytes, f"the {what}")
+        return None
+
     # -- the guard ------------------------------------------------------------------------------
 
     def over_limit(self) -> bool:

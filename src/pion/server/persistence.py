@@ -309,6 +309,8 @@ class Persistence:
             "pion_arena_live_bytes": self.arenas.live_bytes if self.arenas else 0,
             "pion_arena_disk_bytes": self.arenas.disk_bytes() if self.arenas else 0,
             "pion_arena_reclaimed_bytes": self.arenas.reclaimed_bytes if self.arenas else 0,
+            "pion_arena_verified_blobs": self.arenas.verified_blobs if self.arenas else 0,
+            "pion_arena_bad_blobs": self.arenas.bad_blobs if self.arenas else 0,
             "pion_snapshot_bytes": self.snapshot_bytes,
             "pion_bgsave_last_max_pause_ms": "%.2f" % self.max_pause_ms,
             "pion_bgsave_last_max_pause_cpu_ms": "%.2f" % self.max_pause_cpu_ms,

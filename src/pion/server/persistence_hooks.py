@@ -58,6 +58,7 @@ def wire(server: Server, owner: Persistence) -> None:
             owner.lock.release()
             raise
         owner.journal.start(asyncio.get_running_loop()) if hasattr(owner.journal, "start") else None
+        owner.arenas.start_verifier()  # check the mapped blobs' crc in the background
         owner.started = True
         owner.status.tick(force=True)
 

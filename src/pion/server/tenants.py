@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,8 @@ class Tenants:
         self.by_owner = {owner_of(spec.name): spec.name for spec in specs}
         self.accounting: dict[str, Accounting] = {}
         self.kv: dict[str, TenantKV] = {}
+        #: other engines' per-tenant bytes (an index, a cache): ``source(tenant name) -> bytes``
+        self.usage_sources: list[Callable[[str], int]] = []
         users = users_of(server)
         for spec in specs:
             server.tenant_dbs[spec.name] = [
@@ -206,21 +209,46 @@ class Tenants:
                     accounting.update(db, bytes(argv[position]))
 
     def used(self, name: str) -> int:
-        """Bytes the quota counts: key estimates plus K/V rows and SSM blobs."""
+        """Every byte the quota counts: key estimates, K/V rows and SSM blobs, STATE buffers,
+        V.EXPORT files, replies its connections have not read yet, and whatever other engines
+        report through ``usage_sources`` (``source(name) -> bytes``: indexes, caches)."""
+        total = self.accounting[name].used
         kv = self.server.engines.get("kvcache")
-        rows = kv.space(name.encode()).nbytes if kv is not None and name.encode() in kv.spaces else 0
-        return self.accounting[name].used + rows
+        if kv is not None and name.encode() in kv.spaces:
+            space = kv.space(name.encode())
+            total += space.nbytes + space.state.nbytes + space.exports.nbytes
+        held = self.server.held_output
+        if held:
+            total += sum(size for conn, size in held.items() if conn.client is not None and conn.client.tenant == name)
+        for source in self.usage_sources:
+            total += source(name)
+        return total
 
-    def quota_refusal(self, client: Client, spec: CommandSpec) -> ReplyError | None:
+    def quota_refusal(self, client: Client, spec: CommandSpec, argv: list | None = None) -> ReplyError | None:
+        """Before a command that may grow memory: -OOM if the tenant is over its quota, or would
+        be with the bytes the request brings (its arguments; a command that allocates more than
+        it is sent checks ``charge`` itself)."""
         tenant = self.specs.get(client.tenant)  # type: ignore[arg-type]
         quota = tenant.quota if tenant is not None else 0
         if not quota or "denyoom" not in spec.flags:
             return None
-        used = self.used(client.tenant)  # type: ignore[arg-type]
-        if used <= quota:
+        incoming = sum(len(arg) for arg in argv[1:]) if argv else 0
+        return self._over(client.tenant, quota, incoming)  # type: ignore[arg-type]
+
+    def charge(self, client: Client, nbytes: int, what: str = "the command") -> ReplyError | None:
+        """-OOM if ``nbytes`` more (a STATE buffer, an export file, a reply) would pass the quota."""
+        tenant = self.specs.get(client.tenant) if client.tenant is not None else None
+        if tenant is None or not tenant.quota:
             return None
-        return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (tenant '{client.tenant}' "
-                          f"uses {used} bytes of its {quota}-byte quota)")
+        return self._over(tenant.name, tenant.quota, nbytes, what)
+
+    def _over(self, name: str, quota: int, incoming: int, what: str = "") -> ReplyError | None:
+        used = self.used(name)
+        if used + incoming <= quota:
+            return None
+        extra = f"; {what} needs {incoming} more" if what else ""
+        return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (tenant '{name}' "
+                          f"uses {used} bytes of its {quota}-byte quota{extra})")
 
     def rescan(self) -> None:
         for name, dbs in self.server.tenant_dbs.items():

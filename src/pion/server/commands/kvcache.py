@@ -93,6 +93,17 @@ def strict_int(raw: bytes | memoryview, lo: int, hi: int, error: str) -> int:
     return value
 
 
+def charge(ctx: Ctx, nbytes: int, what: str) -> None:
+    """Refuse (-OOM) ``nbytes`` more the server would hold for this client (a reply, a STATE
+    buffer, an export file) over ``maxmemory`` or the client's tenant quota."""
+    if replaying(ctx):
+        return
+    memory = ctx.server.engines.get("memory")
+    refusal = memory.admit(ctx.client, nbytes, what) if memory is not None else None
+    if refusal is not None:
+        raise refusal
+
+
 def info_text(rows: list[tuple[str, object]]) -> bytes:
     """``key:value\\r\\n`` lines (KV.PREFIX.INFO, V.INFO, STATE.INFO)."""
     return "".join(f"{key}:{value}\r\n" for key, value in rows).encode()
@@ -149,6 +160,9 @@ def install(server) -> KVEngine:
     hooks = getattr(server, "resetstat_hooks", None)
     if hooks is not None:
         hooks.append(lambda srv: srv.engines["kvcache"].ledger.reset())
+    arenas = server.engines.get("arenas")
+    if arenas is not None:  # mapped rows are checked against their crc before use
+        kv.check_blobs_with(arenas.blob_ok)
     persistence = server.engines.get("persistence")
     if persistence is not None:
         from pion.server.persistence import SnapshotExtension
