@@ -76,6 +76,9 @@ class WalJournal(ObservedJournal):
         self.synced_seq = 0
         self.last_fsync = 0.0
         self.refs_since_cut: set[BlobRef] = set()
+        #: arena bytes the records since the last snapshot reference (the automatic rewrite
+        #: counts them with the log: overwritten big values are reclaimed only by a snapshot)
+        self.arena_bytes = 0
         self._waiters: list[tuple[int, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self._marks: dict[Any, list[tuple[int, int]]] = {}
@@ -147,7 +150,10 @@ class WalJournal(ObservedJournal):
         payload = wal.encode_effects(effects, to_ref, 0 if recent else min(self.blob_threshold, 4096))
         if len(payload) > MAX_INLINE_PAYLOAD:
             payload = wal.encode_effects(effects, lambda arg: to_ref(arg, 64 * 1024))
-        self.refs_since_cut.update(refs)
+        if refs:
+            fresh = [ref for ref in refs if ref not in self.refs_since_cut]
+            self.arena_bytes += sum(ref.length for ref in fresh)
+            self.refs_since_cut.update(fresh)
         record = wal.frame(payload)
         if self._segment_bytes + len(record) > self.segment_size and self._segment_bytes > wal.HEADER_SIZE:
             self.segment += 1
@@ -178,6 +184,7 @@ class WalJournal(ObservedJournal):
         self._segment_bytes = wal.HEADER_SIZE
         self.log_bytes = 0
         self.refs_since_cut = set()
+        self.arena_bytes = 0
         return covered
 
     def _hand_over(self) -> None:

@@ -392,13 +392,14 @@ class ArenaStore:
                 by_arena.setdefault(key[0], []).append((key[1], key[1] + entry[0]))
         released = 0
         for arena in list(self._arenas.values()):
-            if keep_current and arena is self._current:
-                continue
             ranges = sorted(by_arena.get(arena.id, ()))
-            if not ranges:
+            current = keep_current and arena is self._current
+            if not ranges and not current:
                 released += self._drop(arena)
                 continue
-            for start, end in gaps(ranges, arena.capacity):
+            # the file being appended to stays, but its dead ranges below the write position
+            # are punched out too (overwritten big values would otherwise linger up to its size)
+            for start, end in gaps(ranges, arena.used if current else arena.capacity):
                 released += punch_hole(arena.fd, start, end - start)
             self._forget(arena.id, {start for start, _ in ranges})
         self.reclaimed_bytes += released
