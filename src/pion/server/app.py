@@ -85,6 +85,8 @@ class Server:
         self.latency: LatencyMonitor = install_latency(self)  # LATENCY events, INFO latencystats
         #: after CONFIG SET swaps settings: hook(server, old, new) -> error text to refuse and roll back
         self.config_hooks: list[Callable[[Server, Settings, Settings], str | None]] = []
+        #: pure checks of a CONFIG SET, run before anything (a listener, a hook) is changed
+        self.config_checks: list[Callable[[Server, Settings, Settings], str | None]] = []
         #: DEBUG subcommands an engine provides (RELOAD, ...): lower-case name -> handler(ctx, argv)
         self.debug_hooks: dict[str, Callable[..., Any]] = {}
         self.startup_hooks: list[StartupHook] = []

@@ -88,6 +88,7 @@ class Connection(asyncio.BufferedProtocol):
         client.fd = sock.fileno() if sock is not None else -1
         client.ctx = Ctx(client, server)
         self.client = client
+        self.reader.set_strict(not client.authenticated)  # the pre-auth caps apply from the first byte
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[union-attr]
         if not server.accept_client(client):
             self.transport.write(encode_error("ERR max number of clients reached"))  # type: ignore[union-attr]
@@ -110,8 +111,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._direct:
-            self.reader.received(nbytes)
-            self._read_more()
+            try:
+                self.reader.received(nbytes)
+                self._read_more()
+            except Exception as exc:
+                self._broken(exc)
         else:
             self.data_received(_receive_buffer()[:nbytes].tobytes())
 
@@ -119,8 +123,29 @@ class Connection(asyncio.BufferedProtocol):
         client = self.client
         if client is None or client.closing:
             return
-        self.reader.feed(data)
-        self._read_more()
+        try:
+            self.reader.feed(data)
+            self._read_more()
+        except Exception as exc:
+            self._broken(exc)
+
+    def _broken(self, exc: Exception) -> None:
+        """The connection's error boundary: a bug below the dispatcher's (in parsing, in writing a
+        reply) answers -ERR and closes this connection only, logged once per kind, never a
+        traceback per connection from the event loop."""
+        kind = exc.__class__.__name__
+        if kind not in _BROKEN_LOGGED and len(_BROKEN_LOGGED) < 100:
+            _BROKEN_LOGGED.add(kind)
+            log.error("closing client %s after an internal error (%s); further ones are not logged",
+                      self.client.addr if self.client else "?", kind, exc_info=exc)
+        self.out.append(encode_error(f"ERR internal error: {kind}"))
+        self.close_after_flush = True
+        if self.client is not None:
+            self.client.closing = True
+        try:
+            self.flush()
+        except Exception:
+            self._close_now()
 
     def _read_more(self) -> None:
         """Bytes arrived: enforce the query-buffer limit, then run what is complete."""
@@ -164,14 +189,16 @@ class Connection(asyncio.BufferedProtocol):
         reader = self.reader
         out = self.out
         while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until:
-            if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
-                reader.set_strict(not client.authenticated)
             try:
+                if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
+                    reader.set_strict(not client.authenticated)
                 argv = reader.next_command()
             except ProtocolError as exc:
                 out.append(encode_error(f"ERR Protocol error: {exc}"))
                 self.close_after_flush = True
                 client.closing = True
+                if not client.authenticated:
+                    _note_preauth_error(client.addr, exc)
                 break
             if argv is None:
                 break
@@ -332,6 +359,27 @@ class Connection(asyncio.BufferedProtocol):
             self.client.closing = True
         if self.transport is not None:
             self.transport.abort()
+
+
+_BROKEN_LOGGED: set[str] = set()
+#: pre-auth protocol errors: one log line per PREAUTH_LOG_SECONDS, the others counted in it
+PREAUTH_LOG_SECONDS = 10.0
+_preauth = {"next": 0.0, "quiet": 0}
+
+
+def _note_preauth_error(addr: str, exc: ProtocolError) -> None:
+    """An unauthenticated client broke the protocol (an oversize frame): one line, rate-limited,
+    so a flood of such connections cannot flood the log."""
+    import time
+
+    now = time.monotonic()
+    if now < _preauth["next"]:
+        _preauth["quiet"] += 1
+        return
+    quiet, _preauth["quiet"] = _preauth["quiet"], 0
+    _preauth["next"] = now + PREAUTH_LOG_SECONDS
+    log.warning("closed unauthenticated client %s: Protocol error: %s%s", addr, exc,
+                f" ({quiet} more such connections since the last line)" if quiet else "")
 
 
 def _buffers(out: list) -> list:
