@@ -308,3 +308,15 @@ def test_tenants_get_separate_kv_spaces(server, r):
     assert other.execute_command("V.CREATE", "shared-name", 64) == 0
     assert b"value_dim:32" in r.execute_command("V.INFO", "shared-name")
     assert set(server.server.engines["kvcache"].spaces) == {b"", b"acme"}
+
+
+@pytest.mark.parametrize("count", [4, 8192])  # on the loop, and in the worker pool
+def test_a_nan_in_rows_for_a_codec_with_shared_scales_is_refused(r, count):
+    r.execute_command("V.CREATE", "q", 64, "VQUANT", "int8")
+    x = np.ones((count, 64), np.float32)
+    x[count - 1, 3] = np.nan
+    with pytest.raises(redis.ResponseError, match="int8 cannot encode NaN or Inf"):
+        r.execute_command("V.STOREBATCH", "q", 0, 0, count, x.tobytes())
+    assert b"layer_0_tokens" not in r.execute_command("V.INFO", "q")
+    r.execute_command("V.CREATE", "h", 64, "VQUANT", "fp16")  # per-value codecs keep it where it is
+    assert r.execute_command("V.STOREBATCH", "h", 0, 0, count, x.tobytes()) == b"OK"
