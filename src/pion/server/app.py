@@ -25,7 +25,7 @@ from pion.server.commands import load_table
 from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
-from pion.server.info import default_info_sections
+from pion.server.info import default_info_sections, note_startup_memory
 from pion.server.journal import Journal
 from pion.server.latency import LatencyMonitor, install_latency
 from pion.server.pause import ClientPause
@@ -272,6 +272,7 @@ class Server:
                 os.chmod(settings.unixsocket, settings.unixsocketperm)
             self._servers.append(server)
         self._cron_task = loop.create_task(self._cron())
+        note_startup_memory(self)  # INFO used_memory_startup: what the data is not
 
     @property
     def bound_port(self) -> int:

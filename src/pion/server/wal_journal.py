@@ -340,6 +340,11 @@ class WalJournal(ObservedJournal):
             self.batches += 1
         now = time.monotonic()
         sync = policy == "always" or closing or (policy == "everysec" and now - self._last_sync >= 1.0)
+        if policy == "no" and not sync and self._writer is not None:
+            # nothing will fsync these: once written they need no retry, so do not keep them
+            # (they piled up to a whole segment, 64 MiB of records and more of objects, in memory)
+            self._writer.synced_size = self._writer.size
+            self._unsynced = []
         if sync and self._writer is not None and self._unsynced:
             self._writer.sync()
             self.fsyncs += 1
