@@ -344,9 +344,9 @@ def test_a_preauth_oversize_frame_is_answered_and_logged_once(locked, caplog, mo
     """Issue #13: with a password set, a large pre-auth frame arriving in one read was reset with
     no reply and ~1 KiB of traceback per connection in the log (the pre-auth caps were switched on
     only after the first read had been parsed without them)."""
-    from pion.server import connection
+    from pion.server import conn_errors
 
-    monkeypatch.setitem(connection._preauth, "next", 0.0)  # the rate limit's window is per process
+    monkeypatch.setitem(conn_errors._preauth, "next", 0.0)  # the rate limit's window is per process
     caplog.set_level(logging.WARNING)
     for _ in range(20):
         raw = RawConnection(locked.port)

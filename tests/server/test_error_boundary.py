@@ -97,3 +97,28 @@ def test_pipelined_commands_after_a_crash_still_run(node, broken_echo):
     pipe.set("p", "1").echo("x").incr("p")
     replies = pipe.execute(raise_on_error=False)
     assert replies[0] is True and isinstance(replies[1], redis.ResponseError) and replies[2] == 2
+
+
+def test_a_bug_below_the_dispatcher_closes_only_that_connection(node, monkeypatch, caplog):
+    """The connection's own boundary: an exception while parsing answers -ERR and closes that
+    connection; the event loop logs no traceback per connection, other clients go on."""
+    from tests.conftest import RawConnection
+
+    from pion.protocol.reader import RequestReader
+
+    def broken(self):
+        raise KeyError("parser bug")
+
+    caplog.set_level(logging.ERROR)
+    other = node.client()
+    assert other.ping()
+    monkeypatch.setattr(RequestReader, "next_command", broken)
+    for _ in range(3):
+        raw = RawConnection(node.port)
+        raw.send(b"PING\r\n")
+        assert raw.read_some(3) == b"-ERR internal error: KeyError\r\n" and raw.is_closed()
+        raw.close()
+    monkeypatch.undo()
+    assert other.ping()
+    assert sum("after an internal error" in rec.getMessage() for rec in caplog.records) <= 1
+    assert not [rec for rec in caplog.records if rec.name == "asyncio"]

@@ -143,6 +143,8 @@ def authenticate(server: Server, client: Client, user: bytes | None, password: b
     found = users.get(name)
     wait = users.queued(client)
     if wait > QUEUE_MAX:  # not even checked: the address has guessed enough for now
+        if client.conn is not None and hasattr(client.conn, "hold"):
+            client.conn.hold(FAIL_DELAY_MAX)  # and not answered at once either (no busy loop)
         raise ReplyError(QUEUE_FULL.format(wait - QUEUE_MAX + 1))
     if found is not None and found.accepts(password):
         if wait and client.conn is not None and hasattr(client.conn, "hold"):

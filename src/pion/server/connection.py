@@ -27,6 +27,7 @@ from pion.protocol.errors import ProtocolError
 from pion.protocol.reader import RequestReader
 from pion.protocol.resp import VECTORED_MIN, Push, Replies, Vectored, encode, encode_error, encode_vectored
 from pion.server.client import Client
+from pion.server.conn_errors import note_broken, note_preauth_error
 from pion.server.context import Ctx
 from pion.server.dispatch import BLOCKED
 
@@ -131,14 +132,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _broken(self, exc: Exception) -> None:
         """The connection's error boundary: a bug below the dispatcher's (in parsing, in writing a
-        reply) answers -ERR and closes this connection only, logged once per kind, never a
-        traceback per connection from the event loop."""
-        kind = exc.__class__.__name__
-        if kind not in _BROKEN_LOGGED and len(_BROKEN_LOGGED) < 100:
-            _BROKEN_LOGGED.add(kind)
-            log.error("closing client %s after an internal error (%s); further ones are not logged",
-                      self.client.addr if self.client else "?", kind, exc_info=exc)
-        self.out.append(encode_error(f"ERR internal error: {kind}"))
+        reply) answers -ERR and closes this connection only, logged once per kind
+        (``conn_errors``), never a traceback per connection from the event loop."""
+        note_broken(self.client.addr if self.client else "?", exc)
+        self.out.append(encode_error(f"ERR internal error: {exc.__class__.__name__}"))
         self.close_after_flush = True
         if self.client is not None:
             self.client.closing = True
@@ -198,7 +195,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.close_after_flush = True
                 client.closing = True
                 if not client.authenticated:
-                    _note_preauth_error(client.addr, exc)
+                    note_preauth_error(client.addr, exc)
                 break
             if argv is None:
                 break
@@ -359,27 +356,6 @@ class Connection(asyncio.BufferedProtocol):
             self.client.closing = True
         if self.transport is not None:
             self.transport.abort()
-
-
-_BROKEN_LOGGED: set[str] = set()
-#: pre-auth protocol errors: one log line per PREAUTH_LOG_SECONDS, the others counted in it
-PREAUTH_LOG_SECONDS = 10.0
-_preauth = {"next": 0.0, "quiet": 0}
-
-
-def _note_preauth_error(addr: str, exc: ProtocolError) -> None:
-    """An unauthenticated client broke the protocol (an oversize frame): one line, rate-limited,
-    so a flood of such connections cannot flood the log."""
-    import time
-
-    now = time.monotonic()
-    if now < _preauth["next"]:
-        _preauth["quiet"] += 1
-        return
-    quiet, _preauth["quiet"] = _preauth["quiet"], 0
-    _preauth["next"] = now + PREAUTH_LOG_SECONDS
-    log.warning("closed unauthenticated client %s: Protocol error: %s%s", addr, exc,
-                f" ({quiet} more such connections since the last line)" if quiet else "")
 
 
 def _buffers(out: list) -> list:
