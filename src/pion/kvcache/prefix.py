@@ -12,13 +12,13 @@ manifest or chain (tokens, block size or seed) is refused.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pion.codecs.chain import ROOT, block_hashes
 from pion.protocol.errors import ReplyError
+from pion.protocol.json_input import MAX_DEPTH, loads_bounded
 
 MAX_MANIFEST_BYTES = 64 * 1024
 
@@ -109,9 +109,11 @@ def parse_manifest(raw: bytes, kv_dim: int, chain: Chain | None) -> dict:
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ReplyError(f"{where} is larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        manifest = json.loads(bytes(raw))
-    except (ValueError, UnicodeDecodeError):
-        raise ReplyError(f"{where} is not valid JSON") from None
+        manifest = loads_bounded(raw)
+    except ValueError as exc:  # UnicodeDecodeError too
+        deep = "nested deeper" in str(exc)
+        raise ReplyError(f"{where} is nested deeper than {MAX_DEPTH} levels" if deep
+                         else f"{where} is not valid JSON") from None
     if not isinstance(manifest, dict):
         raise ReplyError(f"{where} must be a JSON object")
     for key in ("n_layers", "token_count", "n_kv_heads", "head_dim"):

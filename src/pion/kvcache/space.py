@@ -12,6 +12,7 @@ from __future__ import annotations
 from pion.codecs import CodecError
 from pion.kvcache.eviction import Evictor, unit_of
 from pion.kvcache.export import ExportBase, ExportCache
+from pion.kvcache.integrity import BlobCheck, drop_damaged
 from pion.kvcache.layer import LayerSpec
 from pion.kvcache.prefix import Chain, Prefix, PrefixRegistry, manifest_codecs, parse_manifest
 from pion.kvcache.ssm import SSMStore
@@ -30,7 +31,9 @@ def sides(ns: bytes) -> tuple[bytes, bytes]:
 
 
 class KVSpace:
-    def __init__(self) -> None:
+    def __init__(self, blob_ok: BlobCheck | None = None) -> None:
+        #: the arena store's crc check of a mapped blob (``pion.kvcache.integrity``), if any
+        self.blob_ok = blob_ok
         self.vstore = VStore()
         self.registry = PrefixRegistry()
         self.ssm = SSMStore()
@@ -120,6 +123,9 @@ class KVSpace:
                 return False, 0
         if tokens <= 0 or layers <= 0:
             return False, 0
+        if self.blob_ok is not None:  # damaged rows are missing rows: never a HIT
+            for session in (pk, pv):
+                drop_damaged(self.vstore, session, range(layers), self.blob_ok)
         for session in (pk, pv):
             for index in range(layers):
                 layer = session.layer(index)
@@ -271,12 +277,19 @@ class KVEngine:
         self.ledger = Ledger()
         #: where every space's V.EXPORT directory lives (made at the first export)
         self.export_base: ExportBase | None = None
+        self.blob_ok: BlobCheck | None = None
 
     def export_root(self, data_dir: str):
         """This server's export base directory, created and recorded at the first call."""
         if self.export_base is None:
             self.export_base = ExportBase(data_dir)
         return self.export_base.ensure()
+
+    def check_blobs_with(self, blob_ok: BlobCheck) -> None:
+        """Check mapped rows against their arena crc before they are used (every space)."""
+        self.blob_ok = blob_ok
+        for space in self.spaces.values():
+            space.blob_ok = blob_ok
 
     def close_exports(self) -> None:
         """Delete every space's V.EXPORT files and the base (the server is stopping)."""
@@ -289,5 +302,5 @@ class KVEngine:
     def space(self, tenant: bytes = b"") -> KVSpace:
         found = self.spaces.get(tenant)
         if found is None:
-            found = self.spaces[tenant] = KVSpace()
+            found = self.spaces[tenant] = KVSpace(self.blob_ok)
         return found

@@ -25,7 +25,7 @@ from pion.server.commands import load_table
 from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
-from pion.server.info import default_info_sections
+from pion.server.info import default_info_sections, note_startup_memory
 from pion.server.journal import Journal
 from pion.server.latency import LatencyMonitor, install_latency
 from pion.server.pause import ClientPause
@@ -56,6 +56,9 @@ class Server:
         self.slowlog: SlowLog | None = SlowLog(self)
         self.journal: Journal = Journal()
         self.monitors: dict[int, Client] = {}
+        #: connections whose unsent replies passed the transport's high-water mark -> bytes; what
+        #: big replies still hold counts against maxmemory and quotas (MemoryManager.admit_reply)
+        self.held_output: dict[Any, int] = {}
         #: extra checks before a command runs (auth/ACL, memory, write refusal); returns an error or None
         self.guard: Callable[[Client, CommandSpec, list[bytes]], ReplyError | None] | None = None
         self.loading = False
@@ -82,6 +85,8 @@ class Server:
         self.latency: LatencyMonitor = install_latency(self)  # LATENCY events, INFO latencystats
         #: after CONFIG SET swaps settings: hook(server, old, new) -> error text to refuse and roll back
         self.config_hooks: list[Callable[[Server, Settings, Settings], str | None]] = []
+        #: pure checks of a CONFIG SET, run before anything (a listener, a hook) is changed
+        self.config_checks: list[Callable[[Server, Settings, Settings], str | None]] = []
         #: DEBUG subcommands an engine provides (RELOAD, ...): lower-case name -> handler(ctx, argv)
         self.debug_hooks: dict[str, Callable[..., Any]] = {}
         self.startup_hooks: list[StartupHook] = []
@@ -278,6 +283,7 @@ class Server:
                 os.chmod(settings.unixsocket, settings.unixsocketperm)
             self._servers.append(server)
         self._cron_task = loop.create_task(self._cron())
+        note_startup_memory(self)  # INFO used_memory_startup: what the data is not
 
     @property
     def bound_port(self) -> int:

@@ -124,8 +124,8 @@ def store_rows(ctx, plan: StorePlan, encoded, durable_of=None) -> object:
         refuse_if_owned(ctx, sp, plan.sid, "V.STOREBATCH")
     staging = sp.stagings.get(plan.token) if plan.token is not None else None
     incoming = len(encoded) if staging is None else max(0, len(encoded) - staging.outstanding)
+    durable = arena_view(ctx, encoded) if durable_of is None else durable_of()  # a full disk: nothing evicted
     effects = make_room(ctx, sp, incoming, unit_of(plan.sid))
-    durable = arena_view(ctx, encoded) if durable_of is None else durable_of()
     sp.vstore.store(session, plan.layer_id, plan.start, plan.count, encoded, write_seq(ctx), durable)
     own = [b"V.STOREBATCH", plan.sid, b"%d" % plan.layer_id, b"%d" % plan.start, b"%d" % plan.count, encoded,
            b"FMT", b"RAW"]

@@ -15,6 +15,7 @@ from pion.server.commands.kv_stage import refuse_if_owned, split_token, staging_
 from pion.server.commands.kvcache import (
     arena_view,
     arg,
+    charge,
     engine,
     info_text,
     log_with,
@@ -77,6 +78,9 @@ def ssm_prefix_fetch(ctx, argv):
     layer = strict_int(argv[2], 0, 1 << 31, LAYER_ERROR)
     sp = space(ctx)
     blob = sp.ssm.fetch(sid, layer)
+    if blob is not None and sp.blob_ok is not None and sp.blob_ok(blob) is False:
+        sp.ssm.drop(sid, layer)  # a damaged arena blob is a missing one (pion.kvcache.integrity)
+        blob = None
     if blob is None:
         return None
     sp.touch(sid)
@@ -106,6 +110,7 @@ def state_alloc(ctx, argv):
         if len(argv) != 5 or arg(argv[3]).upper() != b"MODE" or arg(argv[4]).lower() not in (b"fixed", b"ring"):
             raise ReplyError("ERR STATE.ALLOC: expected MODE fixed|ring")
         mode = arg(argv[4]).lower().decode()
+    charge(ctx, size, "STATE buffer")  # counted in the tenant's quota (and maxmemory) like its keys
     space(ctx).state.alloc(arg(argv[1]), size, mode)
     ctx.dirty()
     return OK

@@ -93,6 +93,17 @@ def strict_int(raw: bytes | memoryview, lo: int, hi: int, error: str) -> int:
     return value
 
 
+def charge(ctx: Ctx, nbytes: int, what: str) -> None:
+    """Refuse (-OOM) ``nbytes`` more the server would hold for this client (a reply, a STATE
+    buffer, an export file) over ``maxmemory`` or the client's tenant quota."""
+    if replaying(ctx):
+        return
+    memory = ctx.server.engines.get("memory")
+    refusal = memory.admit(ctx.client, nbytes, what) if memory is not None else None
+    if refusal is not None:
+        raise refusal
+
+
 def info_text(rows: list[tuple[str, object]]) -> bytes:
     """``key:value\\r\\n`` lines (KV.PREFIX.INFO, V.INFO, STATE.INFO)."""
     return "".join(f"{key}:{value}\r\n" for key, value in rows).encode()
@@ -118,10 +129,7 @@ def arena_view(ctx: Ctx, blob) -> memoryview | None:
         return None
     if blob.__class__ is memoryview and arenas.ref_of(blob) is not None:
         return blob
-    try:
-        ref = arenas.put(blob)
-    except OSError as exc:
-        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
+    ref = arenas.put(blob)  # a full disk raises DiskWriteError: the dispatcher answers -MISCONF
     return arenas.view(ref)
 
 
@@ -133,11 +141,9 @@ def durable_arenas(ctx: Ctx, nbytes: int) -> ArenaStore | None:
 
 
 def write_reserved(arenas: ArenaStore, room, data, at: int = 0) -> int:
-    """``arenas.write_at`` for a worker job: a failed write answers as ``arena_view`` does."""
-    try:
-        return arenas.write_at(room, data, at)
-    except OSError as exc:
-        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
+    """``arenas.write_at`` for a worker job: a failed write (``DiskWriteError``) answers -MISCONF
+    through the dispatcher's error boundary, as ``arena_view`` does."""
+    return arenas.write_at(room, data, at)
 
 
 def clean_stale_exports(server) -> None:
@@ -175,6 +181,9 @@ def install(server) -> KVEngine:
         from pion.server.commands.kv_stage import abort_idle
 
         cron.append(abort_idle)  # staged stores whose writer went quiet
+    arenas = server.engines.get("arenas")
+    if arenas is not None:  # mapped rows are checked against their crc before use
+        kv.check_blobs_with(arenas.blob_ok)
     persistence = server.engines.get("persistence")
     if persistence is not None:
         from pion.server.persistence import SnapshotExtension
