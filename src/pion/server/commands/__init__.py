@@ -51,6 +51,7 @@ FAMILIES = (
     "functions_cmds",
     "acl",
     "cluster",
+    "replication",
 )
 
 
