@@ -131,7 +131,9 @@ class Server:
 
     @property
     def requires_auth(self) -> bool:
-        return bool(self.settings.requirepass)
+        """New connections must AUTH: the default user is off or has a password (ACL)."""
+        users = self.engines.get("acl")
+        return not users.open_to_all if users is not None else bool(self.settings.requirepass)
 
     @property
     def notify_flags(self) -> str:
