@@ -68,6 +68,10 @@ class Settings:
     kv_maxmemory: int = 0
     # V.EXPORT: byte budget of the export files (under <dir>/export), 0 = V.EXPORT disabled
     kv_export_maxbytes: int = 4 * 1024**3
+    # MoE expert tier (docs/moe.md): the directory models are loaded from ("" = tier off), and
+    # the byte budget of resident expert copies in MiB (0 = serve every fetch from the shards)
+    moe_cache: str = ""
+    moe_cache_mib: int = 1024
     # misc
     enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
@@ -93,6 +97,7 @@ class Settings:
         _check(self.maxmemory >= 0, "maxmemory must be >= 0")
         _check(self.kv_maxmemory >= 0, "kv-maxmemory must be >= 0")
         _check(self.kv_export_maxbytes >= 0, "kv-export-maxbytes must be >= 0")
+        _check(0 <= self.moe_cache_mib <= 1 << 30, "moe-cache-mib must be 0..1073741824")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
         _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
         _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
@@ -200,6 +205,8 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "maxmemory-samples": ("maxmemory_samples", parse_int_value, str),
     "kv-maxmemory": ("kv_maxmemory", parse_memory, str),
     "kv-export-maxbytes": ("kv_export_maxbytes", parse_memory, str),
+    "moe-cache": ("moe_cache", str, str),
+    "moe-cache-mib": ("moe_cache_mib", parse_int_value, str),
     "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),

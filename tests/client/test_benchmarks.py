@@ -43,3 +43,11 @@ def test_bench_ttft_llama_smoke_compares_pion_with_llama_disk_cache(tmp_path):
     assert [r["n"] for r in rows] == [34, 68]
     assert all(r[p]["hits"] and r[p]["first"] == r["cold"]["first"] for r in rows
                for p in ("ram/same", "disk/cross", "pion/same", "pion/cross"))
+
+
+def test_bench_moe_smoke_checks_tokens_and_writes_tables_and_plot(tmp_path):
+    out = run("bench_moe.py", "--out-dir", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "| zipf 1.1+markov 64x24 top-8 | 25% |" in out.stdout and "| local | cold miss |" in out.stdout
+    assert "| False |" not in out.stdout  # every paged run generated the in-memory model's tokens
+    assert (tmp_path / "moe_hit_rate_smoke.png").stat().st_size > 0 and (tmp_path / "moe_bench_smoke.json").exists()

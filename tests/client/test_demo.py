@@ -74,6 +74,7 @@ def test_pion_demo_prints_the_table_and_identical_continuations(tmp_path):
 
 
 @pytest.mark.hf
+@pytest.mark.timeout(900)  # a cold 2,200-token prefill x4 paths on 2 cores; the first run also converts the GGUF
 def test_pion_demo_on_the_real_model_answers_the_shipped_question():
     """The default model: SmolLM2-135M-Instruct on the ~2,200-token support-agent prompt."""
     from pion.client.prompts import DEMO_QUESTION

@@ -23,6 +23,8 @@ K/V cache: --kv-maxmemory BYTES caps the stored prefixes (0 = no cap; whole pref
 least recently used first, leaves of a chain before their roots, pinned ones never).
 --kv-export-maxbytes BYTES caps V.EXPORT's files, kept in /dev/shm (default 4gb; 0 disables it).
 --kvcache is accepted for the reference's scripts and does nothing: the K/V cache is always on.
+MoE experts: --moe-cache DIR (the models MOE.EXPERT.LOAD may load) --moe-cache-mib N (resident budget,
+default 1024; docs/moe.md).
 Reference flags for hardware Pion does not drive (--metal-attention, --cuda-attention, --gpu,
 --xdp, --iouring, --inference, ...) are refused with the reason.
 

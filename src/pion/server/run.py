@@ -38,6 +38,10 @@ def make_server(settings: Settings) -> Server:
     from pion.server.commands.kvcache import install as install_kvcache
 
     install_kvcache(server)
+    # the MoE expert tier, with --moe-cache
+    from pion.server.commands.moe_experts import install as install_moe
+
+    install_moe(server)
     return server
 
 

@@ -47,11 +47,14 @@ FAMILIES = (
     "kv_export",
     "kv_prefix",
     "kv_substrates",
+    "moe_experts",
     "scripting",
     "functions_cmds",
     "acl",
     "cluster",
     "replication",
+    "vsets",
+    "vsets_read",
 )
 
 
