@@ -156,6 +156,7 @@ class Connection(asyncio.BufferedProtocol):
         """Run every complete command in the buffer unless blocked, then flush once."""
         client = self.client
         dispatcher = self.server.dispatcher
+        tracking = self.server.tracking
         reader = self.reader
         out = self.out
         while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until:
@@ -174,8 +175,12 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             reply = dispatcher.execute(client, argv)
             if reply is BLOCKED:
+                if tracking.pending:
+                    tracking.send_pending()
                 break
             self._append_reply(reply)
+            if tracking.pending:  # invalidations this command caused for its own client follow its reply
+                tracking.send_pending()
             if self.out_size > HIGH_WATER:
                 self.flush()
                 if self.paused_by_writes or self.waiting_durable:

@@ -25,6 +25,7 @@ FAMILIES = (
     "server_admin",
     "server_debug",
     "client_cmds",
+    "tracking_cmds",
     "config_cmds",
     "introspection",
     "transactions",
