@@ -141,10 +141,15 @@ class Index:
             reply = self.r.execute_command("FT.SEARCH", INDEX, f"*=>[KNN {k} @emb $v AS dist]", "PARAMS", 2, "v",
                                            vector.astype(np.float32).tobytes(), "SORTBY", "dist", "RETURN", 1, "dist",
                                            "LIMIT", 0, k, "DIALECT", 2)
-            keys = reply[1::2] if isinstance(reply, list) else [d["id"] for d in reply["results"]]
+            keys = reply[1::2] if isinstance(reply, list) else [_field(d, "id") for d in _field(reply, "results")]
             return [(key.decode() if isinstance(key, bytes) else key)[len(PREFIX):] for key in keys]
         scores = self.vectors @ vector
         return [self.ids[i] for i in np.argsort(-scores)[:k]]
+
+
+def _field(reply: dict, name: str):
+    """A field of a RESP3 map reply (redis-py gives bytes keys unless it decodes responses)."""
+    return reply[name] if name in reply else reply[name.encode()]
 
 
 # -- generation ------------------------------------------------------------------------------
