@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pion-k", type=int, default=8, help="k at which the pion backend is timed (0: skip)")
     parser.add_argument("--smoke", action="store_true", help="tiny random model, 2 questions, k = 1, 3")
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--budget-min", type=float, default=0,
+                        help="start no new question after this many minutes (0: no limit); the table says how many ran")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads for every path (1: on a shared, oversubscribed machine OpenMP's barriers "
                              "cost a scheduler quantum per small op, which hurts repair's small batches most)")
@@ -175,30 +177,40 @@ def main(argv: list[str] | None = None) -> int:
                                        tokenizer=None if args.smoke else tok.tok)
         rc.copy_to(pion_rc)
         pion_rc.set_shared_stub(stub)
-    try:
-        rows = run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok)
-    finally:
-        if server is not None:
-            server.stop()
-    load_avg = os.getloadavg()
-    table = summarize(rows, ks)
-    print_table(table, model_name, len(questions), load_avg)
-    print(f"torch threads: {args.threads}")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = "rag_smoke" if args.smoke else "rag_smollm2"
-    (out / f"{name}.json").write_text(json.dumps({"model": model_name, "questions": len(questions), "ks": ks,
-                                                  "threads": args.threads, "loadavg": load_avg, "table": table,
-                                                  "rows": rows}, indent=1))
-    plot(table, ks, out / f"{name}.png", model_name, load_avg)
+
+    def save(rows: list[dict], final: bool = False) -> None:
+        """Write the table so far (after every question, so a run cut short still leaves its numbers)."""
+        load_avg = os.getloadavg()
+        done = len({r["q"] for r in rows})
+        table = summarize(rows, ks)
+        (out / f"{name}.json").write_text(json.dumps({"model": model_name, "questions": done, "ks": ks,
+                                                      "threads": args.threads, "loadavg": load_avg,
+                                                      "complete": final, "table": table, "rows": rows}, indent=1))
+        if final:
+            print_table(table, model_name, done, load_avg)
+            print(f"torch threads: {args.threads}")
+            plot(table, ks, out / f"{name}.png", model_name, load_avg)
+
+    try:
+        rows = run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok, save)
+    finally:
+        if server is not None:
+            server.stop()
+    save(rows, final=True)
     print(f"wrote {out / name}.json and .png")
     return 0
 
 
-def run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok) -> list[dict]:
+def run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok, save) -> list[dict]:
     adapter, end = rc.adapter, tok.end_ids()
-    rows = []
+    rows, started = [], time.monotonic()
     for qi, q in enumerate(questions, 1):
+        if args.budget_min and time.monotonic() - started > args.budget_min * 60:
+            print(f"time budget of {args.budget_min:g} min spent: {qi - 1} of {len(questions)} questions ran")
+            break
         question_ids = tok.encode(f"Question: {q.text}<|im_end|>\n<|im_start|>assistant\n")
         for k in ks:
             names = contexts[(q.text, k)]
@@ -206,7 +218,8 @@ def run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok) -> list
             M.settle()
             reference, text_s = greedy(adapter, adapter.new_cache(), full, end)
             answer = tok.decode(reference)
-            base = {"q": qi, "hops": q.hops, "k": k, "prompt_tokens": len(full), "answer": q.answer}
+            base = {"q": qi, "hops": q.hops, "k": k, "prompt_tokens": len(full), "answer": q.answer,
+                    "load1": os.getloadavg()[0]}
             rows.append({**base, "config": "text", "ttft_ms": text_s * 1000, "match": q.answer.lower() in answer.lower(),
                          "free": 1.0, "forced": 1.0, "recomputed": 1.0, "text": answer})
             for config, repair in configs(k, len(adapter.layout.attn)):
@@ -231,6 +244,7 @@ def run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok) -> list
             print(f"q{qi} k={k} ({len(full)} tokens): " + "  ".join(
                 f"{r['config']} {r['ttft_ms']:.0f}ms{'' if r['config'].startswith('pion') else ' ok' if r['match'] else ' --'}"
                 for r in done) + f"  load {os.getloadavg()[0]:.1f}", flush=True)
+        save(rows)
     return rows
 
 
