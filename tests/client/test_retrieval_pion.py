@@ -112,6 +112,17 @@ def test_a_lone_chunk_is_found_by_id_in_a_new_cache(url):
 
 
 @pytest.mark.hf
+def test_other_tokens_under_the_same_id_replace_the_stored_chunk(url):
+    first = make("hf", url)
+    first.ingest("doc", models.prompt(12))
+    first.ingest("doc", models.prompt(12, offset=3))  # published over the old rows in one step
+    assert first.stats()["ingest_count"] == 2 and first.stats()["errors"] == 0
+    other = make("hf", url)
+    k, _ = other.composer.rows(other.prepare("doc", [])[0])
+    assert np.array_equal(k, other.composer.rows(other.adapter.prefill(models.prompt(12, offset=3)))[0])
+
+
+@pytest.mark.hf
 def test_a_lossy_codec_is_another_namespace(url):
     exact = filled("hf", url)
     fp16 = make("hf", url, vquant="fp16")

@@ -311,10 +311,9 @@ class HybridRetrievalCache:
                 self._counts["ingest_hits"] += 1
                 self.manifest.put(entry)
                 return entry
-            self.store.drop(ns)  # other tokens (or a stale store) under this id: replace it
         k, v = self._encode(ids, kind)
         self._counts["ingest_count"] += 1
-        self._put(entry, ids, k, v)
+        self._put(entry, ids, k, v, replace=stored is not None)  # other tokens (or a stale store): replaced whole
         self.manifest.put(entry)
         return entry
 
@@ -327,11 +326,11 @@ class HybridRetrievalCache:
         k, v = self.composer.rows(cache)
         return k[:, len(self._stub_ids):], v[:, len(self._stub_ids):]
 
-    def _put(self, entry: ChunkEntry, ids: list[int], k: np.ndarray, v: np.ndarray) -> None:
+    def _put(self, entry: ChunkEntry, ids: list[int], k: np.ndarray, v: np.ndarray, replace: bool = False) -> None:
         manifest = chunk_manifest(fingerprint=self.fingerprint, fp_hash=self.fp_hash, layout=self.layout,
                                   codecs=self.schema, token_ids=ids, block_size=self.block_size, entry=entry)
         try:
-            self.store.put(entry.namespace, manifest, np.ascontiguousarray(k), np.ascontiguousarray(v))
+            self.store.put(entry.namespace, manifest, np.ascontiguousarray(k), np.ascontiguousarray(v), replace=replace)
         except PionError:
             self._counts["errors"] += 1
             raise

@@ -35,7 +35,7 @@ class InprocStore:
         self._items: dict[str, tuple[dict, np.ndarray, np.ndarray]] = {}
         self.ms = {"fetch_ms_total": 0.0, "store_ms_total": 0.0}
 
-    def put(self, ns: str, manifest: dict, k: np.ndarray, v: np.ndarray) -> None:
+    def put(self, ns: str, manifest: dict, k: np.ndarray, v: np.ndarray, replace: bool = False) -> None:
         self._items[ns] = (manifest, k, v)
 
     def manifest(self, ns: str) -> dict | None:
@@ -71,8 +71,10 @@ class PionStore:
         self.local_lane = wanted and can_export(layout)
         self.local_hits = 0
 
-    def put(self, ns: str, manifest: dict, k: np.ndarray, v: np.ndarray) -> None:
-        """Register ``ns`` with ``manifest`` and store its rows (raises the server's error)."""
+    def put(self, ns: str, manifest: dict, k: np.ndarray, v: np.ndarray, replace: bool = False) -> None:
+        """Register ``ns`` with ``manifest`` and store its rows, all or nothing (raises the server's
+        error). ``replace``: the new chunk takes the place of the one stored there in one step
+        (``PUBLISH`` refuses to overwrite otherwise; an identical concurrent store is accepted)."""
         started = time.perf_counter()
         try:
             token_ids = _tokens(manifest)
@@ -82,7 +84,7 @@ class PionStore:
             layout = self.pc.adapter.layout
             after = [export_args(*transfer.sides(ns), len(token_ids), layout)] if self.local_lane else []
             replies = transfer.store(self.pc.client, ns, token_ids, kv, {}, self.pc.schema, raw, self.pc.block_size,
-                                     None, after=after, seed=seed)  # the export file is written ahead of the first load
+                                     None, after=after, seed=seed, replace=replace)  # the export file is written ahead of the first load
             if replies and isinstance(replies[0], PionError):
                 self.local_lane = False
                 warnings.warn(f"chunk cache: local lane off, the server refused V.EXPORT ({replies[0]})",
