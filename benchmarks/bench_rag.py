@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torch threads: {args.threads}")
             plot(table, ks, out / f"{name}.png", model_name, load_avg)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its server (finally)
     try:
         rows = run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok, save)
     finally:
