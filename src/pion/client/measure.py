@@ -35,15 +35,25 @@ class LoadedModel:
 
 
 def load(model_arg: str | None, runtime: str, progress=print, device: str | None = None) -> LoadedModel:
-    """The built-in demo model (``model_arg`` None), another built-in shape (``builtin:<shape>``), a
-    directory written by ``demo_model.write_model_dir``, or a real model, in the asked runtime;
-    ``device`` (hf only, e.g. ``"cuda"``) moves the model there before the warm-up."""
-    from pion.client import demo_model
+    """The built-in random-weight model (``model_arg`` None or ``builtin:random``), another built-in
+    shape (``builtin:<shape>``), the packaged real SmolLM2-135M-Instruct (``builtin:smollm2``,
+    ``pion.client.real_model``), a directory written by ``demo_model.write_model_dir``, or any
+    other model (hub id or path), in the asked runtime; ``device`` (hf only, e.g. ``"cuda"``)
+    moves the model there before the warm-up."""
+    from pion.client import demo_model, real_model
     from pion.client.adapters import adapter_for
 
-    if model_arg is None or model_arg.startswith("builtin:") or demo_model.is_demo_format(model_arg):
+    if model_arg == "builtin:random":
+        model_arg = None
+    if model_arg == real_model.SMOLLM2_ARG:
+        model, tokenizer = load_real(runtime, progress)
+        name = real_model.SMOLLM2_ID
+    elif model_arg is None or model_arg.startswith("builtin:") or demo_model.is_demo_format(model_arg):
         if model_arg is None or model_arg.startswith("builtin:"):
             shape = "smollm2-135m-shape" if model_arg is None else model_arg.split(":", 1)[1]
+            if shape not in demo_model.SHAPES:
+                choices = ", ".join(f"builtin:{n}" for n in ("random", "smollm2", *demo_model.SHAPES))
+                raise ValueError(f"unknown built-in model {model_arg!r}; choose one of {choices}")
             path, name = demo_model.ensure_demo_model(progress, shape), f"pion-demo/{shape}"
         else:
             path, name = model_arg, model_arg
@@ -69,6 +79,18 @@ def load(model_arg: str | None, runtime: str, progress=print, device: str | None
     adapter.forward([0, 0, 0, 0], warm)
     adapter.forward([0], warm)
     return LoadedModel(model, adapter, tokenizer, name, runtime)
+
+
+def load_real(runtime: str, progress):
+    """The packaged SmolLM2-135M-Instruct: transformers reads the fp32 conversion of the GGUF;
+    mlx-lm (which has no GGUF reader, only a writer) loads that same converted directory."""
+    from pion.client import real_model
+
+    if runtime == "mlx":
+        from pion.client.adapters.mlx_lm import load_model
+
+        return load_model(str(real_model.ensure_converted(progress)))
+    return real_model.load_smollm2(progress=progress)
 
 
 def filler_prompt(loaded: LoadedModel, n_tokens: int) -> list[int]:
@@ -103,10 +125,11 @@ def warm_ttft(prompt_cache, prefix_ids, suffix_ids) -> tuple[float, np.ndarray, 
     return elapsed, logits, cache, prompt_cache.stats()["hits"] == hits + 1
 
 
-def greedy(adapter, cache, logits: np.ndarray, steps: int) -> list[int]:
-    """``steps`` greedy tokens continuing from ``logits`` (the cache is extended in place)."""
+def greedy(adapter, cache, logits: np.ndarray, steps: int, stop=()) -> list[int]:
+    """``steps`` greedy tokens continuing from ``logits`` (the cache is extended in place); a
+    token in ``stop`` (end of turn) ends the list early, itself included."""
     out = [int(np.argmax(logits))]
-    while len(out) < steps:
+    while len(out) < steps and out[-1] not in stop:
         logits = adapter.forward([out[-1]], cache)
         out.append(int(np.argmax(logits)))
     return out
@@ -127,9 +150,17 @@ def median(values) -> float:
 
 
 def timed_hit(prompt_cache, prefix_ids, suffix_ids) -> dict:
-    """One warm run as a JSON-able row: ``ms``, whether it was a ``hit``, the ``first`` token."""
+    """One warm run as a JSON-able row: ``ms``, whether it was a ``hit``, the ``first`` token, and
+    this process's CPU time (``cpu_ms``, user + system) and minor page faults (``faults``) during
+    it: on a loaded machine they say where the time went better than the wall clock does."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
     ms, logits, _, hit = warm_ttft(prompt_cache, prefix_ids, suffix_ids)
-    return {"ms": ms, "hit": hit, "first": int(np.argmax(logits))}
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
+    return {"ms": ms, "hit": hit, "first": int(np.argmax(logits)), "cpu_ms": round(cpu, 2),
+            "faults": after.ru_minflt - before.ru_minflt}
 
 
 def serve_hits(prompt_cache, prompt_for) -> None:

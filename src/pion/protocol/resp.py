@@ -10,6 +10,7 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     Pairs -> RESP3 array of 2-element arrays, RESP2 flat array (ZRANGE WITHSCORES, ...)
     Push -> RESP3 push (>), RESP2 array           Verbatim -> RESP3 verbatim (=), RESP2 bulk
     Payloads -> array (of large payloads, written without copying them)
+    BulkParts -> one bulk string made of its pieces, written without copying them (MOE.EXPERT.FETCH)
     SetReply -> RESP3 set keeping its order (COMMAND INFO), RESP2 array
     Replies -> several replies back to back (SUBSCRIBE confirms each channel)
     KeyedArrays -> RESP3 map, RESP2 array of [key, value] pairs (XREAD)
@@ -100,6 +101,13 @@ class Payloads(list):
     __slots__ = ()
 
 
+class BulkParts(list):
+    """One bulk string given as its pieces (small headers between large payloads): the wire
+    form is the pieces joined, and ``encode_vectored`` writes the large ones without copying."""
+
+    __slots__ = ()
+
+
 class Vectored(list):
     """An encoded reply as its buffers (``encode_vectored``); ``nbytes`` is their total size."""
 
@@ -166,7 +174,7 @@ def encode_vectored(value: Any, proto: int) -> bytes | Vectored:
     if cls is bytes:
         if len(value) < VECTORED_MIN:
             return b"$%d\r\n%s\r\n" % (len(value), value)
-    elif cls is not Payloads and cls is not memoryview and cls is not bytearray:
+    elif cls is not Payloads and cls is not memoryview and cls is not bytearray and cls is not BulkParts:
         return encode(value, proto)
     out: list = []
     _encode_into(value, proto, out)
@@ -211,6 +219,10 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
         out.append(b"\r\n")
     elif cls is int:
         out.append(b":%d\r\n" % value)
+    elif cls is BulkParts:
+        out.append(b"$%d\r\n" % sum(map(_size, value)))
+        out.extend(value)
+        out.append(b"\r\n")
     elif value is None:
         out.append(_NULL3 if proto == 3 else _NULL2)
     elif cls is Status:

@@ -14,16 +14,15 @@ SHA-256 digests (what ACL GETUSER shows) and compared in constant time; they are
 from __future__ import annotations
 
 import hashlib
-import hmac
 import ipaddress
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
+from pion.server.acl_users import User, UserTable
 
 if TYPE_CHECKING:
     from pion.config import Settings
@@ -52,43 +51,55 @@ def digest(password: bytes) -> bytes:
     return hashlib.sha256(password).digest()
 
 
-@dataclass(slots=True)
-class User:
-    """A user AUTH can select: ``tenant`` is None for the default (admin) user."""
-
-    name: str
-    digest: bytes | None  # None: nopass (the default user while requirepass is empty)
-    tenant: str | None = None
-    quota: int = 0
-
-    def accepts(self, password: bytes) -> bool:
-        if self.digest is None:
-            return True
-        return hmac.compare_digest(digest(password), self.digest)
-
-
 class Users:
-    """``server.engines["acl"]``: the users, the failure counters and the ACL log."""
+    """``server.engines["acl"]``: the ACL users (``pion.server.acl_users``), the failure counters
+    and the ACL log. The default user takes ``requirepass`` as its password; each ``--tenant`` is a
+    user bound to its own keyspace (``User.tenant``)."""
 
     def __init__(self, server: Server) -> None:
+        from pion.server.acl_check import catalog_of
+
         self.server = server
-        self.tenants: dict[str, User] = {}
+        self.table = UserTable(catalog_of(server.table))
         #: host -> [recent failures, time of the last one]
         self.failures: OrderedDict[str, list[float]] = OrderedDict()
         self.log = AclLog(server)
+        self.set_default_password(server.settings.requirepass)
 
     @property
     def users(self) -> dict[str, User]:
-        """Every user by name, the default first (CLIENT KILL USER, ACL USERS)."""
-        return {"default": self.default, **self.tenants}
+        """Every user by name (CLIENT KILL USER, ACL USERS)."""
+        return self.table.users
+
+    @property
+    def tenants(self) -> dict[str, User]:
+        return {name: user for name, user in self.table.users.items() if user.tenant is not None}
 
     @property
     def default(self) -> User:
-        required = self.server.settings.requirepass
-        return User("default", digest(required.encode()) if required else None)
+        return self.table.default
 
     def get(self, name: str) -> User | None:
-        return self.default if name == "default" else self.tenants.get(name)
+        return self.table.users.get(name)
+
+    def add_tenant(self, name: str, password_digest: bytes, quota: int, rules: list[bytes]) -> User:
+        """A ``--tenant`` user: on, its password, all keys and channels of its own keyspace, and
+        the commands a tenant may run (``rules``, from ``tenants.tenant_rules``)."""
+        user = self.table.set_user(name, [b"on", b"#" + password_digest.hex().encode(), b"~*", b"&*", *rules])
+        user.tenant, user.quota = name, quota
+        return user
+
+    def set_default_password(self, password: str) -> None:
+        """requirepass: Redis's ACLUpdateDefaultUserPassword (``resetpass`` then ``>pw`` or ``nopass``)."""
+        default = self.table.default
+        default.apply(b"resetpass", self.table.catalog)
+        default.apply(b">" + password.encode() if password else b"nopass", self.table.catalog)
+
+    @property
+    def open_to_all(self) -> bool:
+        """New connections start authenticated as default: it is on and needs no password."""
+        default = self.table.default
+        return default.enabled and default.nopass
 
     def note_failure(self, client: Client) -> tuple[int, float]:
         """Count a failed AUTH: ``(recent failures of this connection or address, seconds its
@@ -137,7 +148,7 @@ def users_of(server: Server) -> Users:
 def authenticate(server: Server, client: Client, user: bytes | None, password: bytes) -> None:
     """AUTH / HELLO AUTH: select ``user`` (None: the one-argument form) or raise Redis's error."""
     users = users_of(server)
-    if user is None and not server.settings.requirepass:
+    if user is None and users.default.nopass:
         raise ReplyError(NO_PASSWORD_ERR)
     name = "default" if user is None else user.decode("utf-8", "replace")
     found = users.get(name)
@@ -202,7 +213,8 @@ class AclLog:
         from pion.server.client_info import client_line
 
         now = int(time.time() * 1000)
-        context = "lua" if client.in_script else ("multi" if client.executing else "toplevel")
+        context = "lua" if client.in_script else ("multi" if client.executing or client.multi is not None
+                                                  else "toplevel")
         info = client_line(client, obj.lower()) if client.conn is not None else ""
         for entry in self.entries:
             if (entry["reason"], entry["context"], entry["object"], entry["username"]) == (reason, context, obj, username) \
@@ -309,12 +321,16 @@ def check_startup(settings: Settings) -> list[Any]:
 def install(server: Server, specs: list[Any]) -> Users:
     """Users, tenants, the tenant guard (NOPERM, quota) and TLS reloads, onto a built server."""
     from pion.server import tenants, tls
+    from pion.server.acl_check import refusal as acl_refusal
 
     users = users_of(server)
     engine = tenants.install(server, specs)
     previous = server.guard
 
     def guard(client: Client, spec: Any, argv: list[bytes]) -> ReplyError | None:
+        denied = acl_refusal(users, client, spec, argv)
+        if denied is not None:
+            return denied
         if client.tenant is not None:
             if tenants.tenant_denied(spec):
                 return tenants.nopermission(client, spec)
@@ -324,6 +340,13 @@ def install(server: Server, specs: list[Any]) -> Users:
         return previous(client, spec, argv) if previous is not None else None
 
     server.guard = guard
+    path = dict(server.settings.extra).get("aclfile", "")
+    if path:
+        from pion.server.run import StartupError
+
+        error = users.table.load_file(path)
+        if error is not None:
+            raise StartupError(f"Aborting startup because of ACL errors: {error}")
     if server.settings.tls_port:
         server.engines["tls"] = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
@@ -336,5 +359,9 @@ def _config_changed(server: Server, old: Settings, new: Settings) -> str | None:
     if new.requirepass != old.requirepass and server.tenant_dbs and not new.requirepass:
         return "tenants need requirepass (the admin password); it cannot be removed while tenants exist"
     if (new.bind, new.requirepass, new.protected_mode) != (old.bind, old.requirepass, old.protected_mode):
-        return check_bind(new)
+        refused = check_bind(new)
+        if refused is not None:
+            return refused
+    if new.requirepass != old.requirepass:
+        users_of(server).set_default_password(new.requirepass)
     return None

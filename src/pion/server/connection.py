@@ -183,6 +183,7 @@ class Connection(asyncio.BufferedProtocol):
         client = self.client
         server = self.server
         dispatcher = server.dispatcher
+        tracking = server.tracking
         reader = self.reader
         out = self.out
         while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until:
@@ -206,8 +207,12 @@ class Connection(asyncio.BufferedProtocol):
             if seq > self.pending_seq:  # a reply may show writes not durable yet: it waits for them
                 self.pending_seq = seq
             if reply is BLOCKED:
+                if tracking.pending:
+                    tracking.send_pending()
                 break
             self._append_reply(reply)
+            if tracking.pending:  # invalidations this command caused for its own client follow its reply
+                tracking.send_pending()
             if self.out_size > HIGH_WATER:
                 self.flush()
                 if self.paused_by_writes or self.waiting_durable:

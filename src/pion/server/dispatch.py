@@ -150,13 +150,21 @@ class Dispatcher:
         if client.multi is not None and argv[0].lower() not in _MULTI_PASS:
             client.multi.append((spec, argv))
             return QUEUED
-        if not server.monitors:
-            return self.call(client, spec, argv)
-        if spec.name in _MONITOR_FIRST:
-            server.feed_monitors(client, argv)
-            return self.call(client, spec, argv)
-        reply = self.call(client, spec, argv)
-        self.monitor(client, spec, argv)
+        tracking = server.tracking
+        tracking.current = client
+        try:
+            if not server.monitors:
+                reply = self.call(client, spec, argv)
+            elif spec.name in _MONITOR_FIRST:
+                server.feed_monitors(client, argv)
+                reply = self.call(client, spec, argv)
+            else:
+                reply = self.call(client, spec, argv)
+                self.monitor(client, spec, argv)
+        finally:
+            tracking.current = None
+        if client.tracking is not None:
+            tracking.command_done(client, spec)
         return reply
 
     def _abort_exec(self, client: Client, refusal: ReplyError) -> ReplyError:
@@ -233,6 +241,8 @@ class Dispatcher:
             self.count_error(reply)
         client.commands_processed += 1
         client.last_cmd = spec.full_name
+        if client.tracking is not None and not failed:
+            server.tracking.after_command(client, spec, argv)
         if crashed:
             pass  # its own argv would crash the replay the same way: not logged (docs/durability.md)
         elif ctx.rewritten:

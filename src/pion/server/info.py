@@ -116,7 +116,7 @@ def clients_section(server: Server) -> dict[str, Any]:
     return {
         "connected_clients": len(server.clients), "cluster_connections": 0,
         "maxclients": server.settings.maxclients, "blocked_clients": server.blocking.num_blocked,
-        "tracking_clients": 0, "clients_in_timeout_table": sum(
+        "tracking_clients": server.tracking.clients, "clients_in_timeout_table": sum(
             1 for c in server.clients.values() if c.blocked is not None and c.blocked.timeout > 0),
         "total_blocking_keys": len(server.blocking.waiting), "total_blocking_keys_on_nokey": 0,
     }

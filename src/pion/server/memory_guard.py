@@ -37,6 +37,8 @@ class MemoryManager:
         self.active = False
         self._kinds: dict[bytes, tuple[int, Any]] = {}
         self._journal: Any = None
+        #: engines whose memory is not in the keyspace (search indexes) add theirs here
+        self.extra_bytes: list[Any] = []
         #: bytes of the keyspaces' own structures outside the per-key estimates (the SCAN and
         #: sampling tables), refreshed every STRUCTURE_REFRESH writes
         self.structures = 0
@@ -46,7 +48,7 @@ class MemoryManager:
         """Dataset estimate (keys, values, arena bytes values hold views of, the keyspaces' SCAN
         tables) while maxmemory is set; otherwise the process's resident size."""
         if self.active:
-            return self.accounting.used + self.structures
+            return self.accounting.used + self.structures + sum(extra() for extra in self.extra_bytes)
         from pion.server.info import rss_bytes
 
         return rss_bytes()

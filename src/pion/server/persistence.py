@@ -21,7 +21,7 @@ from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.server.bgsave import SaveJob
 from pion.server.memory_guard import MemoryManager
-from pion.server.status import CrashLog, DataDirLock, DirLockedError, StatusFile, last_command
+from pion.server.status import DataDirLock, DirLockedError, breadcrumbs, last_command
 from pion.server.wal_journal import ObservedJournal, WalJournal
 from pion.storage import wal
 from pion.storage.arena import ArenaStore
@@ -95,8 +95,7 @@ class Persistence:
         self.arena_base_bytes = 0
         self.recovery: Any = None
         self.started = False
-        self.status = StatusFile(self.directory, self.status_fields)
-        self.crash = CrashLog(self.directory, server)
+        self.status, self.crash = breadcrumbs(settings, self.directory, server, self.status_fields)
 
     # -- setup ------------------------------------------------------------------------------------
 

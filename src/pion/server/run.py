@@ -38,6 +38,14 @@ def make_server(settings: Settings) -> Server:
     from pion.server.commands.kvcache import install as install_kvcache
 
     install_kvcache(server)
+    # the MoE expert tier, with --moe-cache
+    from pion.server.commands.moe_experts import install as install_moe
+
+    install_moe(server)
+    # search (FT.*) over the keyspace: key hooks, background scans, its snapshot extension
+    from pion.server.commands.search_admin import install as install_search
+
+    install_search(server)
     return server
 
 

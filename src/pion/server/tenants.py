@@ -24,7 +24,7 @@ import crc32c
 
 from pion.config import ConfigError, Settings, parse_memory
 from pion.protocol.errors import ReplyError
-from pion.server.auth import User, digest, users_of
+from pion.server.auth import digest, users_of
 from pion.server.pubsub import TENANT_SHIFT
 from pion.storage.memory import Accounting
 
@@ -183,7 +183,7 @@ class Tenants:
                 server._make_db(i, tenant_db_id(spec.name, i)) for i in range(server.settings.databases)]
             self.accounting[spec.name] = Accounting(server.settings.databases)
             self.kv[spec.name] = TenantKV(server, spec.name)
-            users.tenants[spec.name] = User(spec.name, spec.digest, spec.name, spec.quota)
+            users.add_tenant(spec.name, spec.digest, spec.quota, tenant_rules(server.table).encode().split())
 
     # -- quota ---------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Runtime adapters: the only code that touches torch, transformers, mlx or mlx-lm.
+"""Runtime adapters: the only code that touches torch, transformers, mlx, mlx-lm or llama-cpp-python.
 
 An adapter moves a model's prompt cache to and from runtime-neutral numpy:
 ``export(cache)`` gives per attention layer K and V rows (``(n_tokens, n_kv_heads*head_dim)``,
@@ -62,6 +62,9 @@ def adapter_for(model, **options):
         from pion.client.adapters.mlx_lm import MlxLmAdapter
 
         return MlxLmAdapter(model, **options)
+    if module.startswith("llama_cpp"):
+        raise TypeError("a llama_cpp.Llama keeps its K/V inside llama.cpp: use "
+                        "pion.client.adapters.llama_cache.PionLlamaCache with Llama.set_cache")
     raise TypeError(
         f"no Pion adapter for {type(model).__module__}.{type(model).__name__}: "
         "pass a transformers model (pip install 'pion[hf]') or an mlx-lm model (pip install 'pion[mlx]')"

@@ -44,8 +44,12 @@ def v_export(ctx, argv):
     exports = sp.exports
     if exports.directory is None:
         tenant = getattr(ctx.client, "tenant", None) or b""
-        exports.open_directory(ctx.server.settings.dir, tenant.encode() if isinstance(tenant, str) else tenant)
         remove_at_shutdown(ctx.server)
+        try:
+            base = engine_of(ctx.server).export_root(ctx.server.settings.dir)
+            exports.open_directory(base, tenant.encode() if isinstance(tenant, str) else tenant)
+        except OSError as exc:
+            raise ReplyError(f"ERR V.EXPORT: cannot create the export directory: {exc.strerror or exc}") from None
     exports.sweep(lambda sid: None if (s := sp.vstore.get(sid)) is None else s.version)
     versions = (sessions[0].version, sessions[1].version)
     found = exports.lookup(key, versions)

@@ -20,6 +20,7 @@ from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, parse_layer_spe
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, Payloads
 from pion.server.commands.kv_rows import finish_store, plan_store, store_rows
+from pion.server.commands.kv_stage import refuse_if_owned
 from pion.server.commands.kvcache import (
     arg,
     charge,
@@ -93,6 +94,8 @@ def v_create(ctx, argv):
     default, schema, explicit = parse_create(argv)
     sp = space(ctx)
     session = sp.vstore.get(sid)
+    if session is None:
+        refuse_if_owned(ctx, sp, sid, "V.CREATE")
     if session is not None:
         same_dim = session.default.dim == default.dim and session.schema == schema
         if not same_dim or (explicit and session.default.fmt != default.fmt):
@@ -110,10 +113,12 @@ def v_create(ctx, argv):
 
 @command("V.STOREBATCH", -6, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
 def v_storebatch(ctx, argv):
-    """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW]: store rows [start, start+count).
+    """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW] [TOKEN token]: store rows [start, start+count).
 
     A large batch is encoded, and written to its log arena, in the worker pool (``Deferred``);
-    the rows are stored and logged when that is done, as if the command arrived then.
+    the rows are stored and logged when that is done, as if the command arrived then. TOKEN
+    writes into a staged store (``KV.PREFIX.REGISTER ... STAGE``); without it, the session of a
+    namespace registered with a manifest refuses the write.
     """
     plan = plan_store(ctx, argv)
     codec = plan.spec.codec()
@@ -331,6 +336,7 @@ def v_restore(ctx, argv):
     sp = space(ctx)
     sid = arg(argv[1])
     session = sp.vstore.require(sid)
+    refuse_if_owned(ctx, sp, sid, "V.RESTORE")
     snap_id = strict_int(argv[2], 0, 1 << 62, "ERR V.RESTORE: unknown snap_id for this session")
     changed = sp.vstore.restore(session, snap_id)
     effects: list[list[bytes]] = []
@@ -357,6 +363,7 @@ def v_truncate(ctx, argv):
     """V.TRUNCATE sid layer tokens: forget a layer's rows at and past ``tokens`` (Pion's)."""
     sp = space(ctx)
     session = sp.vstore.require(arg(argv[1]))
+    refuse_if_owned(ctx, sp, session.sid, "V.TRUNCATE")
     layer_id = strict_int(argv[2], 0, MAX_LAYERS - 1, "ERR invalid layer_id")
     tokens = strict_int(argv[3], 0, MAX_TOKENS, "ERR invalid tokens")
     sp.vstore.truncate(session, layer_id, tokens)

@@ -146,6 +146,19 @@ def write_reserved(arenas: ArenaStore, room, data, at: int = 0) -> int:
     return arenas.write_at(room, data, at)
 
 
+def clean_stale_exports(server) -> None:
+    """Start-up: delete the V.EXPORT files a previous server on this data directory left behind
+    (after a kill -9 they stay in shared memory until someone removes them)."""
+    import logging
+
+    from pion.kvcache.export import clean_stale
+
+    line = clean_stale(server.settings.dir)
+    if line is not None:
+        log = logging.getLogger("pion.server")
+        (log.info if line.startswith("removed") else log.warning)("V.EXPORT: %s", line)
+
+
 def install(server) -> KVEngine:
     """Wire the K/V engine onto a server: the engine, INFO ``# Pion``, CONFIG RESETSTAT, snapshots."""
     from pion.kvcache import persist
@@ -160,6 +173,14 @@ def install(server) -> KVEngine:
     hooks = getattr(server, "resetstat_hooks", None)
     if hooks is not None:
         hooks.append(lambda srv: srv.engines["kvcache"].ledger.reset())
+    startup = getattr(server, "startup_hooks", None)
+    if startup is not None:
+        startup.append(clean_stale_exports)
+    cron = getattr(server, "cron_hooks", None)
+    if cron is not None:
+        from pion.server.commands.kv_stage import abort_idle
+
+        cron.append(abort_idle)  # staged stores whose writer went quiet
     arenas = server.engines.get("arenas")
     if arenas is not None:  # mapped rows are checked against their crc before use
         kv.check_blobs_with(arenas.blob_ok)

@@ -260,38 +260,6 @@ def lolwut(ctx: Ctx, argv: list[bytes]):
     return Verbatim(PAWN.lstrip("\n") + f"\nPion ver. {__version__} - Redis ver. {REDIS_VERSION}\n")
 
 
-# -- ROLE, REPLICAOF: Pion is always a master without replicas ----------------------------------------
-
-
-@command("ROLE", 1, "noscript loading stale fast", categories="@admin @fast @dangerous", group="server", since="2.8.12")
-def role(ctx: Ctx, argv: list[bytes]):
-    """ROLE
-
-    A master at replication offset 0 with no replicas: Pion has no replication.
-    """
-    return [b"master", 0, []]
-
-
-@command("REPLICAOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="5.0.0")
-def replicaof(ctx: Ctx, argv: list[bytes]):
-    """REPLICAOF host port | NO ONE
-
-    NO ONE is a no-op (Pion is already a master); following a master is refused with the reason.
-    """
-    if argv[1].upper() == b"NO" and argv[2].upper() == b"ONE":
-        return OK
-    raise ReplyError(f"ERR {argv[0].decode(errors='replace').upper()} is not supported by Pion: it has no replication")
-
-
-@command("SLAVEOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="1.0.0")
-def slaveof(ctx: Ctx, argv: list[bytes]):
-    """SLAVEOF host port | NO ONE
-
-    The old name of REPLICAOF.
-    """
-    return replicaof(ctx, argv)
-
-
 # -- MODULE: Pion loads no Redis modules ------------------------------------------------------------------
 
 MODULE_HELP = [
@@ -308,9 +276,10 @@ MODULE_HELP = [
 def module_list(ctx: Ctx, argv: list[bytes]):
     """MODULE LIST
 
-    Always empty: Pion's engines are built in, not Redis modules.
+    Pion loads no Redis modules; its built-in engines that stand in for one (search, JSON) are
+    listed under the module's name and version, so clients enable their features.
     """
-    return []
+    return [dict(entry) for entry in ctx.server.engines.get("modules", ())]
 
 
 def _no_modules(ctx: Ctx, argv: list[bytes]):
