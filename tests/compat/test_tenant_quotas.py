@@ -59,3 +59,25 @@ def test_a_request_that_would_pass_the_quota_is_refused_before_it_runs(bob):
     with pytest.raises(OOM, match="tenant 'bob'"):
         bob.set("k2", "y" * (6 * 1024 * 1024))  # under the quota before it, over after it
     assert bob.exists("k2") == 0
+
+
+def test_search_indexes_count_and_cannot_pass_the_quota(bob):
+    """An index costs more than the keys it covers: 1,000 distinct words make a 6 KB hash and
+    about 120 KB of postings. Keys alone would fit 1,600 times in 10 MB; the index does not."""
+    bob, alice = bob
+    words = " ".join(f"w{i}" for i in range(1000))
+    for client in (bob, alice):
+        client.execute_command("FT.CREATE", "idx", "ON", "HASH", "PREFIX", 1, "d:", "SCHEMA", "body", "TEXT")
+    stored = 0
+    with pytest.raises(OOM, match="tenant 'bob'"):
+        for i in range(200):
+            bob.hset(f"d:{i}", "body", words)
+            stored += 1
+    assert 10 < stored < 100
+    bob.execute_command("FT.SEARCH", "idx", "w1", "LIMIT", 0, 0)  # the index has caught up
+    assert used(bob) <= 10 * 1024 * 1024 + 256 * 1024  # at most one document's postings past it
+    assert bob.execute_command("FT.DROPINDEX", "idx") == b"OK"
+    bob.hset("after-drop", "body", words)  # dropping the index gave its bytes back
+    for i in range(200):  # another tenant's index is its own: alice has no quota
+        alice.hset(f"d:{i}", "body", words)
+    assert alice.execute_command("FT.SEARCH", "idx", "w1", "LIMIT", 0, 0)[0] == 200

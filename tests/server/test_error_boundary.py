@@ -20,8 +20,9 @@ def node(tmp_path):
     srv.stop()
 
 
-def manifest_register(ns: str, manifest: str) -> list:
-    return ["KV.PREFIX.REGISTER", ns, 64, "fp16", "MANIFEST", manifest]
+def manifest_register(ns: str, manifest: str, token: str = "t1") -> list:
+    """A manifest is registered through a staged store (issue #12): REGISTER ... MANIFEST ... STAGE."""
+    return ["KV.PREFIX.REGISTER", ns, 64, "fp16", "MANIFEST", manifest, "STAGE", token]
 
 
 def test_a_deeply_nested_manifest_is_refused_and_the_connection_stays(node):
@@ -29,8 +30,9 @@ def test_a_deeply_nested_manifest_is_refused_and_the_connection_stays(node):
     with pytest.raises(redis.ResponseError, match="nested deeper than"):
         r.execute_command(*manifest_register("ns", NESTED))
     assert r.ping() is True
-    deep_but_fine = '{"a":' * 50 + "1" + "}" * 50
+    deep_but_fine = '{"n_layers": 1, "token_count": 1, "extra": ' + '{"a":' * 50 + "1" + "}" * 50 + "}"
     assert r.execute_command(*manifest_register("ns", deep_but_fine)) == b"OK"
+    assert r.execute_command("KV.PREFIX.ABORT", "ns", "t1") == 1
 
 
 def test_the_issue_transaction_is_all_or_nothing_and_survives_a_restart(node):
