@@ -81,3 +81,20 @@ def test_search_indexes_count_and_cannot_pass_the_quota(bob):
     for i in range(200):  # another tenant's index is its own: alice has no quota
         alice.hset(f"d:{i}", "body", words)
     assert alice.execute_command("FT.SEARCH", "idx", "w1", "LIMIT", 0, 0)[0] == 200
+
+
+def test_warm_attention_views_count_and_are_not_kept_past_the_quota(bob):
+    """ATTEND.PREFIX.STORE keeps the rows (fp32, in the V-store) and a warm view of them (another
+    copy): both are the tenant's bytes. A view the quota has no room for serves its query only."""
+    bob, _ = bob
+    side = np.ones((2, 2048, 64), np.float32)  # 1 MiB a side: rows 2 MiB, warm view 2 MiB
+    bob.execute_command("ATTEND.PREFIX.STORE", "p", 0, 2, 2048, 64, side.tobytes(), side.tobytes())
+    assert used(bob) >= 4 * 1024 * 1024
+    assert bob.execute_command("ATTEND.PREFIX.LOOKUP", "p", 0) == b"HIT"
+    big = np.ones((2, 4096, 64), np.float32)  # rows fit (4 + 4 MiB), a warm view of them does not
+    bob.execute_command("ATTEND.PREFIX.STORE", "p", 1, 2, 4096, 64, big.tobytes(), big.tobytes())
+    assert bob.execute_command("ATTEND.PREFIX.LOOKUP", "p", 1) == b"COLD"
+    assert used(bob) <= 10 * 1024 * 1024
+    assert bob.execute_command("KV.PREFIX.WARM", "p", 2, 64) == b"1 over_budget=1"
+    with pytest.raises(OOM, match="tenant 'bob'"):
+        bob.execute_command("ATTEND.PREFIX.STORE", "p", 2, 2, 4096, 64, big.tobytes(), big.tobytes())
