@@ -351,6 +351,32 @@ def test_a_prefix_replaced_while_a_reader_fetches_it_is_a_miss_never_a_mix(url, 
     assert same_cache(writer.get_or_prefill(new, namespace="fixed"), cold_new) and writer.stats()["hits"] == 1
 
 
+def test_a_prefix_replaced_between_match_and_fetch_is_a_miss_never_another_prompt_s_head(url):
+    """MATCH compared the tokens; a partial hit's manifest cannot say which tokens its head holds,
+    so the fetch must read the entry MATCH answered (its generation), not whatever is there now."""
+    model = hf_llama()
+    reader, writer = PionPromptCache(model, url=url), PionPromptCache(model, url=url)
+    old, new = prompt(40), prompt(40, offset=9)
+    cold_old, cold_new = reader.adapter.prefill(old), writer.adapter.prefill(new)
+    assert reader.put(old, cold_old, namespace="fixed")
+    match = reader.client.kv_match_tokens
+
+    def then_replace(*args, **kwargs):
+        found = match(*args, **kwargs)
+        writer.put(new, cold_new, namespace="fixed", replace=True)
+        return found
+
+    reader.client.kv_match_tokens = then_replace
+    cache, rest = reader.fetch_nearest(old[:30])  # MATCH finds old's head in "fixed", then it is replaced
+    assert cache is None and rest == old[:30], "the reader took the replacement's rows as the old prompt's head"
+    assert reader.stats()["partial_hits"] == 0
+    reader.client.kv_match_tokens = match
+    cache, rest = reader.fetch_nearest(new[:30])
+    assert reader.stats()["partial_hits"] == 1 and rest == []
+    assert all(torch.equal(got.keys, full.keys[:, :, :30]) for got, full in zip(cache.layers, cold_new.layers,
+                                                                                 strict=True))
+
+
 # -- the portable prefix artifact -------------------------------------------------------------
 
 

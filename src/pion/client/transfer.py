@@ -92,7 +92,7 @@ class Fetched(NamedTuple):
 
 
 def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = False,
-          form: str = "range") -> Fetched | None:
+          form: str = "range", generation: int | None = None) -> Fetched | None:
     """Manifest, encoded K and V rows ``[0, n_tokens)`` and state blobs of ``ns``; None on a miss.
 
     ``partial``: only the head of the prefix is used, so the server's receipt credits
@@ -100,21 +100,22 @@ def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = Fa
     asks for each layer with its own ``V.FETCH ... RANGE`` (all in the same pipeline, so still
     one round trip), which lets the server start sending layer 0 while it renders the rest;
     ``"batch"`` asks with one ``V.FETCH ... BATCH`` per side (measured slower for large
-    prefixes: the whole side is rendered before the first byte leaves).
+    prefixes: the whole side is rendered before the first byte leaves). ``generation``: the entry
+    expected (what MATCH answered); another one is a miss.
     """
     n_layers = len(layout.attn)
     lookup = ["KV.PREFIX.LOOKUP", ns] + (["TOKENS", n_tokens] if partial else [])
-    generation = ["KV.PREFIX.GENERATION", ns]
-    commands: list[list] = [lookup, generation, ["KV.PREFIX.MANIFEST", ns],
+    asked = ["KV.PREFIX.GENERATION", ns]
+    commands: list[list] = [lookup, asked, ["KV.PREFIX.MANIFEST", ns],
                             *row_commands(ns, n_tokens, n_layers, form)]
     commands += [["SSM.PREFIX.FETCH", ns, slot] for slot in layout.state]
-    replies = client.pipeline_execute([*commands, generation], fast=True)
+    replies = client.pipeline_execute([*commands, asked], fast=True)
     hit, manifest = replies[0], replies[2]
     if isinstance(hit, PionError):
         raise hit
     if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
         return None
-    if not one_entry(replies[1], replies[-1]):
+    if not one_entry(replies[1], replies[-1], generation):
         return None  # replaced, or dropped and stored again, while we read: the replies may mix two prefixes
     row_count = 0 if not n_layers else 2 if form == "batch" else 2 * n_layers
     rows, state_raw = replies[3:3 + row_count], replies[3 + row_count:-1]
@@ -133,20 +134,20 @@ class Exported(NamedTuple):
 
 
 def fetch_export(client: PionClient, ns: str, n_tokens: int, layout, export: list,
-                 partial: bool = False) -> Exported | None:
+                 partial: bool = False, generation: int | None = None) -> Exported | None:
     """The local lane's round trip: LOOKUP, MANIFEST, ``export`` (a V.EXPORT) and the state
     blobs; None on a miss. The rows stay on the server's disk for the caller to map."""
     lookup = ["KV.PREFIX.LOOKUP", ns] + (["TOKENS", n_tokens] if partial else [])
-    generation = ["KV.PREFIX.GENERATION", ns]
-    commands = [lookup, generation, ["KV.PREFIX.MANIFEST", ns], export,
-                *[["SSM.PREFIX.FETCH", ns, s] for s in layout.state], generation]
+    asked = ["KV.PREFIX.GENERATION", ns]
+    commands = [lookup, asked, ["KV.PREFIX.MANIFEST", ns], export, *[["SSM.PREFIX.FETCH", ns, s] for s in layout.state],
+                asked]
     replies = client.pipeline_execute(commands)
     hit, manifest, path, state_raw = replies[0], replies[2], replies[3], replies[4:-1]
     if isinstance(hit, PionError):
         raise hit
     if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
         return None
-    if not one_entry(replies[1], replies[-1]):
+    if not one_entry(replies[1], replies[-1], generation):
         return None  # the entry changed while we read (see ``fetch``)
     if any(isinstance(r, PionError) or r is None for r in state_raw):
         return None  # dropped or evicted meanwhile: a miss
@@ -156,12 +157,13 @@ def fetch_export(client: PionClient, ns: str, n_tokens: int, layout, export: lis
     return Exported(bytes(manifest), path, dict(zip(layout.state, state_raw, strict=True)))
 
 
-def one_entry(first, last) -> bool:
-    """Did every reply between two ``KV.PREFIX.GENERATION`` replies come from one entry?"""
+def one_entry(first, last, expected: int | None = None) -> bool:
+    """Did every reply between two ``KV.PREFIX.GENERATION`` replies come from one entry (the
+    ``expected`` one, when given)?"""
     for reply in (first, last):
         if isinstance(reply, PionError):
             raise reply
-    return isinstance(first, int) and first != 0 and first == last
+    return isinstance(first, int) and first != 0 and first == last and expected in (None, first)
 
 
 def row_commands(ns: str, n_tokens: int, n_layers: int, form: str) -> list[list]:
