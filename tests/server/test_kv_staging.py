@@ -199,7 +199,7 @@ def test_the_generation_names_one_entry_and_every_publish_makes_a_new_one(r):
 def test_a_reader_whose_replies_back_up_sees_a_publish_mid_pipeline_and_the_generation_tells(server, r):
     """Why readers check the generation: a pipeline is not a transaction. Once a client's unread
     replies fill the socket, the server parks the rest of its pipeline and serves other clients."""
-    n, fetches = 4096, 40  # 40 replies of 512 KB: far more than the socket buffers hold
+    n, fetches = 4096, 64  # 64 replies of 512 KB: far more than the socket buffers hold (tcp_wmem's max: 4 MB here)
     pipeline(r, stage_commands("ns", manifest(tokens=n, layers=1, tag="a"), "t1", 1.0))
     reader = socket.socket()
     reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -219,6 +219,7 @@ def test_a_reader_whose_replies_back_up_sees_a_publish_mid_pipeline_and_the_gene
     read_until(2)  # the server has begun: the generation and the first rows
     replacement = stage_commands("ns", manifest(tokens=n, layers=1, tag="b"), "t2", 2.0, "REPLACE")
     assert pipeline(r, replacement)[-1] == b"OK"  # served while the reader's pipeline waits
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)  # now read the rest quickly
     read_until(len(commands))
     reader.close()
     values = [float(np.frombuffer(raw, np.float32)[0]) for raw in replies[1:-1]]
