@@ -33,6 +33,7 @@ from pion.kvcache.space import sides
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, Status
+from pion.server.commands.kv_stage import refuse_if_owned
 from pion.server.commands.kvcache import (
     arena_view,
     arg,
@@ -256,6 +257,7 @@ def attend_prefix_store(ctx, argv):
     """
     sid, layer_id, heads, n, dim = parse_store(argv)
     sp = space(ctx)
+    refuse_if_owned(ctx, sp, sides(sid)[0], "ATTEND.PREFIX.STORE")  # a manifest's rows change only by a publish
     check_sessions(sp, sid, layer_id, heads * dim)
     size = heads * n * dim * 4
     arenas = durable_arenas(ctx, size)
@@ -274,6 +276,7 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
     sp = space(ctx)
     arenas = ctx.server.engines.get("arenas")
     try:
+        refuse_if_owned(ctx, sp, sides(sid)[0], "ATTEND.PREFIX.STORE")  # a staged store may have published
         check_sessions(sp, sid, layer_id, heads * dim)  # another client may have made them meanwhile
     except ReplyError:
         if rooms is not None:
