@@ -25,7 +25,7 @@ from pion.server.commands import load_table
 from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
-from pion.server.info import default_info_sections
+from pion.server.info import default_info_sections, note_startup_memory
 from pion.server.journal import Journal
 from pion.server.latency import LatencyMonitor, install_latency
 from pion.server.pause import ClientPause
@@ -57,6 +57,9 @@ class Server:
         self.slowlog: SlowLog | None = SlowLog(self)
         self.journal: Journal = Journal()
         self.monitors: dict[int, Client] = {}
+        #: connections whose unsent replies passed the transport's high-water mark -> bytes; what
+        #: big replies still hold counts against maxmemory and quotas (MemoryManager.admit_reply)
+        self.held_output: dict[Any, int] = {}
         #: CLIENT TRACKING: who read which key, invalidations on every change (Database.signal)
         self.tracking = Tracking(self)
         #: MONITOR lines waiting for the replies of the commands they show: (writer, line)
@@ -87,11 +90,17 @@ class Server:
         self.latency: LatencyMonitor = install_latency(self)  # LATENCY events, INFO latencystats
         #: after CONFIG SET swaps settings: hook(server, old, new) -> error text to refuse and roll back
         self.config_hooks: list[Callable[[Server, Settings, Settings], str | None]] = []
+        #: pure checks of a CONFIG SET, run before anything (a listener, a hook) is changed
+        self.config_checks: list[Callable[[Server, Settings, Settings], str | None]] = []
         #: DEBUG subcommands an engine provides (RELOAD, ...): lower-case name -> handler(ctx, argv)
         self.debug_hooks: dict[str, Callable[..., Any]] = {}
         self.startup_hooks: list[StartupHook] = []
         self.shutdown_hooks: list[Callable[[Server], Any]] = []
         self.cron_hooks: list[Callable[[Server], Any]] = []
+        #: called with (db, key) on every key signal (live search indexing)
+        self.key_hooks: list[Callable[[Database, bytes], Any]] = []
+        #: called with (db, "flush" | "swap") when a database was emptied or swapped whole
+        self.reset_hooks: list[Callable[[Database, str], Any]] = []
         #: objects by name for the engines (kv cache, durability) to find each other
         self.engines: dict[str, Any] = {}
         #: tenant name -> its own databases (ids unique server-wide, see Database.id)
@@ -110,6 +119,7 @@ class Server:
         db.on_signal = self._on_key_signal
         db.on_expired = self._on_key_expired
         db.on_new = self._on_key_new
+        db.on_reset = self._on_db_reset
         db.apply_settings(self.settings)
         return db
 
@@ -152,6 +162,12 @@ class Server:
             tracking.invalidate(db, key)
         if self.blocking.waiting:
             self.blocking.on_key_signal(db.id, key)
+        for hook in self.key_hooks:
+            hook(db, key)
+
+    def _on_db_reset(self, db: Database, how: str) -> None:
+        for hook in self.reset_hooks:
+            hook(db, how)
 
     def _on_key_new(self, db: Database, key: bytes) -> None:
         """The 'n' keyspace event (not part of 'A'), fired when a command creates a key."""
@@ -297,6 +313,7 @@ class Server:
                 os.chmod(settings.unixsocket, settings.unixsocketperm)
             self._servers.append(server)
         self._cron_task = loop.create_task(self._cron())
+        note_startup_memory(self)  # INFO used_memory_startup: what the data is not
 
     @property
     def bound_port(self) -> int:

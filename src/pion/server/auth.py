@@ -3,8 +3,11 @@ AUTH/HELLO credential checks, the cost of a failed guess, the ACL log, redaction
 credentials in what the server shows, and the checks that refuse an unsafe start.
 
 A failed AUTH holds the connection's replies for a delay that doubles with each recent failure
-from the same connection or address (25 ms up to 2 s): the event loop keeps serving everyone
-else, while a guesser pays for every guess, pipelined or inside MULTI. Passwords are kept only as
+from the same connection or address (25 ms up to 2 s), queued behind the address's other pending
+guesses (and a successful AUTH from that address waits its turn too; past QUEUE_MAX seconds of
+queued answers the address's AUTHs are refused without being checked): the event loop keeps
+serving everyone else, while a guesser learns one answer per delay per source address, however
+many connections it opens, pipelined or inside MULTI. Passwords are kept only as
 SHA-256 digests (what ACL GETUSER shows) and compared in constant time; they are never logged.
 """
 
@@ -33,6 +36,9 @@ FAIL_DELAY = 0.025
 FAIL_DELAY_MAX = 2.0
 #: failures from an address are forgotten after this long without another one
 FAIL_WINDOW = 60.0
+#: seconds of answers one address may have queued; past it its AUTHs are refused unevaluated
+QUEUE_MAX = 10.0
+QUEUE_FULL = "ERR too many failed AUTH attempts from this address; try again in {:.0f} s"
 MAX_TRACKED_HOSTS = 10000
 #: CONFIG SET parameters whose values are credentials (redacted in SLOWLOG and MONITOR)
 SENSITIVE_PARAMS = {b"requirepass", b"masterauth", b"tls-key-file-pass", b"tls-client-key-file-pass"}
@@ -95,13 +101,15 @@ class Users:
         default = self.table.default
         return default.enabled and default.nopass
 
-    def note_failure(self, client: Client) -> int:
-        """Count a failed AUTH; returns how many recent failures this connection or address has."""
+    def note_failure(self, client: Client) -> tuple[int, float]:
+        """Count a failed AUTH: ``(recent failures of this connection or address, seconds its
+        reply waits)``. The wait queues behind the address's other pending guesses, so many
+        connections from one source learn one answer per delay, not one each."""
         now = time.monotonic()
-        host = client.addr.rsplit(":", 1)[0]
+        host = _host_of(client)
         entry = self.failures.pop(host, None)
         if entry is None or now - entry[1] > FAIL_WINDOW:
-            entry = [0.0, now]
+            entry = [0.0, now, now]  # failures, time of the last one, when its last held reply leaves
         entry[0] += 1
         entry[1] = now
         self.failures[host] = entry
@@ -111,7 +119,23 @@ class Users:
         mine = getattr(conn, "auth_failures", 0) + 1
         if conn is not None:
             conn.auth_failures = mine
-        return max(mine, int(entry[0]))
+        count = max(mine, int(entry[0]))
+        delay = min(FAIL_DELAY * 2 ** min(count - 1, 16), FAIL_DELAY_MAX)
+        entry[2] = max(now, entry[2]) + delay
+        return count, entry[2] - now
+
+    def queued(self, client: Client) -> float:
+        """Seconds a successful AUTH waits: behind the pending failed guesses of its address (else
+        the one right guess among many concurrent ones would be answered at once)."""
+        entry = self.failures.get(_host_of(client))
+        now = time.monotonic()
+        if entry is None or now - entry[1] > FAIL_WINDOW:
+            return 0.0
+        return max(0.0, entry[2] - now)
+
+
+def _host_of(client: Client) -> str:
+    return client.addr.rsplit(":", 1)[0]
 
 
 def users_of(server: Server) -> Users:
@@ -128,7 +152,14 @@ def authenticate(server: Server, client: Client, user: bytes | None, password: b
         raise ReplyError(NO_PASSWORD_ERR)
     name = "default" if user is None else user.decode("utf-8", "replace")
     found = users.get(name)
+    wait = users.queued(client)
+    if wait > QUEUE_MAX:  # not even checked: the address has guessed enough for now
+        if client.conn is not None and hasattr(client.conn, "hold"):
+            client.conn.hold(FAIL_DELAY_MAX)  # and not answered at once either (no busy loop)
+        raise ReplyError(QUEUE_FULL.format(wait - QUEUE_MAX + 1))
     if found is not None and found.accepts(password):
+        if wait and client.conn is not None and hasattr(client.conn, "hold"):
+            client.conn.hold(wait)  # in line behind the guesses before it
         become(server, client, found)
         return
     _failed(server, users, client, name)
@@ -149,8 +180,7 @@ def become(server: Server, client: Client, user: User) -> None:
 
 
 def _failed(server: Server, users: Users, client: Client, name: str) -> None:
-    count = users.note_failure(client)
-    delay = min(FAIL_DELAY * 2 ** min(count - 1, 16), FAIL_DELAY_MAX)
+    count, delay = users.note_failure(client)
     shown = printable(name)
     users.log.add(client, "auth", "AUTH", shown)
     if count <= 10 or count & (count - 1) == 0:  # every failure at first, then at powers of two
@@ -304,7 +334,7 @@ def install(server: Server, specs: list[Any]) -> Users:
         if client.tenant is not None:
             if tenants.tenant_denied(spec):
                 return tenants.nopermission(client, spec)
-            refusal = engine.quota_refusal(client, spec)
+            refusal = engine.quota_refusal(client, spec, argv)
             if refusal is not None:
                 return refusal
         return previous(client, spec, argv) if previous is not None else None
@@ -320,7 +350,7 @@ def install(server: Server, specs: list[Any]) -> Users:
     if server.settings.tls_port:
         server.engines["tls"] = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
-    server.config_hooks.append(_config_changed)
+    server.config_checks.append(_config_changed)  # before any listener is bound
     return users
 
 

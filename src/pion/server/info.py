@@ -149,7 +149,20 @@ def memory_section(server: Server) -> dict[str, Any]:
         **script_counts(server), "maxmemory": maxmemory, "maxmemory_human": human_bytes(maxmemory),
         "maxmemory_policy": server.settings.maxmemory_policy, "mem_allocator": "pymalloc",
         "lazyfree_pending_objects": 0,
+        # what maxmemory does not cover: the interpreter and libraries at start, and how much
+        # more the process holds than its data (allocator slack, freed memory not returned)
+        "used_memory_startup": _startup_rss.get(server, 0),
+        "mem_clients_normal": sum(server.held_output.values()) if getattr(server, "held_output", None) else 0,
+        "mem_fragmentation_ratio": "%.2f" % (max(rss - _startup_rss.get(server, 0), 0) / used if used else 0.0),
     }
+
+
+#: each server's resident size when it became ready (INFO used_memory_startup)
+_startup_rss: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def note_startup_memory(server: Server) -> None:
+    _startup_rss[server] = rss_bytes()
 
 
 def persistence_section(server: Server) -> dict[str, Any]:

@@ -47,8 +47,13 @@ FAMILIES = (
     "kv_vstore",
     "kv_export",
     "kv_prefix",
+    "kv_stage",
+    "kv_artifact",
     "kv_substrates",
     "moe_experts",
+    "attend_prefix",
+    "attend_store",
+    "attend_sparse",
     "scripting",
     "functions_cmds",
     "acl",
@@ -56,6 +61,13 @@ FAMILIES = (
     "replication",
     "vsets",
     "vsets_read",
+    "json_cmds",
+    "json_containers",
+    "search_admin",
+    "search_query",
+    "search_aggregate",
+    "search_hybrid",
+    "search_misc",
 )
 
 
