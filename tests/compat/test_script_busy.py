@@ -142,7 +142,7 @@ def test_stopping_the_server_stops_a_running_script(fast, r):
     run = fast.server.engines["scripting"].runner.current
     assert run is not None and run.detached
     fast.stop()
-    assert run.greenlet.dead  # stopped at its next hook, not left suspended
+    assert run.done  # stopped at its next hook, not left suspended
 
 
 @pytest.mark.slow

@@ -77,6 +77,20 @@ def scenario_transactions_scripts_flush(port):
     return out
 
 
+def scenario_script_declared_keys(port):
+    """A script that calls a read command is tracked on its declared keys; one that only writes
+    (or only PINGs) is not (Redis 7.0's unit/tracking "Tracking only occurs for scripts ...")."""
+    me, other = Raw(port), Raw(port)
+    out = [me.run("CLIENT", "TRACKING", "on"), other.run("MSET", "k2", "1", "k1", "1"),
+           me.run("EVAL", "redis.call('set', 'k3', 'bar')", "2", "k1", "k2"), other.run("MSET", "k2", "2", "k1", "2"),
+           me.read(), me.run("EVAL", "redis.call('get', 'k3')", "2", "k1", "k2"), other.run("MSET", "k2", "2", "k1", "2"),
+           me.read(), me.run("EVAL_RO", "redis.call('ping')", "2", "k1", "k2"), other.run("MSET", "k2", "2", "k1", "2"),
+           me.read(), me.run("EVAL_RO", "redis.call('get', 'k1')", "2", "k1", "k2"),
+           other.run("MSET", "k2", "3", "k1", "3"), me.read(), me.run("PING")]
+    me.close(), other.close()
+    return out
+
+
 def scenario_noloop_optin_optout(port):
     me, other = Raw(port), Raw(port)
     out = [me.run("CLIENT", "TRACKING", "on", "NOLOOP"), me.run("GET", "a"), me.run("SET", "a", "1"),
@@ -156,7 +170,8 @@ def scenario_errors(port):
     return out
 
 
-SCENARIOS = [scenario_default, scenario_transactions_scripts_flush, scenario_noloop_optin_optout, scenario_bcast,
+SCENARIOS = [scenario_default, scenario_transactions_scripts_flush, scenario_script_declared_keys,
+             scenario_noloop_optin_optout, scenario_bcast,
              scenario_resp2_redirect, scenario_broken_redirect, scenario_expiry, scenario_errors]
 
 

@@ -61,10 +61,14 @@ READONLY = "ERR Write commands are not allowed from read-only scripts."
 class ScriptRun:
     """One running script or function: what redis.call, BUSY, KILL and FUNCTION STATS need."""
 
-    def __init__(self, kind: str, name: str, argv: list[bytes], client: Client, read_only: bool, allow_oom: bool) -> None:
+    def __init__(self, kind: str, name: str, argv: list[bytes], client: Client, read_only: bool, allow_oom: bool,
+                 keys: list[bytes] | None = None) -> None:
         self.kind = kind  # "eval" | "function"
         self.name = name  # the sha or the function name, for error replies
         self.argv = argv
+        #: the declared keys (KEYS); client-side caching remembers them once the script reads
+        self.keys = keys or []
+        self.read = False
         self.client = client
         self.read_only = read_only
         self.allow_oom = allow_oom
@@ -79,7 +83,9 @@ class ScriptRun:
         self.ready: list[tuple[int, bytes]] = []
         self.db_index = client.db_index
         self.runner: Runner | None = None
+        #: the greenlet running the script; ``done`` once its reply is known
         self.greenlet: Any = None
+        self.done = False
 
     def request(self, argv: list[bytes]) -> Any:
         """redis.call from the script (on the loop thread): run ``argv``; returns its reply."""
@@ -95,7 +101,7 @@ class ScriptRun:
         runner = self.runner
         if runner is not None and not self.killed and not self.stay:
             if self.detached or time.monotonic() - self.started >= runner.threshold() > 0:
-                self.greenlet.parent.switch()
+                self.greenlet.parent.switch(_YIELDED)
         return self.killed
 
 
@@ -108,6 +114,8 @@ class Runner:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._threshold_source: Any = None
         self._threshold = 5.0
+        #: one greenlet runs script after script: making a greenlet costs ~40 us, a switch ~1 us
+        self._worker: Any = None
 
     # -- the loop thread ----------------------------------------------------------------------
 
@@ -115,17 +123,29 @@ class Runner:
         """Run ``job`` (the Lua call) for ``run``; the reply, or a BlockRequest once detached."""
         run.runner = self
         outer, self.current = self.current, run
-        run.greenlet = greenlet.greenlet(lambda: _guarded(job))
-        reply = run.greenlet.switch()
-        if not run.greenlet.dead:
+        run.greenlet = self._worker_for(outer)
+        reply = run.greenlet.switch(job)
+        if reply is _YIELDED:
             if self._can_detach(ctx):
                 return self._detach(run)
             run.stay = True
-            while not run.greenlet.dead:
+            while reply is _YIELDED:
                 reply = run.greenlet.switch()
+        run.done = True
         self.current = outer
         run.client.db_index = run.db_index
         return reply
+
+    def _worker_for(self, outer: ScriptRun | None) -> Any:
+        """The greenlet to run a script in: the idle worker, or a new one when the worker is in
+        use (a script inside another run) or belongs to another greenlet (another loop)."""
+        here = greenlet.getcurrent()
+        worker = self._worker
+        if worker is None or worker.dead or worker.parent is not here or (outer is not None and outer.greenlet is worker):
+            worker = greenlet.greenlet(_work, parent=here)
+            if self._worker is None or self._worker.dead or outer is None:
+                self._worker = worker
+        return worker
 
     def threshold(self) -> float:
         """busy-reply-threshold (alias lua-time-limit) in seconds; 0 means never BUSY."""
@@ -165,10 +185,11 @@ class Runner:
 
     def _slice(self, run: ScriptRun) -> None:
         """One loop turn of a detached script: up to its next hook call, or its end."""
-        if run.greenlet.dead:
+        if run.done:
             return
         reply = run.greenlet.switch()
-        if run.greenlet.dead:
+        if reply is not _YIELDED:
+            run.done = True
             self.finish_detached(run, reply)
         elif self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon(self._slice, run)
@@ -234,6 +255,9 @@ class Runner:
         finally:
             client.in_script = False
             client.proto = proto
+        if not run.read and "readonly" in flags and client.tracking is not None:
+            run.read = True  # a script that reads is tracked on its declared keys (Redis 7.0)
+            server.tracking.remember(client, run.keys)
         if server.monitors:
             server.feed_monitors(_LuaClient(client), argv)
         return None if reply is BLOCKED else reply
@@ -269,17 +293,25 @@ class Runner:
         run = self.current
         if run is not None:
             run.killed = True
-            if run.detached and run.greenlet is not None and not run.greenlet.dead:
-                run.greenlet.switch()
+            if run.detached and not run.done:
+                run.greenlet.switch()  # the hook sees ``killed``: the script raises and ends
+                run.done = True
 
 
-def _guarded(job: Callable[[], Any]) -> Any:
-    """The script greenlet's body: a failure in the engine still answers its caller."""
-    try:
-        return job()
-    except Exception as exc:
-        log.exception("script failed")
-        return ReplyError(f"ERR Error running script: {exc}")
+#: what the count hook hands the loop when the script yields (a reply is anything else)
+_YIELDED = object()
+
+
+def _work(job: Callable[[], Any]) -> None:
+    """A script greenlet's body: run each job it is switched to, hand its reply back to the
+    loop (its parent) and wait there for the next. A failing engine still answers its caller."""
+    while True:
+        try:
+            reply = job()
+        except Exception as exc:
+            log.exception("script failed")
+            reply = ReplyError(f"ERR Error running script: {exc}")
+        job = greenlet.getcurrent().parent.switch(reply)
 
 
 class _LuaClient:
