@@ -241,16 +241,20 @@ class Runner:
         if run.read_only and ("write" in flags or "may_replicate" in flags):
             return ReplyError(READONLY)
         client = run.client
-        proto = client.proto
-        client.in_script = True  # ACL refusals and the ACL LOG say it came from a script
-        try:
-            if server.guard is not None:
+        if server.guard is not None:
+            client.in_script = True  # ACL refusals and the ACL LOG say it came from a script
+            try:
                 refusal = server.guard(client, spec, argv)  # type: ignore[arg-type]
-                if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
-                    return refusal
-            if "write" in flags:
-                run.wrote = True
-            client.proto = run.resp
+            finally:
+                client.in_script = False
+            if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
+                return refusal
+        if "write" in flags:
+            run.wrote = True
+        proto = client.proto
+        client.in_script = True
+        client.proto = run.resp
+        try:
             reply = dispatcher.call(client, spec, argv)  # type: ignore[arg-type]
         finally:
             client.in_script = False
