@@ -149,6 +149,7 @@ def memory_section(server: Server) -> dict[str, Any]:
         **script_counts(server), "maxmemory": maxmemory, "maxmemory_human": human_bytes(maxmemory),
         "maxmemory_policy": server.settings.maxmemory_policy, "mem_allocator": "pymalloc",
         "lazyfree_pending_objects": 0,
+        "mem_not_counted_for_evict": 0,  # maxmemory counts the dataset only: nothing is left out of it
         # what maxmemory does not cover: the interpreter and libraries at start, and how much
         # more the process holds than its data (allocator slack, freed memory not returned)
         "used_memory_startup": _startup_rss.get(server, 0),
