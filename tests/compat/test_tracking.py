@@ -231,6 +231,24 @@ def test_eviction_invalidation_precedes_the_reply(make_server):
     me.close()
 
 
+def test_lowered_table_limit_is_enforced_without_another_read(server):
+    """CONFIG SET tracking-table-max-keys takes effect in the cron (Redis's unit/tracking
+    "Tracking gets notification on tracking table key eviction" waits for it)."""
+    me, admin = Raw(server.port), redis.Redis(port=server.port)
+    try:
+        me.run("CLIENT", "TRACKING", "on"), me.run("MGET", "t1", "t2", "t3")
+        admin.config_set("tracking-table-max-keys", 1)
+        pushes = b""
+        for _ in range(20):
+            pushes += me.read(0.1)
+            if pushes.count(b"invalidate") == 2:
+                break
+        assert pushes.count(b"invalidate") == 2 and admin.info("stats")["tracking_total_keys"] == 1
+    finally:
+        admin.config_set("tracking-table-max-keys", 1000000)
+        me.close()
+
+
 def test_tenants_see_only_their_keys(make_server):
     srv = make_server(requirepass="adm", tenants=("alice:apw", "bob:bpw"))
     alice, bob, admin = (Raw(srv.port, resp3=False) for _ in range(3))

@@ -156,6 +156,12 @@ class Tracking:
         if state is not None and state.caching and client.multi is None and (spec.container or spec.name) != "client":
             state.caching = False
 
+    def cron(self, server: Server) -> None:
+        """tracking-table-max-keys lowered by CONFIG SET is enforced here too, as Redis's
+        serverCron does, not only at the next read."""
+        if self.table:
+            self._limit()
+
     def _limit(self) -> None:
         """tracking-table-max-keys: past it, forget keys (telling their readers) until under."""
         settings = self.server.settings
