@@ -87,6 +87,10 @@ class Server:
         self.startup_hooks: list[StartupHook] = []
         self.shutdown_hooks: list[Callable[[Server], Any]] = []
         self.cron_hooks: list[Callable[[Server], Any]] = []
+        #: called with (db, key) on every key signal (live search indexing)
+        self.key_hooks: list[Callable[[Database, bytes], Any]] = []
+        #: called with (db, "flush" | "swap") when a database was emptied or swapped whole
+        self.reset_hooks: list[Callable[[Database, str], Any]] = []
         #: objects by name for the engines (kv cache, durability) to find each other
         self.engines: dict[str, Any] = {}
         #: tenant name -> its own databases (ids unique server-wide, see Database.id)
@@ -105,6 +109,7 @@ class Server:
         db.on_signal = self._on_key_signal
         db.on_expired = self._on_key_expired
         db.on_new = self._on_key_new
+        db.on_reset = self._on_db_reset
         db.apply_settings(self.settings)
         return db
 
@@ -142,6 +147,12 @@ class Server:
     def _on_key_signal(self, db: Database, key: bytes) -> None:
         if self.blocking.waiting:
             self.blocking.on_key_signal(db.id, key)
+        for hook in self.key_hooks:
+            hook(db, key)
+
+    def _on_db_reset(self, db: Database, how: str) -> None:
+        for hook in self.reset_hooks:
+            hook(db, how)
 
     def _on_key_new(self, db: Database, key: bytes) -> None:
         """The 'n' keyspace event (not part of 'A'), fired when a command creates a key."""

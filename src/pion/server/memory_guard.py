@@ -36,12 +36,14 @@ class MemoryManager:
         self.active = False
         self._kinds: dict[bytes, tuple[int, Any]] = {}
         self._journal: Any = None
+        #: engines whose memory is not in the keyspace (search indexes) add theirs here
+        self.extra_bytes: list[Any] = []
 
     def used_memory(self) -> int:
         """Dataset estimate (keys, values, arena bytes values hold views of) while maxmemory is
         set; otherwise the process's resident size."""
         if self.active:
-            return self.accounting.used
+            return self.accounting.used + sum(extra() for extra in self.extra_bytes)
         from pion.server.info import rss_bytes
 
         return rss_bytes()

@@ -42,6 +42,10 @@ def make_server(settings: Settings) -> Server:
     from pion.server.commands.moe_experts import install as install_moe
 
     install_moe(server)
+    # search (FT.*) over the keyspace: key hooks, background scans, its snapshot extension
+    from pion.server.commands.search_admin import install as install_search
+
+    install_search(server)
     return server
 
 

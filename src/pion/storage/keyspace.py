@@ -54,6 +54,7 @@ class Database:
         "on_signal",
         "on_expired",
         "on_new",
+        "on_reset",
         "lru",
         "avg_ttl",
         "lru_clock",
@@ -79,6 +80,9 @@ class Database:
         self.on_expired: Callable[[Database, bytes], None] | None = None
         #: called with (db, key) when ``set`` creates a key (the 'n' keyspace event).
         self.on_new: Callable[[Database, bytes], None] | None = None
+        #: called with (db, "flush" | "swap") after ``flush`` or ``swap_contents`` replaced every
+        #: key at once (the search engine drops or rebuilds the database's indexes)
+        self.on_reset: Callable[[Database, str], None] | None = None
         #: key -> last access time in ms (OBJECT IDLETIME, LRU eviction); kept for touched keys.
         self.lru: dict[bytes, int] = {}
         self.avg_ttl = 0
@@ -287,6 +291,8 @@ class Database:
         self.avg_ttl = 0
         for key in watched:
             self.signal(key)
+        if self.on_reset is not None:
+            self.on_reset(self, "flush")
 
     def swap_contents(self, other: Database) -> None:
         """SWAPDB: exchange keys, TTLs and access data; watchers, hooks and index stay put.
@@ -301,6 +307,9 @@ class Database:
         for db, keys in ((self, mine), (other, theirs)):
             for key, existed in keys.items():
                 db._signal_swapped(key, existed)
+        for db in (self, other):
+            if db.on_reset is not None:
+                db.on_reset(db, "swap")
 
     def _signal_swapped(self, key: bytes, existed: bool) -> None:
         present = key in self.data

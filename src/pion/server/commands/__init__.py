@@ -54,6 +54,13 @@ FAMILIES = (
     "cluster",
     "vsets",
     "vsets_read",
+    "json_cmds",
+    "json_containers",
+    "search_admin",
+    "search_query",
+    "search_aggregate",
+    "search_hybrid",
+    "search_misc",
 )
 
 

@@ -308,9 +308,10 @@ MODULE_HELP = [
 def module_list(ctx: Ctx, argv: list[bytes]):
     """MODULE LIST
 
-    Always empty: Pion's engines are built in, not Redis modules.
+    Pion loads no Redis modules; its built-in engines that stand in for one (search, JSON) are
+    listed under the module's name and version, so clients enable their features.
     """
-    return []
+    return [dict(entry) for entry in ctx.server.engines.get("modules", ())]
 
 
 def _no_modules(ctx: Ctx, argv: list[bytes]):

@@ -1,0 +1,91 @@
+"""Shared pieces of the JSON command families: loading a document, parsing paths and values,
+storing a change, and RedisJSON's error texts (redis-json's ``manager.rs``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pion.protocol.errors import ReplyError
+from pion.server.context import Ctx
+from pion.storage.json_path import CompiledPath, JsonPathError, Path
+from pion.storage.json_value import JsonError, JsonValue, loads
+
+NO_KEY = "ERR could not perform this operation on a key that doesn't exist"
+NO_PATH = "ERR Path does not exist"
+
+
+def no_path_or(what: str) -> ReplyError:
+    return ReplyError(f"ERR Path does not exist or {what}")
+
+
+def wrong_json_type(expected: str) -> ReplyError:
+    return ReplyError(f"WRONGTYPE wrong type of path value - expected {expected}")
+
+
+def get_doc(ctx: Ctx, key: bytes) -> JsonValue | None:
+    return ctx.db.get_typed(key, JsonValue)
+
+
+def need_doc(ctx: Ctx, key: bytes) -> JsonValue:
+    doc = get_doc(ctx, key)
+    if doc is None:
+        raise ReplyError(NO_KEY)
+    return doc
+
+
+def parse_path(raw: bytes) -> Path:
+    return Path(raw.decode("utf-8", "replace"))
+
+
+def compile_path(path: Path) -> CompiledPath:
+    try:
+        return path.compile()
+    except JsonPathError as exc:
+        raise ReplyError(str(exc)) from None
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return loads(raw)
+    except JsonError as exc:
+        raise ReplyError(str(exc)) from None
+
+
+def matches(doc: JsonValue, path: Path) -> list[tuple[Any, tuple]]:
+    return compile_path(path).find(doc.root)
+
+
+def changed(ctx: Ctx, key: bytes, doc: JsonValue, event: str, count: int = 1) -> None:
+    """After an in-place change: refresh the size, signal the key (WATCH, search indexes),
+    count the write and send the keyspace event RedisJSON sends (type 'd', module)."""
+    doc.touch()
+    ctx.db.signal(key)
+    ctx.dirty(count)
+    ctx.notify("d", event, key)
+
+
+def store_new(ctx: Ctx, key: bytes, root: Any, event: str, keep_ttl: bool = False) -> None:
+    ctx.db.set(key, JsonValue(root), keep_ttl=keep_ttl)
+    ctx.dirty()
+    ctx.notify("d", event, key)
+
+
+def set_at(root: Any, loc: tuple, value: Any) -> Any:
+    """Put ``value`` at ``loc``; returns the new root (``loc == ()`` replaces it)."""
+    if not loc:
+        return value
+    parent = root
+    for part in loc[:-1]:
+        parent = parent[part]
+    parent[loc[-1]] = value
+    return root
+
+
+def value_at(root: Any, loc: tuple) -> Any:
+    for part in loc:
+        root = root[part]
+    return root
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value is not True and value is not False

@@ -1,0 +1,174 @@
+"""Shared reply building for the FT.* commands: loading a result's fields from the keyspace and
+RediSearch's FT.SEARCH shapes in RESP2 (flat array) and RESP3 (the ``results`` map).
+
+Field values come from the stored document at reply time, as RediSearch loads them: every hash
+field (or ``$`` for JSON) unless RETURN names some; a RETURN name may be an attribute, a hash field
+or a JSONPath. JSON values are answered as RediSearch does in DIALECT 1-2 (a string as its text,
+anything else as JSON) and as a JSON array of every match in DIALECT 3+.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pion.protocol.resp import format_double
+from pion.server.context import Ctx
+from pion.storage.hash_value import HashValue
+from pion.storage.json_path import JsonPathError, Path
+from pion.storage.json_value import JsonValue, dumps
+from pion.vector.expressions import format_value
+from pion.vector.index import SearchIndex
+
+
+def live_value(ctx: Ctx, key: bytes) -> Any:
+    """The key's value, or None once deleted or expired (an expired key is removed, as on access)."""
+    return ctx.db.peek(key)
+
+
+def engine_of(ctx: Ctx):
+    from pion.server.commands.search_admin import engine
+
+    return engine(ctx)
+
+
+def number_text(value: float) -> bytes:
+    if value == int(value) and abs(value) < 1e17:
+        return str(int(value)).encode()
+    return format_double(value)
+
+
+def _json_field(root: Any, identifier: str, dialect: int) -> bytes | None:
+    try:
+        found = Path(identifier).compile().values(root)
+    except JsonPathError:
+        return None
+    if not found:
+        return None
+    if dialect >= 3:
+        return dumps(found).encode()
+    first = found[0]
+    if isinstance(first, str):
+        return first.encode()
+    return dumps(first).encode()
+
+
+def field_value(index: SearchIndex, value: Any, name: str, dialect: int) -> bytes | None:
+    """A RETURN/LOAD name's value: attribute first, then a raw hash field or JSONPath."""
+    spec = index.definition.field(name)
+    identifier = spec.identifier if spec is not None else name
+    if value.__class__ is HashValue:
+        raw = value.fields.get(identifier.encode())
+        return bytes(raw) if raw is not None else None
+    if value.__class__ is JsonValue:
+        if spec is None and not (name.startswith("$") or name.startswith(".")):
+            return None
+        return _json_field(value.root, identifier, dialect)
+    return None
+
+
+def row_fields(index: SearchIndex, value: Any, extras: dict[str, Any], returns: list[tuple[str, str]] | None,
+               dialect: int) -> list[tuple[bytes, Any]]:
+    out: list[tuple[bytes, Any]] = []
+    if returns is None:
+        if value.__class__ is HashValue:
+            out.extend((bytes(f), bytes(v)) for f, v in value.fields.items())
+        elif value.__class__ is JsonValue:
+            out.append((b"$", value.dumps().encode()))
+        for name, extra in extras.items():
+            out.append((name.encode(), _extra_text(extra)))
+        return out
+    for name, alias in returns:
+        if name in extras:
+            out.append((alias.encode(), _extra_text(extras[name])))
+            continue
+        found = field_value(index, value, name, dialect)
+        if found is not None:
+            out.append((alias.encode(), found))
+    return out
+
+
+def _extra_text(value: Any) -> bytes:
+    if isinstance(value, float):
+        return format_value(value).encode()  # RediSearch's num_to_str: an integer, else %.12g
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+def score_text(score: float) -> bytes:
+    return format_double(score)
+
+
+def sortkey_text(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return b"#" + number_text(float(value))
+    return b"$" + str(value).encode()
+
+
+def _payload(index: SearchIndex, value: Any) -> bytes | None:
+    field = index.definition.payload_field
+    if field is None or value.__class__ is not HashValue:
+        return None
+    raw = value.fields.get(field.encode())
+    return bytes(raw) if raw is not None else None
+
+
+def timeout_warnings(req, started: float) -> list[bytes]:
+    """RediSearch's warning when the query ran past its TIMEOUT (the results are complete:
+    Pion does not cut a query short, it reports that it took longer)."""
+    import time
+
+    timeout = getattr(req, "timeout_ms", None)
+    if timeout and (time.perf_counter() - started) * 1000.0 > timeout:
+        return [b"Timeout limit was reached"]
+    return []
+
+
+def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, warnings: list[bytes] | None = None) -> Any:
+    """FT.SEARCH's reply for rows of ``vector.search.Row``."""
+    resp3 = ctx.client.proto >= 3
+    entries = []
+    for row in rows:
+        value = live_value(ctx, row.key)
+        fields = None
+        if not req.nocontent:
+            if value is None:
+                continue
+            fields = row_fields(index, value, row.extras, req.returns, req.dialect)
+        elif value is None:
+            continue
+        entries.append((row, fields, _payload(index, value) if req.withpayloads else None))
+    if resp3:
+        results = []
+        for row, fields, payload in entries:
+            item: dict[bytes, Any] = {b"id": row.key}
+            if req.withscores:
+                item[b"score"] = float(row.score)
+            if req.withpayloads:
+                item[b"payload"] = payload
+            if req.withsortkeys:
+                item[b"sortkey"] = sortkey_text(row.sort_value)
+            if fields is not None:
+                item[b"extra_attributes"] = {name: val for name, val in fields}
+            item[b"values"] = []
+            results.append(item)
+        return {b"attributes": [], b"format": b"STRING", b"results": results,
+                b"total_results": total, b"warning": list(warnings or [])}
+    out: list[Any] = [total]
+    for row, fields, payload in entries:
+        out.append(row.key)
+        if req.withscores:
+            out.append(score_text(row.score))
+        if req.withpayloads:
+            out.append(payload)
+        if req.withsortkeys:
+            out.append(sortkey_text(row.sort_value))
+        if fields is not None:
+            flat: list[Any] = []
+            for name, val in fields:
+                flat.append(name)
+                flat.append(val)
+            out.append(flat)
+    return out

@@ -1,0 +1,461 @@
+"""JSONPath for the JSON type: RedisJSON's two path syntaxes over a parsed Python tree.
+
+A JSON document is held as plain Python values (dict, list, str, int, float, bool, None); a
+*location* is the tuple of keys (str for an object member, int for an array element) leading to a
+value from the root. ``Path`` tells the two syntaxes apart as RedisJSON does: ``$...`` is JSONPath
+(every match counts), anything else is a legacy path (``.``, ``.a.b``, ``a[0]``: the first match
+counts, and it is rewritten to ``$``-form before compiling).
+
+Supported JSONPath: ``$``, ``.name``, ``['name']``/``["name"]``, ``[n]`` (negative from the end),
+``[*]`` and ``.*``, unions ``[0,2]``/``['a','b']``, slices ``[start:end:step]``, recursive descent
+``..name``/``..*``/``..[...]``, and filters ``[?(<expr>)]`` with ``@``/``$`` paths, literals,
+``== != < <= > >= =~``, ``&& || !`` and parentheses. Why our own: writes need the concrete
+locations of matches (to set, delete or append in place), which the maintained Python JSONPath
+libraries do not give for RedisJSON's legacy syntax and filter forms.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+Location = tuple  # of str | int
+
+
+class JsonPathError(ValueError):
+    """A path that does not parse; the message is RedisJSON's style of error text."""
+
+
+class Path:
+    """A path argument as the client sent it, with RedisJSON's legacy/JSONPath distinction."""
+
+    __slots__ = ("original", "text", "is_legacy")
+
+    def __init__(self, original: str) -> None:
+        self.original = original
+        if _is_jsonpath(original):
+            self.is_legacy = False
+            self.text = original
+        else:
+            self.is_legacy = True
+            if original == ".":
+                self.text = "$"
+            elif original.startswith("."):
+                self.text = "$" + original
+            else:
+                self.text = "$." + original
+
+    @property
+    def is_root(self) -> bool:
+        return self.text == "$"
+
+    def compile(self) -> CompiledPath:
+        return compile_path(self.text)
+
+
+def _is_jsonpath(text: str) -> bool:
+    return text == "$" or text.startswith("$.") or text.startswith("$[")
+
+
+# -- compiling --------------------------------------------------------------------------------------
+
+_NAME = re.compile(r"[^.\[\]()\s'\"?,*<>=!&|~@]+|\*")
+
+
+class CompiledPath:
+    __slots__ = ("steps", "is_static")
+
+    def __init__(self, steps: list[tuple]) -> None:
+        self.steps = steps
+        self.is_static = all(step[0] in ("key", "index") for step in steps)
+
+    def find(self, root: Any) -> list[tuple[Any, Location]]:
+        """Every match as (value, location), in document order."""
+        nodes: list[tuple[Any, Location]] = [(root, ())]
+        for step in self.steps:
+            out: list[tuple[Any, Location]] = []
+            for value, loc in nodes:
+                out.extend(_apply(step, value, loc, root))
+            nodes = out
+            if not nodes:
+                break
+        return nodes
+
+    def values(self, root: Any) -> list[Any]:
+        return [value for value, _ in self.find(root)]
+
+
+def compile_path(text: str) -> CompiledPath:
+    if not text.startswith("$"):
+        raise JsonPathError(f"Error occurred on position 0, expected '$' in path '{text}'")
+    parser = _PathParser(text, 1)
+    steps = parser.steps(until=None)
+    return CompiledPath(steps)
+
+
+class _PathParser:
+    def __init__(self, text: str, pos: int) -> None:
+        self.text = text
+        self.pos = pos
+
+    def error(self, what: str = "a path segment") -> JsonPathError:
+        return JsonPathError(f"Error occurred on position {self.pos}, expected {what}")
+
+    def steps(self, until: str | None) -> list[tuple]:
+        text = self.text
+        steps: list[tuple] = []
+        while self.pos < len(text):
+            ch = text[self.pos]
+            if until is not None and ch in until:
+                break
+            if ch.isspace() and until is not None:
+                break
+            if text.startswith("..", self.pos):
+                self.pos += 2
+                if self.pos < len(text) and text[self.pos] == "[":
+                    steps.append(("desc", self.bracket()))
+                else:
+                    steps.append(("desc", self.dotted()))
+            elif ch == ".":
+                self.pos += 1
+                if self.pos < len(text) and text[self.pos] == "[":  # "$.[0]" is "$[0]"
+                    steps.append(self.bracket())
+                else:
+                    steps.append(self.dotted())
+            elif ch == "[":
+                steps.append(self.bracket())
+            else:
+                raise self.error()
+        return steps
+
+    def dotted(self) -> tuple:
+        match = _NAME.match(self.text, self.pos)
+        if match is None:
+            raise self.error("a member name")
+        self.pos = match.end()
+        name = match.group(0)
+        return ("wild",) if name == "*" else ("key", name)
+
+    def bracket(self) -> tuple:
+        text = self.text
+        self.pos += 1  # [
+        self.skip_space()
+        if text.startswith("?", self.pos):
+            self.pos += 1
+            self.skip_space()
+            wrapped = text.startswith("(", self.pos)
+            if wrapped:
+                self.pos += 1
+            expr = _FilterParser(self).parse_or()
+            self.skip_space()
+            if wrapped:
+                self.expect(")")
+            self.skip_space()
+            self.expect("]")
+            return ("filter", expr)
+        if text.startswith("*", self.pos):
+            self.pos += 1
+            self.skip_space()
+            self.expect("]")
+            return ("wild",)
+        items: list[Any] = []
+        slice_parts: list[int | None] | None = None
+        while True:
+            self.skip_space()
+            if self.pos < len(text) and text[self.pos] in "'\"":
+                items.append(self.string())
+            else:
+                number = self.maybe_int()
+                if self.pos < len(text) and text[self.pos] == ":":
+                    slice_parts = [number]
+                    while self.pos < len(text) and text[self.pos] == ":":
+                        self.pos += 1
+                        self.skip_space()
+                        slice_parts.append(self.maybe_int())
+                    break
+                if number is None:
+                    raise self.error("a number, a string or '*'")
+                items.append(number)
+            self.skip_space()
+            if self.pos < len(text) and text[self.pos] == ",":
+                self.pos += 1
+                continue
+            break
+        self.skip_space()
+        self.expect("]")
+        if slice_parts is not None:
+            start, end, *rest = slice_parts + [None] * (3 - len(slice_parts))
+            step = rest[0] if rest and rest[0] is not None else 1
+            if step == 0 or step < 0:
+                raise self.error("a positive slice step")
+            return ("slice", start, end, step)
+        if len(items) == 1:
+            return ("key", items[0]) if isinstance(items[0], str) else ("index", items[0])
+        return ("union", items)
+
+    def string(self) -> str:
+        text = self.text
+        quote = text[self.pos]
+        self.pos += 1
+        out: list[str] = []
+        while self.pos < len(text):
+            ch = text[self.pos]
+            if ch == "\\" and self.pos + 1 < len(text):
+                out.append(text[self.pos + 1])
+                self.pos += 2
+                continue
+            if ch == quote:
+                self.pos += 1
+                return "".join(out)
+            out.append(ch)
+            self.pos += 1
+        raise self.error(f"closing {quote}")
+
+    def maybe_int(self) -> int | None:
+        match = re.compile(r"-?\d+").match(self.text, self.pos)
+        if match is None:
+            return None
+        self.pos = match.end()
+        return int(match.group(0))
+
+    def skip_space(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] == " ":
+            self.pos += 1
+
+    def expect(self, token: str) -> None:
+        if not self.text.startswith(token, self.pos):
+            raise self.error(f"'{token}'")
+        self.pos += len(token)
+
+
+# -- filter expressions -----------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+_OPS = ("==", "!=", "<=", ">=", "=~", "<", ">")
+_MISSING = object()
+
+
+class _FilterParser:
+    """Recursive descent over the shared path parser's text; builds nested tuples."""
+
+    def __init__(self, outer: _PathParser) -> None:
+        self.p = outer
+
+    def parse_or(self) -> tuple:
+        left = self.parse_and()
+        while self.peek("||"):
+            self.p.pos += 2
+            left = ("or", left, self.parse_and())
+        return left
+
+    def parse_and(self) -> tuple:
+        left = self.parse_not()
+        while self.peek("&&"):
+            self.p.pos += 2
+            left = ("and", left, self.parse_not())
+        return left
+
+    def parse_not(self) -> tuple:
+        if self.peek("!") and not self.peek("!="):
+            self.p.pos += 1
+            return ("not", self.parse_not())
+        return self.parse_compare()
+
+    def parse_compare(self) -> tuple:
+        if self.peek("("):
+            self.p.pos += 1
+            inner = self.parse_or()
+            self.p.skip_space()
+            self.p.expect(")")
+            return inner
+        left = self.operand()
+        for op in _OPS:
+            if self.peek(op):
+                self.p.pos += len(op)
+                right = self.operand()
+                if op == "=~":
+                    if right[0] != "lit" or not isinstance(right[1], str):
+                        raise self.p.error("a regular expression string")
+                    try:
+                        right = ("re", re.compile(right[1]))
+                    except re.error as exc:
+                        raise JsonPathError(f"invalid regular expression: {exc}") from None
+                return ("cmp", op, left, right)
+        return ("exists", left)
+
+    def operand(self) -> tuple:
+        p = self.p
+        p.skip_space()
+        text = p.text
+        if p.pos >= len(text):
+            raise p.error("an operand")
+        ch = text[p.pos]
+        if ch in "@$":
+            p.pos += 1
+            steps = p.steps(until=" )=!<>&|,")
+            return ("path", ch, CompiledPath(steps))
+        if ch in "'\"":
+            return ("lit", p.string())
+        match = _NUMBER.match(text, p.pos)
+        if match is not None:
+            p.pos = match.end()
+            raw = match.group(0)
+            return ("lit", float(raw) if any(c in raw for c in ".eE") else int(raw))
+        for word, value in (("true", True), ("false", False), ("null", None)):
+            if text.startswith(word, p.pos):
+                p.pos += len(word)
+                return ("lit", value)
+        raise p.error("an operand")
+
+    def peek(self, token: str) -> bool:
+        self.p.skip_space()
+        return self.p.text.startswith(token, self.p.pos)
+
+
+def _eval_filter(expr: tuple, current: Any, root: Any) -> bool:
+    kind = expr[0]
+    if kind == "or":
+        return _eval_filter(expr[1], current, root) or _eval_filter(expr[2], current, root)
+    if kind == "and":
+        return _eval_filter(expr[1], current, root) and _eval_filter(expr[2], current, root)
+    if kind == "not":
+        return not _eval_filter(expr[1], current, root)
+    if kind == "exists":
+        value = _operand_value(expr[1], current, root)
+        return value is not _MISSING and (expr[1][0] != "lit" or bool(value))
+    _, op, left_expr, right_expr = expr
+    left = _operand_value(left_expr, current, root)
+    if left is _MISSING:
+        return False
+    if op == "=~":
+        return isinstance(left, str) and right_expr[1].search(left) is not None
+    right = _operand_value(right_expr, current, root)
+    if right is _MISSING:
+        return False
+    return _compare(op, left, right)
+
+
+def _operand_value(expr: tuple, current: Any, root: Any) -> Any:
+    if expr[0] == "lit":
+        return expr[1]
+    base = current if expr[1] == "@" else root
+    found = expr[2].values(base)
+    return found[0] if found else _MISSING
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _compare(op: str, left: Any, right: Any) -> bool:
+    same = _kind(left) == _kind(right)
+    if op == "==":
+        return same and left == right
+    if op == "!=":
+        return not (same and left == right)
+    if not same or _kind(left) not in ("number", "string"):
+        return False
+    if op == "<":
+        return left < right
+    if op == "<=":
+        return left <= right
+    if op == ">":
+        return left > right
+    return left >= right
+
+
+# -- evaluation -------------------------------------------------------------------------------------
+
+
+def _children(value: Any, loc: Location) -> Iterator[tuple[Any, Location]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield item, loc + (key,)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield item, loc + (i,)
+
+
+def _descendants(value: Any, loc: Location) -> Iterator[tuple[Any, Location]]:
+    """The node itself and every node below it, in document (pre-)order."""
+    yield value, loc
+    for child, child_loc in _children(value, loc):
+        yield from _descendants(child, child_loc)
+
+
+def _apply(step: tuple, value: Any, loc: Location, root: Any) -> list[tuple[Any, Location]]:
+    kind = step[0]
+    if kind == "key":
+        name = step[1]
+        if isinstance(value, dict) and name in value:
+            return [(value[name], loc + (name,))]
+        return []
+    if kind == "index":
+        if isinstance(value, list):
+            i = step[1] + len(value) if step[1] < 0 else step[1]
+            if 0 <= i < len(value):
+                return [(value[i], loc + (i,))]
+        return []
+    if kind == "wild":
+        return list(_children(value, loc))
+    if kind == "union":
+        out: list[tuple[Any, Location]] = []
+        for item in step[1]:
+            out.extend(_apply(("key", item) if isinstance(item, str) else ("index", item), value, loc, root))
+        return out
+    if kind == "slice":
+        if not isinstance(value, list):
+            return []
+        _, start, end, stride = step
+        indexes = range(len(value))[slice(start, end, stride)]
+        return [(value[i], loc + (i,)) for i in indexes]
+    if kind == "filter":
+        return [(child, child_loc) for child, child_loc in _children(value, loc)
+                if _eval_filter(step[1], child, root)]
+    if kind == "desc":
+        inner = step[1]
+        out = []
+        for node, node_loc in _descendants(value, loc):
+            out.extend(_apply(inner, node, node_loc, root))
+        return out
+    raise JsonPathError(f"unknown path step {kind}")
+
+
+# -- locations ---------------------------------------------------------------------------------------
+
+
+def get_at(root: Any, loc: Location) -> Any:
+    for key in loc:
+        root = root[key]
+    return root
+
+
+def parent_of(root: Any, loc: Location) -> tuple[Any, Any]:
+    """(container, key) that holds the value at ``loc`` (``loc`` must not be the root)."""
+    return get_at(root, loc[:-1]), loc[-1]
+
+
+def order_for_mutation(locations: list[Location], drop_nested: bool = True) -> list[Location]:
+    """Deeper locations first and higher array indexes first, so no change invalidates a later
+    location (RedisJSON's prepare_paths_for_updating); with ``drop_nested`` a location inside
+    another matched one is dropped (deleting the ancestor removes it anyway)."""
+    ordered = sorted(set(locations), key=_mutation_key)
+    if not drop_nested:
+        return ordered
+    chosen = set(ordered)
+    return [loc for loc in ordered if not any(loc[:i] in chosen for i in range(len(loc)))]
+
+
+def _mutation_key(loc: Location) -> tuple:
+    # deeper first; within a level, object keys before array indexes, higher indexes first
+    parts = tuple((0, part, 0) if isinstance(part, str) else (1, "", -part) for part in loc)
+    return (-len(loc), parts)

@@ -1,0 +1,251 @@
+"""The JSON value type (TYPE ``ReJSON-RL``, RedisJSON's type name): a parsed document tree.
+
+The document is kept as plain Python values (dict keeps insertion order, as RedisJSON's objects
+do; int and float stay apart, as RedisJSON's integer and number). Serialisation follows
+serde_json, which RedisJSON uses: compact separators, non-ASCII left as is, floats in their
+shortest round-trip form with serde's exponent spelling (``1e21``, ``1.5e-7``). Parse errors read
+like serde_json's (``expected value at line 1 column 1``). Snapshots and DUMP store the compact
+text; the size estimate for INFO and maxmemory is refreshed from it on every write.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from decimal import Decimal
+from typing import Any
+
+from pion.storage import serialize
+from pion.storage.encodings import register_encoding
+from pion.storage.keyspace import register_type
+from pion.storage.memory import register_sizer
+
+#: RedisJSON's nesting limit (MAX_DEPTH)
+MAX_DEPTH = 128
+TYPE_ID = 10
+
+
+class JsonError(ValueError):
+    """Text that is not a JSON value; ``str(exc)`` is the reply text."""
+
+
+class JsonValue:
+    """A JSON document stored at a key; ``root`` is the tree, ``size`` the last estimate."""
+
+    __slots__ = ("root", "size")
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.size = 0
+        self.touch()
+
+    def touch(self) -> None:
+        """Refresh the size estimate after an in-place change."""
+        self.size = estimate_size(self.root)
+
+    def dumps(self) -> str:
+        return dumps(self.root)
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse one JSON value (RFC 8259: no NaN/Infinity, nothing after the value)."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            raise JsonError("invalid unicode code point at line 1 column 1") from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":
+            raise JsonError(f"trailing characters at line {exc.lineno} column {exc.colno}") from None
+        if not text.strip():
+            raise JsonError(f"EOF while parsing a value at line {exc.lineno} column {exc.colno}") from None
+        raise JsonError(f"expected value at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise JsonError("recursion limit exceeded") from None
+    if depth(value) > MAX_DEPTH:
+        raise JsonError("recursion limit exceeded")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise JsonError("expected value at line 1 column 1")
+
+
+def depth(value: Any) -> int:
+    """Nesting depth (a scalar is 0), iteratively so a deep document cannot blow the stack."""
+    best = 0
+    stack = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            best = max(best, level)
+            stack.extend((item, level + 1) for item in node.values())
+        elif isinstance(node, list):
+            best = max(best, level)
+            stack.extend((item, level + 1) for item in node)
+    return best
+
+
+def format_number(value: int | float) -> str:
+    """serde_json's spelling of a number: integers as is, floats as ryu writes them."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value) or math.isinf(value):
+        return "null"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign, digit_tuple, exponent = Decimal(repr(value)).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    exponent += len(digit_tuple) - len(digits)  # value = digits * 10**exponent
+    kk = len(digits) + exponent  # where the decimal point falls
+    prefix = "-" if sign else ""
+    if exponent >= 0 and kk <= 16:
+        body = digits + "0" * exponent + ".0"
+    elif 0 < kk <= 16:
+        body = digits[:kk] + "." + digits[kk:]
+    elif -5 < kk <= 0:
+        body = "0." + "0" * -kk + digits
+    elif len(digits) == 1:
+        body = f"{digits}e{kk - 1}"
+    else:
+        body = f"{digits[0]}.{digits[1:]}e{kk - 1}"
+    return prefix + body
+
+
+def dumps(value: Any, indent: str | None = None, newline: str | None = None, space: str | None = None) -> str:
+    """Compact JSON, or RedisJSON's INDENT/NEWLINE/SPACE layout when any is given."""
+    if indent is None and newline is None and space is None:
+        out: list[str] = []
+        _compact(value, out)
+        return "".join(out)
+    out = []
+    _pretty(value, out, indent or "", newline or "", space or "", 0)
+    return "".join(out)
+
+
+_ENCODE_STR = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def _compact(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(_ENCODE_STR(value))
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, (int, float)):
+        out.append(format_number(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        first = True
+        for key, item in value.items():
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_ENCODE_STR(key))
+            out.append(":")
+            _compact(item, out)
+        out.append("}")
+    else:
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _compact(item, out)
+        out.append("]")
+
+
+def _pretty(value: Any, out: list[str], indent: str, newline: str, space: str, level: int) -> None:
+    if isinstance(value, dict) and value:
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append("," if i else "")
+            out.append(newline + indent * (level + 1))
+            out.append(_ENCODE_STR(key) + ":" + space)
+            _pretty(item, out, indent, newline, space, level + 1)
+        out.append(newline + indent * level + "}")
+    elif isinstance(value, list) and value:
+        out.append("[")
+        for i, item in enumerate(value):
+            out.append("," if i else "")
+            out.append(newline + indent * (level + 1))
+            _pretty(item, out, indent, newline, space, level + 1)
+        out.append(newline + indent * level + "]")
+    else:
+        _compact(value, out)
+
+
+def type_name_of(value: Any) -> str:
+    """JSON.TYPE's names."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def estimate_size(root: Any) -> int:
+    """Bytes the tree holds, roughly: its compact text times the overhead of Python objects,
+    sampled for big containers so a write costs O(sample), not O(document)."""
+    return sys.getsizeof(root) + _sampled(root, 3)
+
+
+def _sampled(value: Any, budget: int) -> int:
+    if isinstance(value, dict):
+        items = list(value.items())
+        if not items:
+            return 64
+        if len(items) > 32:
+            step = len(items) // 16
+            sample = items[::step][:16]
+            return int(sum(_entry_size(k, v, budget) for k, v in sample) * len(items) / len(sample)) + 64
+        return sum(_entry_size(k, v, budget) for k, v in items) + 64
+    if isinstance(value, list):
+        if not value:
+            return 56
+        if len(value) > 32:
+            step = len(value) // 16
+            sample = value[::step][:16]
+            return int(sum(_item_size(v, budget) for v in sample) * len(value) / len(sample)) + 56
+        return sum(_item_size(v, budget) for v in value) + 56
+    return sys.getsizeof(value)
+
+
+def _entry_size(key: str, value: Any, budget: int) -> int:
+    return sys.getsizeof(key) + 16 + _item_size(value, budget)
+
+
+def _item_size(value: Any, budget: int) -> int:
+    if isinstance(value, (dict, list)):
+        return _sampled(value, budget - 1) if budget > 0 else 256
+    return sys.getsizeof(value) + 8
+
+
+def _dump(value: JsonValue) -> bytes:
+    return value.dumps().encode("utf-8")
+
+
+def _load(body: bytes) -> JsonValue:
+    try:
+        return JsonValue(loads(body))
+    except JsonError as exc:
+        raise serialize.PayloadError(f"corrupt JSON value: {exc}") from None
+
+
+register_type(JsonValue, "ReJSON-RL")
+serialize.register_codec(JsonValue, TYPE_ID, _dump, _load)
+register_sizer(JsonValue, lambda value: value.size)
+register_encoding(JsonValue, lambda value, settings: "raw")

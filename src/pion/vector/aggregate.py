@@ -1,0 +1,393 @@
+"""FT.AGGREGATE: the query's matches become rows that flow through LOAD, GROUPBY/REDUCE, APPLY,
+FILTER, SORTBY and LIMIT steps in the order given, as RediSearch's aggregation pipeline does.
+
+A row starts with the KNN distance alias or VECTOR_RANGE yields, ``__score`` (ADDSCORES) and
+``__key``; schema fields a step refers to are loaded on demand (``loader``), LOAD lists them
+explicitly (``LOAD *``: every field). SORTBY without MAX or a later LIMIT keeps 10 rows, as
+RediSearch's sorter does. Numbers print as RediSearch prints them (``expressions.format_value``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pion.protocol.errors import ReplyError
+from pion.vector.expressions import compile_expression, format_value, referenced_properties
+from pion.vector.search import SearchRequest, _int, parse_params
+
+DEFAULT_SORT_MAX = 10
+
+
+@dataclass
+class Step:
+    kind: str
+    args: Any
+
+
+@dataclass
+class AggregateRequest:
+    query: str
+    steps: list[Step] = field(default_factory=list)
+    loads: list[str] | None = None  # None: nothing explicit; ["*"]: all
+    verbatim: bool = False
+    addscores: bool = False
+    scorer: str = "BM25STD"
+    params: dict[str, bytes] = field(default_factory=dict)
+    dialect: int = 1
+    cursor: bool = False
+    cursor_count: int = 1000
+    cursor_maxidle: int = 300_000
+    timeout_ms: int | None = None
+
+    def search_request(self) -> SearchRequest:
+        return SearchRequest(query=self.query, verbatim=self.verbatim, scorer=self.scorer, params=self.params,
+                             dialect=self.dialect, limit=1 << 31)
+
+
+def _prop(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace")
+    return text[1:] if text.startswith("@") else text
+
+
+def parse_aggregate(argv: list[bytes], default_dialect: int) -> AggregateRequest:
+    from pion.vector import scoring
+
+    req = AggregateRequest(query=argv[2].decode("utf-8", "replace"), dialect=default_dialect)
+    i, n = 3, len(argv)
+
+    def need(count: int, what: str) -> None:
+        if i + count >= n:
+            raise ReplyError(f"Bad arguments for {what}: Expected an argument, but none provided")
+
+    while i < n:
+        word = argv[i].upper()
+        if word == b"VERBATIM":
+            req.verbatim = True
+        elif word == b"ADDSCORES":
+            req.addscores = True
+        elif word == b"SCORER":
+            need(1, "SCORER")
+            req.scorer = scoring.check(argv[i + 1].decode())
+            i += 1
+        elif word == b"LOAD":
+            need(1, "LOAD")
+            if argv[i + 1] == b"*":
+                req.loads = ["*"]
+                i += 1
+            else:
+                count = _int(argv[i + 1], "LOAD")
+                if i + 2 + count > n:
+                    raise ReplyError("Bad arguments for LOAD: Expected an argument, but none provided")
+                items = argv[i + 2:i + 2 + count]
+                loads = req.loads if req.loads is not None else []
+                j = 0
+                while j < len(items):
+                    name = _prop(items[j])
+                    alias = name
+                    if j + 2 < len(items) + 1 and j + 1 < len(items) and items[j + 1].upper() == b"AS":
+                        alias = items[j + 2].decode() if j + 2 < len(items) else name
+                        j += 2
+                    loads.append(name if alias == name else f"{name}\0{alias}")
+                    j += 1
+                req.loads = loads
+                i += 1 + count
+        elif word == b"GROUPBY":
+            need(1, "GROUPBY")
+            count = _int(argv[i + 1], "GROUPBY")
+            props = [_prop(p) for p in argv[i + 2:i + 2 + count]]
+            for raw in argv[i + 2:i + 2 + count]:
+                if not raw.startswith(b"@"):
+                    raise ReplyError(f"Bad arguments for GROUPBY: Unknown property `{raw.decode()}`. Did you mean `@{raw.decode()}`?")
+            i += 2 + count
+            reducers = []
+            while i < n and argv[i].upper() == b"REDUCE":
+                if i + 2 >= n:
+                    raise ReplyError("Bad arguments for REDUCE: Expected an argument, but none provided")
+                name = argv[i + 1].decode().upper()
+                nargs = _int(argv[i + 2], "REDUCE")
+                rargs = [a.decode("utf-8", "replace") for a in argv[i + 3:i + 3 + nargs]]
+                i += 3 + nargs
+                alias = None
+                if i + 1 < n and argv[i].upper() == b"AS":
+                    alias = argv[i + 1].decode()
+                    i += 2
+                reducers.append(_make_reducer(name, rargs, alias))
+            req.steps.append(Step("group", (props, reducers)))
+            continue
+        elif word == b"SORTBY":
+            need(1, "SORTBY")
+            count = _int(argv[i + 1], "SORTBY")
+            items = argv[i + 2:i + 2 + count]
+            keys: list[tuple[str, bool]] = []
+            j = 0
+            while j < len(items):
+                raw = items[j]
+                if not raw.startswith(b"@"):
+                    raise ReplyError(f"Bad arguments for SORTBY: Unknown property `{raw.decode()}`. Did you mean `@{raw.decode()}`?")
+                asc = True
+                if j + 1 < len(items) and items[j + 1].upper() in (b"ASC", b"DESC"):
+                    asc = items[j + 1].upper() == b"ASC"
+                    j += 1
+                keys.append((_prop(raw), asc))
+                j += 1
+            i += 2 + count
+            maximum = None
+            if i + 1 < n and argv[i].upper() == b"MAX":
+                maximum = _int(argv[i + 1], "MAX")
+                i += 2
+            req.steps.append(Step("sort", (keys, maximum)))
+            continue
+        elif word == b"APPLY":
+            need(3, "APPLY")
+            text = argv[i + 1].decode("utf-8", "replace")
+            if argv[i + 2].upper() != b"AS":
+                raise ReplyError("Bad arguments for APPLY: AS is required")
+            req.steps.append(Step("apply", (compile_expression(text), argv[i + 3].decode(), referenced_properties(text))))
+            i += 3
+        elif word == b"FILTER":
+            need(1, "FILTER")
+            text = argv[i + 1].decode("utf-8", "replace")
+            req.steps.append(Step("filter", (compile_expression(text), referenced_properties(text))))
+            i += 1
+        elif word == b"LIMIT":
+            need(2, "LIMIT")
+            req.steps.append(Step("limit", (_int(argv[i + 1], "LIMIT"), _int(argv[i + 2], "LIMIT"))))
+            i += 2
+        elif word == b"WITHCURSOR":
+            req.cursor = True
+            while i + 2 < n + 1 and i + 1 < n and argv[i + 1].upper() in (b"COUNT", b"MAXIDLE"):
+                if i + 2 >= n:
+                    raise ReplyError("Bad arguments for WITHCURSOR: Expected an argument, but none provided")
+                value = _int(argv[i + 2], argv[i + 1].decode().upper())
+                if argv[i + 1].upper() == b"COUNT":
+                    req.cursor_count = max(1, value)
+                else:
+                    req.cursor_maxidle = value
+                i += 2
+        elif word == b"PARAMS":
+            req.params, i = parse_params(argv, i)
+            continue
+        elif word == b"DIALECT":
+            need(1, "DIALECT")
+            req.dialect = _int(argv[i + 1], "DIALECT", 1)
+            if req.dialect > 4:
+                raise ReplyError("DIALECT requires a non negative integer >=1 and <= 4")
+            i += 1
+        elif word == b"TIMEOUT":
+            need(1, "TIMEOUT")
+            req.timeout_ms = _int(argv[i + 1], "TIMEOUT")
+            i += 1
+        elif word in (b"NOSORT", b"WITHOUTCOUNT", b"WITHCOUNT"):
+            pass
+        else:
+            raise ReplyError(f"Unknown argument `{argv[i].decode('utf-8', 'replace')}`")
+        i += 1
+    return req
+
+
+# -- reducers ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Reducer:
+    name: str
+    alias: str
+    prop: str | None
+    reduce: Callable[[list[dict[str, Any]]], Any]
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _make_reducer(name: str, args: list[str], alias: str | None) -> Reducer:
+    def prop_arg(k: int = 0) -> str:
+        if len(args) <= k:
+            raise ReplyError(f"Bad arguments for {name}: Expected an argument, but none provided")
+        return args[k][1:] if args[k].startswith("@") else args[k]
+
+    default_alias = f"__generated_alias{name.lower()}" + (prop_arg().lower() if args and name != "COUNT" else "")
+    if name == "COUNT":
+        if args:
+            raise ReplyError("Bad arguments for COUNT: Too many arguments")
+        return Reducer(name, alias or "__generated_aliascount", None, lambda rows: float(len(rows)))
+    prop = prop_arg()
+
+    def values(rows):
+        return [r.get(prop) for r in rows if r.get(prop) is not None]
+
+    def numbers(rows):
+        return [x for x in (_num(v) for v in values(rows)) if x is not None]
+
+    if name in ("COUNT_DISTINCT", "COUNT_DISTINCTISH"):
+        fn = lambda rows: float(len({format_value(v) for v in values(rows)}))  # noqa: E731
+    elif name == "SUM":
+        fn = lambda rows: float(sum(numbers(rows)))  # noqa: E731
+    elif name == "MIN":
+        fn = lambda rows: min(numbers(rows)) if numbers(rows) else math.inf  # noqa: E731
+    elif name == "MAX":
+        fn = lambda rows: max(numbers(rows)) if numbers(rows) else -math.inf  # noqa: E731
+    elif name == "AVG":
+        fn = lambda rows: (sum(nums) / len(nums)) if (nums := numbers(rows)) else math.nan  # noqa: E731
+    elif name == "STDDEV":
+        fn = lambda rows: statistics.stdev(nums) if len(nums := numbers(rows)) > 1 else 0.0  # noqa: E731
+    elif name == "QUANTILE":
+        if len(args) != 2:
+            raise ReplyError("Bad arguments for QUANTILE: Expected 2 arguments")
+        q = _num(args[1])
+        if q is None or not 0 <= q <= 1:
+            raise ReplyError("Quantile must be between 0 and 1")
+        fn = lambda rows: _quantile(sorted(numbers(rows)), q)  # noqa: E731
+    elif name == "TOLIST":
+        fn = lambda rows: list(dict.fromkeys(format_value(v) for v in values(rows)))  # noqa: E731
+    elif name == "FIRST_VALUE":
+        by, asc = None, True
+        if len(args) >= 3 and args[1].upper() == "BY":
+            by = args[2][1:] if args[2].startswith("@") else args[2]
+            if len(args) >= 4:
+                asc = args[3].upper() != "DESC"
+
+        def first(rows):
+            if by is None:
+                vals = values(rows)
+                return vals[0] if vals else None
+            ranked = [r for r in rows if r.get(by) is not None]
+            if not ranked:
+                return None
+            ranked.sort(key=lambda r: _sort_key(r.get(by)), reverse=not asc)
+            return ranked[0].get(prop)
+        fn = first
+    elif name == "RANDOM_SAMPLE":
+        size = int(_num(args[1]) or 1) if len(args) > 1 else 1
+        fn = lambda rows: random.sample(vals, min(size, len(vals))) if (vals := values(rows)) else []  # noqa: E731
+    else:
+        raise ReplyError(f"Reducer not found: {name}" if name else "Reducer not found")
+    return Reducer(name, alias or default_alias, prop, fn)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    pos = q * (len(values) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def _sort_key(value: Any) -> tuple:
+    number = _num(value)
+    if number is not None and not isinstance(value, str) or (isinstance(value, str) and number is not None):
+        return (0, number, "")
+    return (1, 0.0, str(value))
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+
+def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
+                 schema_names: set[str]) -> list[dict[str, Any]]:
+    """Apply the steps to the rows (each row carries ``__key``); ``load(row, name)`` fills a field."""
+    if req.loads:
+        for row in rows:
+            if req.loads == ["*"]:
+                load(row, "*")
+                continue
+            for item in req.loads:
+                name, _, alias = item.partition("\0")
+                if name not in row or alias:
+                    value = load(row, name)
+                    if value is not None:
+                        row[alias or name] = value
+    steps = req.steps
+    for n_step, step in enumerate(steps):
+        kind = step.kind
+        if kind == "apply":
+            expr, alias, props = step.args
+            _ensure(rows, props, load, schema_names)
+            for row in rows:
+                row[alias] = expr(row)
+        elif kind == "filter":
+            expr, props = step.args
+            _ensure(rows, props, load, schema_names)
+            rows = [row for row in rows if _truthy(expr(row))]
+        elif kind == "group":
+            props, reducers = step.args
+            _ensure(rows, props + [r.prop for r in reducers if r.prop], load, schema_names)
+            groups: dict[tuple, list[dict[str, Any]]] = {}
+            for row in rows:
+                key = tuple(_group_key(row.get(p)) for p in props)
+                groups.setdefault(key, []).append(row)
+            out = []
+            for members in groups.values():
+                new = {p: members[0].get(p) for p in props}
+                for reducer in reducers:
+                    new[reducer.alias] = reducer.reduce(members)
+                out.append(new)
+            rows = out
+        elif kind == "sort":
+            keys, maximum = step.args
+            _ensure(rows, [k for k, _ in keys], load, schema_names)
+            for name, asc in reversed(keys):
+                present = [r for r in rows if r.get(name) is not None]
+                missing = [r for r in rows if r.get(name) is None]
+                present.sort(key=lambda r, n=name: _sort_key(r.get(n)), reverse=not asc)
+                rows = present + missing
+            later_limit = any(s.kind == "limit" for s in steps[n_step + 1:])
+            if maximum is not None:
+                rows = rows[:maximum]
+            elif not later_limit:
+                rows = rows[:DEFAULT_SORT_MAX]
+        elif kind == "limit":
+            offset, count = step.args
+            rows = rows[offset:offset + count]
+    return rows
+
+
+def _group_key(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, float):
+        return format_value(value)
+    return value
+
+
+def _truthy(value: Any) -> bool:
+    if value is None:
+        return False
+    number = _num(value)
+    if number is not None:
+        return number != 0 and not math.isnan(number)
+    return bool(value)
+
+
+def _ensure(rows: list[dict[str, Any]], props: list[str], load, schema_names: set[str]) -> None:
+    """Load schema fields a step refers to that the rows do not carry yet (implicit LOAD)."""
+    wanted = [p for p in props if p in schema_names]
+    if not wanted:
+        return
+    for row in rows:
+        for name in wanted:
+            if name not in row:
+                value = load(row, name)
+                if value is not None:
+                    row[name] = value
+
+
+def render_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return [render_value(v) for v in value]
+    if value is None:
+        return None
+    return format_value(value).encode() if not isinstance(value, bytes) else value

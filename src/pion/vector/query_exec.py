@@ -1,0 +1,373 @@
+"""Evaluating a parsed query against one index: documents that match, with their raw text scores.
+
+Each node answers ``{doc_id: raw score}``. A term matches the documents whose postings hold the
+word or (unless VERBATIM or the field is NOSTEM) its stem; its contribution is the scorer's term
+score times the node weight. AND keeps the documents every required child has and sums scores
+(``~optional`` children add, never filter); OR unites and sums; NOT is all documents minus its
+child. Tags, numbers, geo, ``ismissing`` and vector ranges filter without scoring. Vector range
+distances are recorded in ``extras`` under ``$YIELD_DISTANCE_AS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pion.protocol.errors import ReplyError
+from pion.vector import scoring, text
+from pion.vector.fields import SYNONYM_PREFIX
+from pion.vector.index import SearchIndex
+from pion.vector.query_parser import Node
+from pion.vector.text import STEM_PREFIX
+
+Hits = dict[int, float]
+
+
+@dataclass
+class ExecContext:
+    index: SearchIndex
+    scorer: str = scoring.DEFAULT
+    verbatim: bool = False
+    infields: list[str] | None = None
+    slop: int | None = None
+    inorder: bool = False
+    stopwords_off: bool = False
+    extras: dict[int, dict[str, Any]] = field(default_factory=dict)
+    max_expansions: int = 200
+    min_prefix: int = 2
+    language: str | None = None  # the query's LANGUAGE (stems query words); default: the index's
+    expander: str = "DEFAULT"  # DEFAULT: stems and synonyms; SYNONYM: synonyms only
+
+
+def evaluate(node: Node, ctx: ExecContext) -> Hits:
+    """Matching documents; a query of stop-words only matches nothing, as in RediSearch."""
+    hits = _eval(node, ctx, ctx.infields)
+    return {} if hits is None else hits
+
+
+def _is_stopword(ctx: ExecContext, word: str) -> bool:
+    return not ctx.stopwords_off and word in ctx.index.definition.stopword_set
+
+
+def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
+    kind = node.kind
+    weight = float(node.attrs.get("weight", 1.0))
+    if kind == "all":
+        return dict.fromkeys(ctx.index.docs, 0.0)
+    if kind == "none":
+        return {}
+    if kind == "fields":
+        return _eval(node.children[0], ctx, _restrict(ctx, node.fields, node))
+    if kind == "and":
+        return _and(node, ctx, fields, weight)
+    if kind == "or":
+        out: Hits = {}
+        seen = False
+        for child in node.children:
+            hits = _eval(child, ctx, fields)
+            if hits is None:  # a stop-word: no part of the union
+                continue
+            seen = True
+            for doc, score in hits.items():
+                out[doc] = out.get(doc, 0.0) + score * weight
+        return out if seen else None
+    if kind == "not":
+        inner = _eval(node.children[0], ctx, fields) or {}
+        return {doc: 0.0 for doc in ctx.index.docs if doc not in inner}
+    if kind == "opt":
+        inner = _eval(node.children[0], ctx, fields) or {}
+        return {doc: inner.get(doc, 0.0) * weight for doc in ctx.index.docs}
+    if kind == "term":
+        if _is_stopword(ctx, node.value):
+            return None  # dropped from the query, as RediSearch drops stop-words
+        return _term(node.value, ctx, fields, weight, expand=not node.attrs.get("exact"))
+    if kind == "phrase":
+        return _phrase(node, ctx, fields, weight)
+    if kind in ("prefix", "suffix", "infix", "fuzzy", "wildcard"):
+        return _expansion(node, ctx, fields, weight)
+    if kind == "tag":
+        return _tag(node, ctx)
+    if kind == "numeric":
+        return _numeric(node, ctx)
+    if kind == "geo":
+        return _geo(node, ctx)
+    if kind == "missing":
+        return _missing(node, ctx)
+    if kind == "vrange":
+        return _vector_range(node, ctx)
+    raise ReplyError(f"Unsupported query node {kind}")
+
+
+def _restrict(ctx: ExecContext, names: list[str] | None, node: Node) -> list[str]:
+    definition = ctx.index.definition
+    for name in names or ():
+        if definition.field(name) is None:
+            raise ReplyError(f"Unknown field at offset 0 near {name}")
+    return list(names or ())
+
+
+def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:
+    required = [c for c in node.children if c.kind != "opt"]
+    optional = [c for c in node.children if c.kind == "opt"]
+    results = [r for r in (_eval(child, ctx, fields) for child in required) if r is not None]
+    if not results and not optional:
+        return None
+    if not results:
+        base: Hits = dict.fromkeys(ctx.index.docs, 0.0)
+    else:
+        results.sort(key=len)
+        base = dict(results[0])
+        for other in results[1:]:
+            base = {doc: score + other[doc] for doc, score in base.items() if doc in other}
+            if not base:
+                return {}
+        if ctx.slop is not None or ctx.inorder:
+            base = _proximity(ctx, [c for c in required if c.kind == "term"], fields, base)
+    for child in optional:
+        inner = _eval(child.children[0], ctx, fields) or {}
+        w = float(child.attrs.get("weight", 1.0))
+        for doc in base:
+            if doc in inner:
+                base[doc] += inner[doc] * w
+    if weight != 1.0:
+        base = {doc: score * weight for doc, score in base.items()}
+    return base
+
+
+def _proximity(ctx: ExecContext, terms: list[Node], fields: list[str] | None, base: Hits) -> Hits:
+    """SLOP / INORDER over the terms of an intersection (positions of the word or its stem)."""
+    words = [t.value for t in terms if not _is_stopword(ctx, t.value)]
+    if len(words) < 2:
+        return base
+    slop = ctx.slop if ctx.slop is not None else 1 << 30
+    mask = _field_mask(ctx, fields)
+    lists = [_postings(ctx, word, True, fields) for word in words]
+    out: Hits = {}
+    for doc, score in base.items():
+        positions = []
+        for plists in lists:
+            pos = sorted({p for plist in plists if doc in plist for p in plist[doc].positions
+                          if mask is None or (1 << (p >> 20)) & mask})
+            positions.append(pos)
+        if all(positions) and _within(positions, slop, ctx.inorder):
+            out[doc] = score
+    return out
+
+
+def _field_mask(ctx: ExecContext, fields: list[str] | None) -> int | None:
+    if not fields:
+        return None
+    mask = 0
+    numbers = ctx.index.text_numbers
+    for name in fields:
+        if name in numbers:
+            mask |= 1 << numbers[name]
+    return mask
+
+
+def _postings(ctx: ExecContext, word: str, expand: bool, fields: list[str] | None) -> list[dict]:
+    postings = ctx.index.text.postings
+    lists = []
+    direct = postings.get(word)
+    if direct is not None:
+        lists.append(direct)
+    if expand and not ctx.verbatim:
+        for group in ctx.index.synonyms.get(word, ()):
+            grouped = postings.get(SYNONYM_PREFIX + group)
+            if grouped is not None:
+                lists.append(grouped)
+    if expand and not ctx.verbatim and ctx.expander != "SYNONYM":
+        root = text.stem(word, ctx.language or ctx.index.definition.language)
+        stemmed = postings.get(STEM_PREFIX + (root or word))
+        if stemmed is not None:
+            if not _all_nostem(ctx, fields):
+                lists.append(stemmed)
+    return lists
+
+
+def _all_nostem(ctx: ExecContext, fields: list[str] | None) -> bool:
+    definition = ctx.index.definition
+    names = fields or [spec.name for spec in definition.fields if spec.type == "TEXT"]
+    specs = [definition.field(name) for name in names]
+    return all(spec is not None and spec.nostem for spec in specs)
+
+
+def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, expand: bool = True) -> Hits:
+    index = ctx.index
+    if not ctx.stopwords_off and word in index.definition.stopword_set:
+        return {}
+    mask = _field_mask(ctx, fields)
+    if fields and not mask:
+        return {}
+    total = len(index.docs)
+    avg = index.avg_doc_len
+    doc_len = index.text.doc_len
+    out: Hits = {}
+    for plist in _postings(ctx, word, expand, fields):
+        matching = [(d, p) for d, p in plist.items() if mask is None or p.mask & mask]
+        n = len(matching)
+        for doc, posting in matching:
+            contribution = scoring.term_score(ctx.scorer, posting.freq, weight, total, n, doc_len.get(doc, 0), avg)
+            out[doc] = out.get(doc, 0.0) + contribution
+    return out
+
+
+def _phrase(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:
+    words = [w for w in node.value if ctx.stopwords_off or w not in ctx.index.definition.stopword_set]
+    if not words:
+        return {}
+    slop = node.attrs.get("slop", ctx.slop if ctx.slop is not None else 0)
+    inorder = node.attrs.get("inorder", True if "slop" not in node.attrs and ctx.slop is None else ctx.inorder)
+    mask = _field_mask(ctx, fields)
+    postings = ctx.index.text.postings
+    per_word = []
+    for word in words:
+        plist = postings.get(word)
+        if plist is None:
+            return {}
+        per_word.append(plist)
+    scores = [_term(word, ctx, fields, 1.0, expand=False) for word in words]
+    candidates = set(per_word[0])
+    for plist in per_word[1:]:
+        candidates &= plist.keys()
+    out: Hits = {}
+    for doc in candidates:
+        positions = [[p for p in plist[doc].positions if mask is None or (1 << (p >> 20)) & mask] for plist in per_word]
+        if _within(positions, slop, inorder):
+            out[doc] = sum(s.get(doc, 0.0) for s in scores) * weight
+    return out
+
+
+def _within(positions: list[list[int]], slop: int, inorder: bool) -> bool:
+    """Some choice of one position per word spans at most len+slop (in order if asked)."""
+    if inorder:
+        def search(i: int, prev: int, first: int) -> bool:
+            if i == len(positions):
+                return True
+            for pos in positions[i]:
+                if pos > prev and (pos - first) - i <= slop and (pos >> 20) == (first >> 20):
+                    if search(i + 1, pos, first):
+                        return True
+            return False
+        return any(search(1, start, start) for start in positions[0])
+    merged = sorted((pos, i) for i, plist in enumerate(positions) for pos in plist)
+    need = len(positions)
+    counts = [0] * need
+    have = 0
+    left = 0
+    for right in range(len(merged)):
+        word = merged[right][1]
+        if counts[word] == 0:
+            have += 1
+        counts[word] += 1
+        while have == need:
+            span = merged[right][0] - merged[left][0]
+            if span - (need - 1) <= slop and (merged[right][0] >> 20) == (merged[left][0] >> 20):
+                return True
+            lw = merged[left][1]
+            counts[lw] -= 1
+            if counts[lw] == 0:
+                have -= 1
+            left += 1
+    return False
+
+
+def _expansion(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:
+    word = node.value
+    kind = node.kind
+    if kind in ("prefix", "suffix", "infix") and len(word) < ctx.min_prefix:
+        return {}
+    if kind == "prefix":
+        def predicate(term): return term.startswith(word)
+    elif kind == "suffix":
+        def predicate(term): return term.endswith(word)
+    elif kind == "infix":
+        def predicate(term): return word in term
+    elif kind == "fuzzy":
+        distance = node.attrs.get("distance", 1)
+
+        def predicate(term): return text.edit_distance_at_most(term, word, distance)
+    else:
+        def predicate(term): return text.wildcard_match(word, term)
+    out: Hits = {}
+    for term in ctx.index.text.terms_matching(predicate, ctx.max_expansions):
+        for doc, score in _term(term, ctx, fields, weight, expand=False).items():
+            out[doc] = out.get(doc, 0.0) + score
+    return out
+
+
+def _field(ctx: ExecContext, node: Node, kind: str):
+    name = node.fields[0]  # type: ignore[index]
+    spec = ctx.index.definition.field(name)
+    if spec is None:
+        raise ReplyError(f"Unknown field at offset 0 near {name}")
+    if spec.type != kind:
+        raise ReplyError(f"Field `{name}` is not a {kind.lower()} field" if kind != "TAG" else
+                         f"Field {name} is not a TAG field")
+    return spec
+
+
+def _tag(node: Node, ctx: ExecContext) -> Hits:
+    spec = _field(ctx, node, "TAG")
+    tags = ctx.index.tags[spec.name]
+    out: set[int] = set()
+    for kind, raw in node.value:
+        value = raw if spec.case_sensitive else raw.lower()
+        if kind == "exact":
+            value = value.strip()
+            out |= tags.values.get(value, set())
+            continue
+        for tag, docs in tags.values.items():
+            if _tag_matches(kind, value, tag):
+                out |= docs
+    return dict.fromkeys(out, 0.0)
+
+
+def _tag_matches(kind: str, value: str, tag: str) -> bool:
+    if kind == "prefix":
+        return tag.startswith(value)
+    if kind == "suffix":
+        return tag.endswith(value)
+    if kind == "infix":
+        return value in tag
+    return text.wildcard_match(value, tag)
+
+
+def _numeric(node: Node, ctx: ExecContext) -> Hits:
+    spec = _field(ctx, node, "NUMERIC")
+    lo, hi, lo_ex, hi_ex = node.value
+    return dict.fromkeys(ctx.index.numerics[spec.name].range(lo, hi, lo_ex, hi_ex), 0.0)
+
+
+def _geo(node: Node, ctx: ExecContext) -> Hits:
+    spec = _field(ctx, node, "GEO")
+    lon, lat, radius = node.value
+    return dict.fromkeys(ctx.index.geos[spec.name].within(lon, lat, radius), 0.0)
+
+
+def _missing(node: Node, ctx: ExecContext) -> Hits:
+    name = node.fields[0]  # type: ignore[index]
+    if ctx.index.definition.field(name) is None:
+        raise ReplyError(f"Unknown field at offset 0 near {name}")
+    if name not in ctx.index.missing:
+        raise ReplyError("'ismissing' requires field to be defined with 'INDEXMISSING'")
+    return dict.fromkeys(ctx.index.missing[name], 0.0)
+
+
+def _vector_range(node: Node, ctx: ExecContext) -> Hits:
+    spec = _field(ctx, node, "VECTOR")
+    radius, blob = node.value
+    vec = ctx.index.vectors[spec.name]
+    query = vec.prepare_query(blob)
+    docs, dists = vec.plan_range(query, radius, None)()
+    alias = node.attrs.get("yield_distance_as")
+    if alias:
+        for doc, dist in zip(docs.tolist(), dists.tolist(), strict=True):
+            ctx.extras.setdefault(doc, {})[alias] = dist
+    return dict.fromkeys(docs.tolist(), 0.0)
+
+
+def doc_ids(hits: Hits) -> np.ndarray:
+    return np.fromiter(sorted(hits), dtype=np.int64, count=len(hits))

@@ -1,0 +1,601 @@
+"""RediSearch's query language, DIALECT 1 to 4, parsed into a small tree of ``Node``s.
+
+Precedence follows RediSearch's grammars (``query_parser/v1|v2/parser.y``):
+
+- DIALECT 2+: ``|`` binds loosest, then juxtaposition (AND); ``-``, ``~`` and ``@f:`` bind only the
+  next atom (``-hello world`` is ``(-hello) world``, ``@name:James Brown`` is ``(@name:James) Brown``).
+- DIALECT 1: ``|`` binds tighter than AND (``a b | c d`` is ``a (b|c) d``), and ``-``, ``~`` and
+  ``@f:`` take the rest of the intersection (``-hello world`` is ``-(hello world)``).
+
+Vector clauses: ``<filter>=>[KNN k @v $B [EF_RUNTIME n] [HYBRID_POLICY p] [BATCH_SIZE n] [AS d]]``
+with optional ``=>{$yield_distance_as: d; ...}``, and ``@v:[VECTOR_RANGE r $B]=>{$EPSILON: e;
+$YIELD_DISTANCE_AS: d}``. Parameters (``$name``) come from PARAMS. Errors read like RediSearch's:
+``Syntax error at offset N near X``, ``No such parameter `x```.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pion.protocol.errors import ReplyError
+from pion.vector.fields import UNITS
+from pion.vector.query_lexer import Lexer, Token, syntax_error
+
+
+@dataclass
+class Node:
+    kind: str
+    value: Any = None
+    children: list[Node] = field(default_factory=list)
+    fields: list[str] | None = None  # TEXT restriction (@a|b:...)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class KnnClause:
+    k: int
+    field: str
+    blob: bytes
+    ef: int | None = None
+    policy: str | None = None
+    batch_size: int | None = None
+    alias: str | None = None
+    epsilon: float | None = None
+    shard_ratio: float | None = None
+
+
+@dataclass
+class Query:
+    root: Node
+    knn: KnnClause | None = None
+    text: str = ""
+
+
+def parse_query(text: str, dialect: int = 2, params: dict[str, bytes] | None = None) -> Query:
+    params = params or {}
+    head, knn_text, knn_pos = _split_knn(text)
+    parser = _Parser(head, dialect, params)
+    root = parser.parse()
+    knn = _parse_knn(knn_text, knn_pos, text, params) if knn_text is not None else None
+    if knn is not None and dialect < 2:
+        raise ReplyError("Syntax error: vector similarity (KNN) queries need DIALECT 2 or greater")
+    return Query(root=root, knn=knn, text=text)
+
+
+def _split_knn(text: str) -> tuple[str, str | None, int]:
+    """Split ``filter=>[KNN ...]...`` at the top-level arrow that opens a vector clause."""
+    depth = 0
+    quote = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch == "\\":
+            i += 2
+            continue
+        elif ch in "\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif text.startswith("=>", i) and depth == 0:
+            j = i + 2
+            while j < len(text) and text[j].isspace():
+                j += 1
+            if j < len(text) and text[j] == "[":
+                return text[:i], text[j:], j
+        i += 1
+    return text, None, 0
+
+
+class _Parser:
+    def __init__(self, text: str, dialect: int, params: dict[str, bytes]) -> None:
+        self.text = text
+        self.dialect = dialect
+        self.params = params
+        self.lexer = Lexer(text)
+        self.tok = self.lexer.next()
+
+    # token plumbing
+    def advance(self) -> Token:
+        tok = self.tok
+        self.tok = self.lexer.next()
+        return tok
+
+    def at(self, *kinds: str) -> bool:
+        return self.tok.kind in kinds
+
+    def error(self, tok: Token | None = None) -> ReplyError:
+        tok = tok or self.tok
+        near = tok.text if tok.kind != "EOF" else "<end of query>"
+        return syntax_error(tok.pos, near)
+
+    def param(self, name: str, pos: int) -> str:
+        if name not in self.params:
+            raise ReplyError(f"No such parameter `{name}`")
+        return self.params[name].decode("utf-8", "replace")
+
+    # grammar
+    def parse(self) -> Node:
+        if self.at("EOF"):
+            return Node("none")
+        if self.at("STAR"):
+            start = self.tok
+            self.advance()
+            if self.at("EOF"):
+                return Node("all")
+            raise self.error(start)
+        node = self.union() if self.dialect >= 2 else self.d1_intersect()
+        if not self.at("EOF"):
+            raise self.error()
+        return node
+
+    # -- dialect 2+ ------------------------------------------------------------------------------
+
+    def union(self) -> Node:
+        first = self.intersect()
+        if not self.at("OR"):
+            return first
+        children = [first]
+        while self.at("OR"):
+            self.advance()
+            children.append(self.intersect())
+        return Node("or", children=children)
+
+    def intersect(self) -> Node:
+        children = []
+        while not self.at("EOF", "OR", "RP"):
+            children.append(self.unary())
+        if not children:
+            raise self.error()
+        return children[0] if len(children) == 1 else Node("and", children=children)
+
+    def unary(self) -> Node:
+        if self.at("MINUS"):
+            self.advance()
+            return self.attributes(Node("not", children=[self.unary()]))
+        if self.at("TILDE"):
+            self.advance()
+            return self.attributes(Node("opt", children=[self.unary()]))
+        return self.attributes(self.atom(self.unary if self.dialect >= 2 else self.d1_intersect_inner))
+
+    # -- dialect 1 -------------------------------------------------------------------------------
+
+    def d1_intersect(self) -> Node:
+        children = []
+        while not self.at("EOF", "RP"):
+            if self.at("MINUS"):
+                self.advance()
+                children.append(Node("not", children=[self.d1_intersect_inner()]))
+                break
+            if self.at("TILDE"):
+                self.advance()
+                children.append(Node("opt", children=[self.d1_intersect_inner()]))
+                break
+            children.append(self.d1_union())
+        if not children:
+            raise self.error()
+        return children[0] if len(children) == 1 else Node("and", children=children)
+
+    d1_intersect_inner = d1_intersect
+
+    def d1_union(self) -> Node:
+        first = self.attributes(self.atom(self.d1_intersect_inner))
+        if not self.at("OR"):
+            return first
+        children = [first]
+        while self.at("OR"):
+            self.advance()
+            children.append(self.attributes(self.atom(self.d1_intersect_inner)))
+        return Node("or", children=children)
+
+    # -- atoms -----------------------------------------------------------------------------------
+
+    def atom(self, modifier_body) -> Node:
+        tok = self.tok
+        kind = tok.kind
+        if kind == "LP":
+            self.advance()
+            if self.at("STAR"):
+                self.advance()
+                inner = Node("all")
+            else:
+                inner = self.union() if self.dialect >= 2 else self.d1_intersect()
+            if not self.at("RP"):
+                raise self.error()
+            self.advance()
+            return inner
+        if kind == "MODIFIER":
+            return self.modifier(modifier_body)
+        if kind == "COMPARE":
+            self.advance()
+            return self.comparison(tok)
+        if kind == "ISMISSING":
+            return self.ismissing()
+        if kind == "EXACT":
+            self.advance()
+            return self.phrase(tok)
+        if kind in ("TERM", "NUMBER"):
+            self.advance()
+            return Node("term", tok.text.lower() if kind == "TERM" else tok.text)
+        if kind == "ATTRIBUTE":
+            self.advance()
+            return Node("term", self.param(tok.text, tok.pos).lower())
+        if kind in ("PREFIX", "SUFFIX", "CONTAINS"):
+            self.advance()
+            word = self.param(tok.text, tok.pos) if tok.value == "$" else tok.text
+            return Node({"PREFIX": "prefix", "SUFFIX": "suffix", "CONTAINS": "infix"}[kind], word.lower())
+        if kind == "WILDCARD":
+            self.advance()
+            return Node("wildcard", tok.text.lower())
+        if kind == "PERCENT":
+            return self.fuzzy()
+        if kind == "STAR":
+            raise self.error()
+        raise self.error()
+
+    def fuzzy(self) -> Node:
+        depth = 0
+        while self.at("PERCENT"):
+            depth += 1
+            self.advance()
+        if depth > 3 or not self.at("TERM", "NUMBER", "ATTRIBUTE"):
+            raise self.error()
+        tok = self.advance()
+        word = self.param(tok.text, tok.pos) if tok.kind == "ATTRIBUTE" else tok.text
+        for _ in range(depth):
+            if not self.at("PERCENT"):
+                raise self.error()
+            self.advance()
+        return Node("fuzzy", word.lower(), attrs={"distance": depth})
+
+    def phrase(self, tok: Token) -> Node:
+        from pion.vector.text import tokenize
+
+        words = tokenize(tok.text)
+        if not words:
+            return Node("none")
+        if len(words) == 1:
+            return Node("term", words[0], attrs={"exact": True})
+        return Node("phrase", words)
+
+    def modifier(self, body) -> Node:
+        names = [self.advance().text]
+        while self.at("OR"):  # @a|b:...
+            self.advance()
+            if not self.at("TERM"):
+                raise self.error()
+            names.append(self.advance().text)
+        if not self.at("COLON"):
+            raise self.error()
+        colon = self.advance()
+        del colon
+        if self.at("LB"):
+            if len(names) > 1:
+                raise self.error()
+            return self.tag_list(names[0])
+        if self.at("LSQB"):
+            if len(names) > 1:
+                raise self.error()
+            return self.bracket(names[0])
+        inner = body() if self.dialect < 2 else self.attributes(self.atom_or_prefixed())
+        return Node("fields", children=[inner], fields=names)
+
+    def atom_or_prefixed(self) -> Node:
+        if self.at("MINUS"):
+            self.advance()
+            return Node("not", children=[self.atom_or_prefixed()])
+        if self.at("TILDE"):
+            self.advance()
+            return Node("opt", children=[self.atom_or_prefixed()])
+        return self.atom(self.unary)
+
+    def comparison(self, tok: Token) -> Node:
+        op = tok.value
+        number = self.range_value(self.advance(), False)
+        lo, hi, lo_ex, hi_ex = -math.inf, math.inf, False, False
+        if op == "==":
+            lo = hi = number
+        elif op == "!=":
+            return Node("not", children=[Node("numeric", (number, number, False, False), fields=[tok.text])])
+        elif op == ">":
+            lo, lo_ex = number, True
+        elif op == ">=":
+            lo = number
+        elif op == "<":
+            hi, hi_ex = number, True
+        else:
+            hi = number
+        return Node("numeric", (lo, hi, lo_ex, hi_ex), fields=[tok.text])
+
+    def ismissing(self) -> Node:
+        self.advance()
+        if not self.at("LP"):
+            raise self.error()
+        self.advance()
+        if not self.at("MODIFIER"):
+            raise self.error()
+        name = self.advance().text
+        if not self.at("RP"):
+            raise self.error()
+        self.advance()
+        return Node("missing", fields=[name])
+
+    # raw sections: tags and brackets are scanned from the text, not tokenised
+    def _raw_section(self, open_ch: str, close_ch: str) -> tuple[str, int]:
+        start = self.tok.pos
+        text = self.text
+        i = start + 1
+        while i < len(text):
+            ch = text[i]
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == close_ch:
+                break
+            if ch == '"' and open_ch == "{":
+                j = i + 1
+                while j < len(text) and text[j] != '"':
+                    j += 2 if text[j] == "\\" else 1
+                i = j + 1
+                continue
+            i += 1
+        else:
+            raise syntax_error(len(text), "<end of query>")
+        self.lexer.pos = i + 1
+        self.tok = self.lexer.next()
+        return text[start + 1:i], start + 1
+
+    def tag_list(self, name: str) -> Node:
+        body, pos = self._raw_section("{", "}")
+        items = []
+        for raw in _split_unescaped(body, "|"):
+            item = raw.strip()
+            if not item:
+                raise syntax_error(pos, "'|'")
+            items.append(self.tag_item(item, pos))
+        return Node("tag", items, fields=[name])
+
+    def tag_item(self, item: str, pos: int) -> tuple[str, str]:
+        if item.startswith("w'") and item.endswith("'") and len(item) > 2:
+            return ("wildcard", _unescape(item[2:-1]))
+        if item.startswith('"') and item.endswith('"') and len(item) >= 2:
+            return ("exact", _unescape(item[1:-1]))
+        if item.startswith("$") and _is_plain_name(item[1:]):
+            return ("exact", self.param(item[1:], pos))
+        starts, ends = item.startswith("*"), item.endswith("*") and not item.endswith("\\*")
+        core = item[1 if starts else 0: len(item) - 1 if ends else len(item)]
+        core = _unescape(core)
+        if core.startswith("$") and _is_plain_name(core[1:]):
+            core = self.param(core[1:], pos)
+        if starts and ends:
+            return ("infix", core)
+        if starts:
+            return ("suffix", core)
+        if ends:
+            return ("prefix", core)
+        return ("exact", core)
+
+    def bracket(self, name: str) -> Node:
+        body, pos = self._raw_section("[", "]")
+        parts = body.split()
+        if not parts:
+            raise syntax_error(pos, "']'")
+        if parts[0].upper() == "VECTOR_RANGE":
+            if len(parts) != 3 or not parts[2].startswith("$"):
+                raise syntax_error(pos, body)
+            radius = self.range_value(Token("RAW", parts[1], pos), False)
+            blob_name = parts[2][1:]
+            if blob_name not in self.params:
+                raise ReplyError(f"No such parameter `{blob_name}`")
+            return Node("vrange", (radius, self.params[blob_name]), fields=[name])
+        if len(parts) == 4:
+            lon, lat, radius = (self.range_value(Token("RAW", p, pos), False) for p in parts[:3])
+            unit = parts[3]
+            if unit.startswith("$"):
+                unit = self.param(unit[1:], pos)
+            factor = UNITS.get(unit.lower())
+            if factor is None:
+                raise ReplyError(f"Invalid GeoFilter unit: {unit}")
+            return Node("geo", (lon, lat, radius * factor), fields=[name])
+        if len(parts) == 1 and self.dialect >= 2:
+            value = self.range_value(Token("RAW", parts[0], pos), False)
+            return Node("numeric", (value, value, False, False), fields=[name])
+        if len(parts) != 2:
+            raise syntax_error(pos, body)
+        lo_ex = parts[0].startswith("(")
+        hi_ex = parts[1].startswith("(")
+        lo = self.range_value(Token("RAW", parts[0].lstrip("("), pos), False)
+        hi = self.range_value(Token("RAW", parts[1].lstrip("("), pos), False)
+        return Node("numeric", (lo, hi, lo_ex, hi_ex), fields=[name])
+
+    def range_value(self, tok: Token, _unused: bool) -> float:
+        raw = tok.text
+        sign = 1.0
+        if raw.startswith(("-$", "+$")):
+            sign = -1.0 if raw[0] == "-" else 1.0
+            raw = raw[1:]
+        if tok.kind == "ATTRIBUTE":
+            raw = "$" + raw
+        if raw.startswith("$"):
+            raw = self.param(raw[1:], tok.pos)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ReplyError(f"Syntax error at offset {tok.pos} near {raw}") from None
+        if math.isnan(value):
+            raise ReplyError(f"Syntax error at offset {tok.pos} near {raw}")
+        return sign * value
+
+    def attributes(self, node: Node) -> Node:
+        if not self.at("ARROW"):
+            return node
+        arrow = self.advance()
+        if not self.at("LB"):
+            raise self.error(arrow)
+        body, pos = self._raw_section("{", "}")
+        node.attrs.update(parse_attributes(body, pos, self.params))
+        return node
+
+
+def parse_attributes(body: str, pos: int, params: dict[str, bytes]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in body.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, value = item.partition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not name.startswith("$"):
+            raise syntax_error(pos, item)
+        if value.startswith("$"):
+            if value[1:] not in params:
+                raise ReplyError(f"No such parameter `{value[1:]}`")
+            value = params[value[1:]].decode("utf-8", "replace")
+        key = name[1:].lower()
+        if key in ("weight", "epsilon", "shard_k_ratio"):
+            try:
+                out[key] = float(value)
+            except ValueError:
+                raise ReplyError(f"Invalid value ({value}) for `{name[1:]}`") from None
+        elif key in ("slop", "ef_runtime", "batch_size"):
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise ReplyError(f"Invalid value ({value}) for `{name[1:]}`") from None
+        elif key == "inorder":
+            out[key] = value.lower() in ("true", "1")
+        elif key in ("yield_distance_as", "hybrid_policy", "phonetic"):
+            out[key] = value
+        else:
+            raise ReplyError(f"Invalid attribute {name[1:]}")
+    return out
+
+
+def _parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> KnnClause:
+    end = _matching_bracket(clause)
+    if end < 0:
+        raise syntax_error(pos + len(clause), "<end of query>")
+    inside = clause[1:end].split()
+    rest = clause[end + 1:].strip()
+    if len(inside) < 4 or inside[0].upper() != "KNN":
+        raise syntax_error(pos + 1, clause[1:end][:20] or "]")
+    k_raw = inside[1]
+    if k_raw.startswith("$"):
+        k_raw = _param(params, k_raw[1:])
+    try:
+        k = int(k_raw)
+    except ValueError:
+        raise syntax_error(pos + 1, k_raw) from None
+    if k < 0:
+        raise syntax_error(pos + 1, k_raw)
+    if not inside[2].startswith("@"):
+        raise syntax_error(pos + 1, inside[2])
+    if not inside[3].startswith("$"):
+        raise syntax_error(pos + 1, inside[3])
+    blob_name = inside[3][1:]
+    if blob_name not in params:
+        raise ReplyError(f"No such parameter `{blob_name}`")
+    knn = KnnClause(k=k, field=inside[2][1:], blob=params[blob_name])
+    i = 4
+    while i < len(inside):
+        word = inside[i].upper()
+        if word == "AS" and i + 1 < len(inside):
+            knn.alias = inside[i + 1]
+            i += 2
+            continue
+        if i + 1 >= len(inside):
+            raise syntax_error(pos + 1, inside[i])
+        value = inside[i + 1]
+        if value.startswith("$"):
+            value = _param(params, value[1:])
+        try:
+            if word == "EF_RUNTIME":
+                knn.ef = int(value)
+            elif word == "HYBRID_POLICY":
+                knn.policy = value.upper()
+            elif word == "BATCH_SIZE":
+                knn.batch_size = int(value)
+            elif word == "EPSILON":
+                knn.epsilon = float(value)
+            elif word == "SHARD_K_RATIO":
+                knn.shard_ratio = float(value)
+            else:
+                raise ReplyError(f"Invalid attribute {inside[i]}")
+        except ValueError:
+            raise ReplyError(f"Invalid value ({value}) for `{inside[i]}`") from None
+        i += 2
+    if rest:
+        if not rest.startswith("=>"):
+            raise syntax_error(pos + end + 1, rest[:10])
+        body = rest[2:].strip()
+        if not (body.startswith("{") and body.endswith("}")):
+            raise syntax_error(pos + end + 3, body[:10])
+        attrs = parse_attributes(body[1:-1], pos + end + 3, params)
+        knn.alias = attrs.get("yield_distance_as", knn.alias)
+        knn.ef = attrs.get("ef_runtime", knn.ef)
+        if "hybrid_policy" in attrs:
+            knn.policy = str(attrs["hybrid_policy"]).upper()
+        knn.batch_size = attrs.get("batch_size", knn.batch_size)
+        knn.shard_ratio = attrs.get("shard_k_ratio", knn.shard_ratio)
+    if knn.policy not in (None, "BATCHES", "ADHOC_BF"):
+        raise ReplyError("invalid hybrid policy was given")
+    if knn.ef is not None and knn.ef <= 0:
+        raise ReplyError("Invalid value for EF_RUNTIME")
+    return knn
+
+
+def _param(params: dict[str, bytes], name: str) -> str:
+    if name not in params:
+        raise ReplyError(f"No such parameter `{name}`")
+    return params[name].decode("utf-8", "replace")
+
+
+def _matching_bracket(clause: str) -> int:
+    depth = 0
+    for i, ch in enumerate(clause):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _split_unescaped(body: str, sep: str) -> list[str]:
+    out, current, i = [], [], 0
+    quoted = False
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            current.append(body[i:i + 2])
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        if ch == sep and not quoted:
+            out.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    out.append("".join(current))
+    return out
+
+
+def _unescape(raw: str) -> str:
+    return re.sub(r"\\(.)", r"\1", raw)
+
+
+def _is_plain_name(name: str) -> bool:
+    return bool(name) and re.fullmatch(r"[\w.]+", name) is not None

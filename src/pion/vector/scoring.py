@@ -1,0 +1,85 @@
+"""Text scorers, with RediSearch's formulas (``ext/default.c``, ``redisearch_rs/idf``).
+
+A term's contribution to a document is computed where the term matches (``term_score``); the
+query tree sums contributions (intersections and unions add their children, as RediSearch's
+recursive scorers do), then ``finish`` applies the per-document part (document score, TFIDF's
+normalisation). BM25STD is the default, as in Redis 8.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pion.protocol.errors import ReplyError
+
+SCORERS = ("BM25STD", "BM25", "TFIDF", "TFIDF.DOCNORM", "DISMAX", "DOCSCORE", "BM25STD.TANH", "HAMMING")
+DEFAULT = "BM25STD"
+TANH_FACTOR = 4.0
+
+
+def check(name: str) -> str:
+    upper = name.upper()
+    if upper not in SCORERS:
+        raise ReplyError(f"Scoring function `{name}` not found")
+    if upper == "HAMMING":
+        raise ReplyError("The HAMMING scorer needs document payloads, which Pion does not store")
+    return upper
+
+
+def idf(total_docs: int, term_docs: int) -> float:
+    """TFIDF's IDF: the binary exponent of 1 + (N + 1) / n (RediSearch uses ilogb)."""
+    term_docs = term_docs or 1
+    value = 1.0 + (total_docs + 1) / term_docs
+    return float(math.frexp(value)[1] - 1)
+
+
+def idf_bm25(total_docs: int, term_docs: int) -> float:
+    total = max(total_docs, term_docs)
+    return math.log(1.0 + (total - term_docs + 0.5) / (term_docs + 0.5))
+
+
+def term_score(scorer: str, freq: float, weight: float, total_docs: int, term_docs: int,
+               doc_len: int, avg_len: float) -> float:
+    if scorer == "BM25STD" or scorer == "BM25STD.TANH":
+        k1, b = 1.2, 0.75
+        norm = doc_len / avg_len if avg_len else 0.0
+        return weight * idf_bm25(total_docs, term_docs) * freq * (k1 + 1) / (freq + k1 * (1.0 - b + b * norm))
+    if scorer == "BM25":
+        k1, b = 1.2, 0.5
+        return weight * idf(total_docs, term_docs) * freq / (freq + k1 * (1.0 - b + b * avg_len))
+    if scorer in ("TFIDF", "TFIDF.DOCNORM"):
+        return weight * freq * idf(total_docs, term_docs)
+    if scorer == "DISMAX":
+        return weight * freq
+    return 0.0
+
+
+def finish(scorer: str, raw: float, doc_score: float, max_freq: int, doc_len: int) -> float:
+    if scorer == "DOCSCORE":
+        return doc_score
+    if scorer in ("TFIDF", "TFIDF.DOCNORM"):
+        norm = max_freq if scorer == "TFIDF" else doc_len
+        if doc_score == 0 or norm == 0:
+            return 0.0
+        return doc_score * raw / norm
+    if scorer == "DISMAX":
+        return raw
+    score = doc_score * raw
+    if scorer == "BM25STD.TANH":
+        return math.tanh(score / TANH_FACTOR)
+    return score
+
+
+def wildcard_score(scorer: str, doc_score: float, doc_len: int, avg_len: float, max_freq: int) -> float:
+    """The score of a document matched by ``*`` (RediSearch's virtual result: weight 1, freq 1)."""
+    if scorer in ("BM25STD", "BM25STD.TANH"):
+        norm = doc_len / avg_len if avg_len else 0.0
+        raw = 2.2 / (1.0 + 1.2 * (0.25 + 0.75 * norm))  # (k1 + 1) / (1 + k1 (1 - b + b len/avg)), idf 1
+        return finish(scorer, raw, doc_score, max_freq, doc_len)
+    if scorer == "BM25":
+        return finish(scorer, 1.0 / (1.0 + 1.2 * (0.5 + 0.5 * avg_len)), doc_score, max_freq, doc_len)
+    if scorer in ("TFIDF", "TFIDF.DOCNORM"):
+        return finish(scorer, 1.0, doc_score, max(max_freq, 1), max(doc_len, 1))
+    if scorer == "DISMAX":
+        return 1.0
+    return doc_score

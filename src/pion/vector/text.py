@@ -1,0 +1,117 @@
+"""Full-text tokenising as RediSearch does it: separators, escapes, lower-casing, stop-words and
+Snowball stemming (the stem is indexed beside the word, marked ``+``, so ``running`` finds
+``runs``: RediSearch's query expansion).
+
+The stemmer is ``snowballstemmer`` (the Snowball algorithms RediSearch compiles in), part of the
+``search`` extra; without it stemming is off, and the server log says so once.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+#: RediSearch's default separators (tokenize.h DEFAULT_SEPARATORS) plus whitespace
+SEPARATORS = frozenset(",.<>{}[]\"':;!@#$%^&*()-+=~/|\\?` \t\n\r\v\f")
+#: RediSearch's default stop-word list (stopwords.c)
+DEFAULT_STOPWORDS = frozenset(
+    "a is the an and are as at be but by for if in into it no not of on or such that their then "
+    "there these they this to was will with".split()
+)
+STEM_PREFIX = "+"
+#: languages RediSearch accepts for LANGUAGE (Snowball's); Chinese needs its own segmenter
+LANGUAGES = (
+    "arabic", "armenian", "basque", "catalan", "danish", "dutch", "english", "finnish", "french",
+    "german", "greek", "hindi", "hungarian", "indonesian", "irish", "italian", "lithuanian",
+    "nepali", "norwegian", "portuguese", "romanian", "russian", "serbian", "spanish", "swedish",
+    "tamil", "turkish", "yiddish",
+)
+#: words shorter than this are not stemmed (RediSearch's MINSTEMLEN default)
+MIN_STEM_LEN = 4
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased tokens; a backslash keeps the next character inside the token."""
+    tokens: list[str] = []
+    current: list[str] = []
+    escaped = False
+    for ch in text:
+        if escaped:
+            current.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in SEPARATORS:
+            if current:
+                tokens.append("".join(current).lower())
+                current = []
+        else:
+            current.append(ch)
+    if current:
+        tokens.append("".join(current).lower())
+    return tokens
+
+
+@lru_cache(maxsize=32)
+def _stemmer(language: str):
+    try:
+        import snowballstemmer
+    except ImportError:  # the search extra is not installed: said once, in the server log
+        import logging
+
+        logging.getLogger("pion.search").warning(
+            "snowballstemmer is missing (pip install 'pion[search]'): TEXT fields are indexed without stemming")
+        return None
+    try:
+        return snowballstemmer.stemmer(language)
+    except KeyError:
+        return None
+
+
+def stemming_available(language: str = "english") -> bool:
+    return _stemmer(language) is not None
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str, language: str = "english") -> str | None:
+    """The word's stem when it differs from the word (and the word is long enough), else None."""
+    if len(word) < MIN_STEM_LEN:
+        return None
+    stemmer = _stemmer(language)
+    if stemmer is None:
+        return None
+    root = stemmer.stemWord(word)
+    return root if root != word else None
+
+
+def edit_distance_at_most(a: str, b: str, limit: int) -> bool:
+    """Levenshtein(a, b) <= limit, with an early exit (fuzzy ``%term%``)."""
+    if abs(len(a) - len(b)) > limit:
+        return False
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        best = current[0]
+        for j, cb in enumerate(b, 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb))
+            best = min(best, current[j])
+        if best > limit:
+            return False
+        previous = current
+    return previous[-1] <= limit
+
+
+def wildcard_match(pattern: str, word: str) -> bool:
+    """``w'...'`` patterns: ``?`` one character, ``*`` any run, ``\\`` escapes."""
+    import re
+
+    parts: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            parts.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        parts.append(".*" if ch == "*" else "." if ch == "?" else re.escape(ch))
+        i += 1
+    return re.fullmatch("".join(parts), word, re.S) is not None

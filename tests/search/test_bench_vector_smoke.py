@@ -1,0 +1,23 @@
+"""benchmarks/bench_vector.py runs end to end at its CI size (--smoke): a server, ingest, every
+query configuration, the canary, the table, the JSON and the plot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_vector_smoke(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vector.py"), "--smoke", "--out-dir",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "| filter | EF_RUNTIME |" in out.stdout and "canary:" in out.stdout
+    result = json.loads((tmp_path / "vector_smoke.json").read_text())
+    assert {r["filter"] for r in result["rows"]} == {"none", "10%", "1%"}
+    assert all(r["all_k"] == 1.0 for r in result["rows"])  # filtered KNN still returns k
+    assert max(r["recall"] for r in result["rows"] if r["filter"] == "none") >= 0.95
+    assert (tmp_path / "vector_smoke.png").stat().st_size > 0
