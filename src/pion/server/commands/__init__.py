@@ -61,6 +61,9 @@ FAMILIES = (
     "search_aggregate",
     "search_hybrid",
     "search_misc",
+    "ai_embed",
+    "ai_cache",
+    "ai_memory",
 )
 
 
