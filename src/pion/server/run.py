@@ -54,6 +54,10 @@ def make_server(settings: Settings) -> Server:
     from pion.server.commands.ai_memory import install as install_memory
 
     install_memory(server)
+    # FT indexes whose vector fields the server fills from a text field (VECTOR ... EMBED field)
+    from pion.server.commands.search_embed import install as install_auto_embed
+
+    install_auto_embed(server)
     return server
 
 

@@ -64,6 +64,7 @@ FAMILIES = (
     "ai_embed",
     "ai_cache",
     "ai_memory",
+    "search_embed",
 )
 
 
