@@ -7,7 +7,9 @@ paths restore the first N-1 tokens and run the last one; the cold path prefills 
 - floor: an in-process copy of the prefix cache (``copy.deepcopy``), then the last token;
 - redis: what a user would hand-roll: the same K/V as fp16 blobs in Debian's ``redis-server``,
   one GET per layer and side (pipelined), rebuilt into the runtime's cache;
-- pion (same process) and pion (separate process), per codec: ``PionPromptCache.get_or_prefill``.
+- pion (same process) and pion (separate process), per codec: ``PionPromptCache.get_or_prefill``;
+- first hit in a fresh process (``first_hits``): a worker that starts and serves its first request
+  as a hit, with and without ``warm_up_tokens``, against its steady warm hit (goal: <= 1.3x).
   A codec name alone uses the client's default lane (here, on one host: the local lane, which
   maps the server's ``V.EXPORT`` file); ``<codec>@socket`` forces the rows through the socket
   (``local_lane=False``), what a client on another host gets.
@@ -106,13 +108,13 @@ def start_redis(workdir: Path):
 # -- Pion paths ------------------------------------------------------------------------------
 
 
-def prompt_cache(loaded, url: str, spec: str) -> PionPromptCache:
+def prompt_cache(loaded, url: str, spec: str, warm_up_tokens: int = 0) -> PionPromptCache:
     """The prompt cache a codec label names: ``<codec>`` or ``<codec>@socket``."""
     codec, _, lane = spec.partition("@")
     if lane not in ("", "socket"):
         raise SystemExit(f"unknown lane {lane!r} in {spec!r} (want <codec> or <codec>@socket)")
     return PionPromptCache(loaded.model, url=url, vquant=codec, tokenizer=loaded.tokenizer, model_id=loaded.name,
-                           local_lane="auto" if not lane else False)
+                           local_lane="auto" if not lane else False, warm_up_tokens=warm_up_tokens)
 
 
 def worker(spec: str) -> int:
@@ -120,7 +122,7 @@ def worker(spec: str) -> int:
     args = json.loads(spec)
     loaded = M.load(args["model"], args["runtime"], progress=lambda m: None, device=args["device"])
     prompts = {n: M.filler_prompt(loaded, n) for n in args["lengths"]}
-    M.serve_hits(prompt_cache(loaded, args["url"], args["codec"]),
+    M.serve_hits(prompt_cache(loaded, args["url"], args["codec"], args.get("warm_up", 0)),
                  lambda line: (prompts[int(line)][:-1], prompts[int(line)][-1:]))
     return 0
 
@@ -130,6 +132,57 @@ def cross_process(args, codec: str) -> M.HitWorker:
     spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": args.url, "codec": codec,
                        "device": args.device, "lengths": list(args.lengths)})
     return M.HitWorker([sys.executable, __file__, "--worker", spec], f"the {codec} worker", cwd=ROOT)
+
+
+# -- first hit in a fresh process ------------------------------------------------------------------
+
+
+def first_hits(args, n: int) -> dict:
+    """A worker that starts and serves its first request as a hit, against the steady warm hit.
+
+    Per run, two fresh processes each load and warm the model outside the clock (as a serving
+    process does before it accepts requests): one with ``warm_up_tokens=n`` (its prompt cache
+    prefaults the memory the first hit's cache tensors take), one without. Each one's first
+    hit is timed; the warmed one then serves two more, the steady warm hit.
+    """
+    first, cold_start, steady = [], [], []
+    for run in range(args.first_hit_runs):
+        log(f"N={n}: first hit in a fresh process, run {run + 1}/{args.first_hit_runs}")
+        for warm_up in (n, 0):
+            spec = json.dumps({"model": args.model, "runtime": args.runtime, "url": args.url, "codec": "auto",
+                               "device": args.device, "lengths": [n], "warm_up": warm_up})
+            fresh = M.HitWorker([sys.executable, __file__, "--worker", spec], "a fresh worker", cwd=ROOT)
+            try:
+                M.settle()
+                (first if warm_up else cold_start).append(fresh.hit(str(n)))
+                for _ in range(2 if warm_up else 0):
+                    M.settle()
+                    steady.append(fresh.hit(str(n)))
+            finally:
+                fresh.close()
+    row = {"n": n, "runs": args.first_hit_runs, "first_ms": M.median([x["ms"] for x in first]),
+           "first_without_warm_up_ms": M.median([x["ms"] for x in cold_start]),
+           "steady_ms": M.median([x["ms"] for x in steady]),
+           "hits": all(x["hit"] for x in first + cold_start + steady),
+           "all_first_ms": [round(x["ms"], 2) for x in first],
+           "all_first_without_warm_up_ms": [round(x["ms"], 2) for x in cold_start],
+           "all_steady_ms": [round(x["ms"], 2) for x in steady]}
+    row["ratio"] = row["first_ms"] / row["steady_ms"]
+    row["ratio_without_warm_up"] = row["first_without_warm_up_ms"] / row["steady_ms"]
+    for key, rows in (("first", first), ("first_without_warm_up", cold_start), ("steady", steady)):
+        row[f"{key}_cpu_ms"] = M.median([x.get("cpu_ms", float("nan")) for x in rows])
+        row[f"{key}_faults"] = M.median([x.get("faults", float("nan")) for x in rows])
+    return row
+
+
+def print_first_hit(row: dict) -> None:
+    print(f"\nfirst hit in a fresh process at N={row['n']} (auto, medians of {row['runs']} runs): "
+          f"{row['first_ms']:.1f} ms with warm_up_tokens ({row['ratio']:.2f}x the steady {row['steady_ms']:.1f} ms; "
+          f"goal <= 1.3x: {'met' if row['ratio'] <= 1.3 else 'MISSED'}), "
+          f"{row['first_without_warm_up_ms']:.1f} ms without ({row['ratio_without_warm_up']:.2f}x)")
+    print(f"  CPU ms / minor page faults of the hit's process: first {row['first_cpu_ms']:.1f} / "
+          f"{row['first_faults']:.0f}, first without warm_up {row['first_without_warm_up_cpu_ms']:.1f} / "
+          f"{row['first_without_warm_up_faults']:.0f}, steady {row['steady_cpu_ms']:.1f} / {row['steady_faults']:.0f}")
 
 
 # -- one length --------------------------------------------------------------------------------
@@ -256,10 +309,12 @@ def parse_args(argv):
     p.add_argument("--url", default=None, help="an existing Pion (default: start one)")
     p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--smoke", action="store_true", help="tiny model, two lengths, one run, two codecs")
+    p.add_argument("--first-hit-runs", type=int, default=3,
+                   help="runs of the first-hit-in-a-fresh-process path, at the largest length (0: skip)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.smoke:
-        args.lengths, args.runs, args.codecs = [34, 68], 1, ["auto", "auto@socket", "int8"]
+        args.lengths, args.runs, args.codecs, args.first_hit_runs = [34, 68], 1, ["auto", "auto@socket", "int8"], 1
     return args
 
 
@@ -310,16 +365,19 @@ def bench(args, redis_srv) -> int:
     finally:
         for w in workers.values():
             w.close()
+    first = first_hits(args, max(args.lengths)) if args.first_hit_runs else None
     print_table(rows, args.codecs)
+    if first is not None:
+        print_first_hit(first)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = (f"ttft_{args.runtime}" + ("_smollm2" if args.model == "builtin:smollm2" else "")
             + (f"_{args.device}" if args.device else "") + ("_smoke" if args.smoke else ""))
     meta = {"model": loaded.name, "runtime": args.runtime, "device": args.device or "cpu", "runs": args.runs,
-            "loadavg": os.getloadavg()}
+            "loadavg": os.getloadavg(), "first_hit": first}
     (args.out_dir / f"{stem}.json").write_text(json.dumps({"rows": rows, **meta}, indent=1))
     plot(rows, args.codecs, args.out_dir / f"{stem}.png", f"TTFT, {loaded.name} ({args.runtime})")
     log(f"wrote {args.out_dir / stem}.json and .png")
-    problems = check(rows, args.codecs)
+    problems = check(rows, args.codecs) + ([] if first is None or first["hits"] else ["first hit: not a hit"])
     for problem in problems:
         print("FAIL:", problem)
     return 1 if problems else 0

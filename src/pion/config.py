@@ -88,6 +88,16 @@ class Settings:
     embed_preload: bool = False
     #: AI.SEMANTIC_CACHE GET hits when cosine similarity >= this (docs/embeddings.md has the measurement)
     semantic_cache_threshold: float = 0.85
+    # Stage 2 (ATTEND.PREFIX.*): bytes of decoded prefixes and block summaries kept warm (0 = no cap)
+    attention_warm_bytes: int = 1024**3
+    # Stage 2: attend only the last N prefix tokens when a query does not say (0 = the whole prefix)
+    attention_fa_window: int = 0
+    # breadcrumbs (pion.server.status): paths default to the data directory; breadcrumbs off: neither
+    crash_log: str = ""
+    status_file: str = ""
+    breadcrumbs: bool = True
+    #: one warning when RSS passes this share of the machine's memory (over 100: never)
+    rss_warn_pct: int = 70
     # misc
     enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
@@ -121,8 +131,11 @@ class Settings:
         _check(0 <= self.embed_threads <= 256, "embed-threads must be 0..256")
         _check(1 <= self.embed_timeout <= 3600, "embed-timeout must be 1..3600 seconds")
         _check(-1.0 <= self.semantic_cache_threshold <= 1.0, "semantic-cache-threshold must be a cosine similarity in -1..1")
+        _check(self.attention_warm_bytes >= 0, "attention-warm-bytes must be >= 0")
+        _check(self.attention_fa_window >= 0, "attention-fa-window must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
         _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
+        _check(self.rss_warn_pct >= 1, f"rss-warn-pct must be >= 1, got {self.rss_warn_pct}")
         _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
 
     def with_changes(self, **changes: object) -> Settings:
@@ -250,6 +263,13 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "embed-timeout": ("embed_timeout", parse_int_value, str),
     "embed-preload": ("embed_preload", parse_bool, format_bool),
     "semantic-cache-threshold": ("semantic_cache_threshold", parse_float_value, repr),
+    "attention-warm-bytes": ("attention_warm_bytes", parse_memory, str),
+    "attention-fa-window": ("attention_fa_window", parse_int_value, str),
+    "fa-window": ("attention_fa_window", parse_int_value, str),  # the reference's flag name
+    "crash-log": ("crash_log", str, str),
+    "status-file": ("status_file", str, str),
+    "breadcrumbs": ("breadcrumbs", parse_bool, format_bool),
+    "rss-warn-pct": ("rss_warn_pct", parse_int_value, str),
     "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),
@@ -285,8 +305,13 @@ def settings_from_pairs(pairs: list[tuple[str, str]], base: Settings | None = No
     return (base or Settings()).with_changes(**changes)
 
 
-def read_config_file(path: str) -> list[tuple[str, str]]:
-    """redis.conf syntax: one ``name value...`` a line, ``#`` comments, quoted values."""
+def read_config_file(path: str, check=None) -> list[tuple[str, str]]:
+    """redis.conf syntax: one ``name value...`` a line, ``#`` comments, quoted values.
+
+    ``check(name, values, "path:line")`` -> ``(name, value)`` checks each directive
+    (``pion.cli.flags.check_directive``: pion-server refuses unknown ones); without it the
+    values are joined by spaces.
+    """
     import shlex
 
     pairs: list[tuple[str, str]] = []
@@ -299,6 +324,9 @@ def read_config_file(path: str) -> list[tuple[str, str]]:
                 words = shlex.split(text)
             except ValueError as exc:
                 raise ConfigError(f"{path}:{number}: {exc}") from None
+            if check is not None:
+                pairs.append(check(words[0], words[1:], f"{path}:{number}"))
+                continue
             if len(words) < 2 and words[0].lower() not in ("save", "bind", "requirepass"):
                 raise ConfigError(f"{path}:{number}: '{words[0]}' needs a value")
             pairs.append((words[0], " ".join(words[1:])))

@@ -64,3 +64,27 @@ def mlx_lfm2(seed: int = 0):
 def prompt(n: int, offset: int = 0) -> list[int]:
     """``n`` deterministic token ids below the vocab size, varied by ``offset``."""
     return [(7 * i + 3 + 11 * offset) % (VOCAB - 10) + 5 for i in range(n)]
+
+
+def hf_mamba(seed: int = 0):
+    """A pure-recurrent model: every cache slot is recurrent state (no attention layer)."""
+    import torch
+    from transformers import MambaConfig, MambaForCausalLM
+
+    torch.manual_seed(seed)
+    config = MambaConfig(vocab_size=VOCAB, hidden_size=64, state_size=8, num_hidden_layers=2, expand=2,
+                         conv_kernel=4, time_step_rank=8)
+    return MambaForCausalLM(config).eval()
+
+
+def mlx_mamba(seed: int = 0):
+    """mlx-lm's Mamba: only ``ArraysCache`` slots."""
+    import mlx.core as mx
+    from mlx_lm.models import mamba
+
+    mx.random.seed(seed)
+    args = mamba.ModelArgs(model_type="mamba", vocab_size=VOCAB, hidden_size=64, intermediate_size=128, state_size=8,
+                           num_hidden_layers=2, conv_kernel=4, use_bias=False, use_conv_bias=True, time_step_rank=8)
+    model = mamba.Model(args)
+    mx.eval(model.parameters())
+    return model

@@ -64,12 +64,17 @@ def test_schema_sessions_and_snapshots(client):
 
 def test_prefix_register_lookup_manifest_match_and_drop(client):
     tokens = list(range(10))
-    client.kv_register("ns1", 32, "fp16", prefill_ms=12.4, chain=(4, token_blob(tokens)), manifest=b'{"a": 1}')
-    assert client.kv_lookup("ns1") is False  # registered, no rows yet: not a HIT
+    manifest = b'{"n_layers": 1, "token_count": 10}'
+    client.kv_register("ns1", 32, "fp16", prefill_ms=12.4, chain=(4, token_blob(tokens)), manifest=manifest,
+                       stage="tok")
+    assert client.kv_lookup("ns1") is False  # staged, no rows yet: not a HIT
     for side in ("ns1_pk", "ns1_pv"):
-        client.v_storebatch(side, 0, 0, rows(10, 32))
+        client.execute("V.STOREBATCH", side, 0, 0, 10, rows(10, 32).tobytes(), "TOKEN", "tok")
+    assert client.kv_lookup("ns1") is False  # every row is in, but not published
+    client.kv_publish("ns1", "tok")
     assert client.kv_lookup("ns1") is True
-    assert client.kv_manifest("ns1") == b'{"a": 1}'
+    assert client.kv_manifest("ns1") == manifest
+    assert client.kv_abort("ns1", "tok") is False  # published: nothing left to abort
     probe = [*tokens[:8], 99, 99, 99, 99]
     assert client.kv_match(4, hash_blob(block_hashes(probe, 4)), token_blob(probe)) == ("ns1", 2)
     assert client.kv_match(4, hash_blob(block_hashes([5] * 8, 4))) is None

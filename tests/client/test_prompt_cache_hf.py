@@ -135,14 +135,20 @@ def test_a_codec_that_cannot_take_the_width_is_refused_before_any_prefill(url):
         PionPromptCache(hf_llama(head_dim=12, num_key_value_heads=1), url=url, vquant="turbo4")
 
 
-def test_fetch_nearest_reuses_the_longest_stored_block_aligned_prefix(url):
+def common(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def test_fetch_nearest_reuses_every_stored_token_the_request_shares(url):
     model = hf_llama()
     pc = PionPromptCache(model, url=url, block_size=8)
     stored = prompt(30)
     pc.get_or_prefill(stored)
     request = stored[:21] + prompt(5, offset=9)
+    shared = common(stored, request)
+    assert shared >= 21
     cache, rest = pc.fetch_nearest(request)
-    assert cache.get_seq_length() == 16 and rest == request[16:]
+    assert cache.get_seq_length() == shared and rest == request[shared:]  # not only the 16 of whole blocks
     assert pc.stats()["partial_hits"] == 1
     warm_logits = pc.adapter.forward(rest, cache)
     cold_logits = pc.adapter.forward(request, pc.adapter.new_cache())
@@ -185,7 +191,9 @@ def test_hybrid_partial_reuse_only_where_the_state_was_saved(url):
     cache, rest = pc.fetch_nearest(aligned + [9, 9])
     assert cache is not None and rest == [9, 9]
     cache, rest = pc.fetch_nearest(unaligned[:17] + [9])
-    assert cache is None and pc.stats()["manifest_mismatches"] == 1
+    assert cache is None and pc.stats()["hybrid_partial_skips"] == 1 and pc.stats()["manifest_mismatches"] == 0
+    cache, rest = pc.fetch_nearest(unaligned + [9, 9])  # 20 tokens: not a block multiple, still reused
+    assert cache is not None and rest == [9, 9]
 
 
 def test_an_unreachable_server_degrades_to_plain_prefill():

@@ -1,5 +1,6 @@
-"""ACL describes Pion's users truthfully: the default user and the --tenant users, in Redis 7's
-reply shapes (RESP2 and RESP3); SETUSER/DELUSER/SAVE/LOAD refuse with a clear error."""
+"""ACL with tenants: the default user and the --tenant users, in Redis 7's reply shapes (RESP2 and
+RESP3); tenants stay bound to their keyspaces and their limits (tests/compat/test_acl_users.py has
+the rule language and enforcement)."""
 
 from __future__ import annotations
 
@@ -113,11 +114,29 @@ def test_genpass(admin):
 
 
 @pytest.mark.parametrize("sub", [("SETUSER", "carol", "on", ">pw"), ("DELUSER", "alice"), ("SAVE",), ("LOAD",)])
-def test_changing_users_is_refused_with_a_clear_error(admin, bob, sub):
-    with pytest.raises(redis.ResponseError, match="is not supported by Pion: the users are"):
-        admin.execute_command("ACL", *sub)
+def test_tenants_cannot_change_users(bob, sub):
     with pytest.raises(redis.exceptions.NoPermissionError):
         bob.execute_command("ACL", *sub)
+
+
+def test_a_tenant_cannot_be_deleted_but_its_rules_can_narrow(admin, bob):
+    with pytest.raises(redis.ResponseError, match="is a tenant with a keyspace of its own"):
+        admin.acl_deluser("bob")
+    with pytest.raises(redis.ResponseError, match="Adding a pattern after the"):
+        admin.acl_setuser("bob", keys=["mine:*"])
+    admin.execute_command("ACL", "SETUSER", "bob", "resetkeys", "~mine:*")
+    assert bob.set("mine:1", "x")
+    with pytest.raises(redis.exceptions.NoPermissionError, match="No permissions to access a key"):
+        bob.set("other", "x")
+    admin.execute_command("ACL", "SETUSER", "bob", "+@admin")  # the tenant limits hold whatever the rules say
+    with pytest.raises(redis.exceptions.NoPermissionError, match="'config|set'"):
+        bob.config_set("maxmemory", 1)
+
+
+@pytest.mark.parametrize("sub", ["SAVE", "LOAD"])
+def test_save_and_load_need_an_aclfile(admin, sub):
+    with pytest.raises(redis.ResponseError, match="not configured to use an ACL file"):
+        admin.execute_command("ACL", sub)
 
 
 def test_tenants_may_ask_who_they_are_but_not_list_users(bob):

@@ -110,6 +110,7 @@ def test_reset_forgets_the_authentication(raw_locked):
 
 def test_failed_auth_delay_grows_without_blocking_others(locked):
     other = client(locked, password=PW)
+    assert other.ping() is True  # authenticated before the guessing starts (an AUTH now would queue)
     raw = RawConnection(locked.port)
     times = []
     for _ in range(4):
@@ -285,3 +286,73 @@ def test_config_get_never_shows_tenant_passwords(make_server):
     with client(srv, password=PW) as c:
         assert "tenant-pw" not in repr(c.config_get("*"))
 
+
+
+def test_a_config_set_refused_for_exposure_binds_nothing_first(r, monkeypatch):
+    """Issue #13: ``CONFIG SET port P2 bind 0.0.0.0`` was refused only after P2 had been bound on
+    every address (a probe connected once); the protected-mode check now runs before binding."""
+    from pion.server import config_rewrite
+    from tests.support.servers import free_port
+
+    calls: list = []
+    real = config_rewrite._bind_all
+    monkeypatch.setattr(config_rewrite, "_bind_all", lambda *args: calls.append(args) or real(*args))
+    port = free_port()
+    with pytest.raises(redis.ResponseError, match="without a password"):
+        r.execute_command("CONFIG", "SET", "port", port, "bind", "0.0.0.0")
+    assert calls == []
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert r.config_get("bind") == {"bind": "127.0.0.1"} and r.ping()
+
+
+def test_guesses_from_many_connections_of_one_address_wait_in_line(locked):
+    """Issue #13: each failed AUTH slowed its own connection only, so 50 connections from one
+    address made 27.8 guesses/s. The delays of one address now queue: 8 concurrent guesses are
+    answered one after another (25 + 50 + ... + 2000 ms), and a right password sent meanwhile
+    from the same address waits its turn too."""
+    conns = [RawConnection(locked.port) for _ in range(8)]
+    start = time.perf_counter()
+    for conn in conns:
+        conn.cmd("AUTH", "guess")
+    right = RawConnection(locked.port)
+    right.cmd("AUTH", PW)
+    assert right.read_some(30) == b"+OK\r\n"
+    assert time.perf_counter() - start >= 4.0  # behind the queued guesses (5.2 s of delays)
+    for conn in conns:
+        assert conn.read_some(30).startswith(b"-WRONGPASS")
+        conn.close()
+    right.close()
+
+
+def test_an_address_with_a_full_queue_gets_its_auths_refused_unchecked(locked):
+    users = locked.server.engines["acl"]
+    guesser = RawConnection(locked.port)
+    guesser.cmd("AUTH", "guess")
+    assert guesser.read_some(5).startswith(b"-WRONGPASS")
+    locked.call(lambda: users.failures["127.0.0.1"].__setitem__(2, time.monotonic() + 30))  # 30 s queued
+    right = RawConnection(locked.port)
+    right.cmd("AUTH", PW)
+    assert right.read_some(5).startswith(b"-ERR too many failed AUTH attempts from this address")
+    right.cmd("PING")
+    assert right.read_some(5).startswith(b"-NOAUTH")
+    guesser.close()
+    right.close()
+
+
+def test_a_preauth_oversize_frame_is_answered_and_logged_once(locked, caplog, monkeypatch):
+    """Issue #13: with a password set, a large pre-auth frame arriving in one read was reset with
+    no reply and ~1 KiB of traceback per connection in the log (the pre-auth caps were switched on
+    only after the first read had been parsed without them)."""
+    from pion.server import conn_errors
+
+    monkeypatch.setitem(conn_errors._preauth, "next", 0.0)  # the rate limit's window is per process
+    caplog.set_level(logging.WARNING)
+    for _ in range(20):
+        raw = RawConnection(locked.port)
+        raw.send(b"*2\r\n$4\r\nAUTH\r\n$1000000\r\n" + b"x" * 200_000)
+        assert raw.read_some(5) == b"-ERR Protocol error: unauthenticated bulk length\r\n"
+        assert raw.is_closed()
+        raw.close()
+    lines = [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "unauthenticated" in lines[0].getMessage() and lines[0].exc_info is None

@@ -304,8 +304,12 @@ def test_config_set_bind_rebinds_and_accepts_optional_addresses(r, server):
     fresh.cmd("PING")
     assert fresh.read_exactly(b"+PONG\r\n") == b"+PONG\r\n"
     fresh.close()
+    with pytest.raises(redis.ResponseError, match="without a password"):  # checked before binding
+        r.config_set("bind", "192.0.2.1")
+    r.config_set("protected-mode", "no")
     with pytest.raises(redis.ResponseError, match="Failed to bind to specified addresses.$"):
         r.config_set("bind", "192.0.2.1")
+    r.config_set("protected-mode", "yes")
     assert r.config_get("bind") == {"bind": "127.0.0.1 -::1"}
     assert r.config_set("bind", "127.0.0.1") is True  # drops ::1: 127.0.0.1 is listened on again
     for _ in range(50):

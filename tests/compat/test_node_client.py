@@ -39,3 +39,12 @@ def test_node_check_script_passes_against_redis(redis_ref):
     """Keeps the script honest: what it expects is what real Redis answers."""
     done = _run_check(redis_ref.port)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("which", ["pion", "redis"])
+def test_node_redis_client_side_cache(which, request):
+    """node-redis with ``clientSideCache`` (RESP3): ready, cached reads, invalidation (csc.mjs)."""
+    srv = request.getfixturevalue("server" if which == "pion" else "redis_ref")
+    done = subprocess.run([NODE, "csc.mjs", str(srv.port)], cwd=NODE_DIR, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok invalidated by FLUSHALL" in done.stdout

@@ -7,7 +7,15 @@ would have made (a MULTI/EXEC of two SETs: both or neither). Commands: SET, INCR
 EXPIRE, DEL, MULTI/EXEC, and SETs of values over the arena threshold. A side thread starts
 BGSAVEs at random, so kills also land during snapshots, log cuts and arena compaction.
 
+On a nearly full disk (``disk=`` a filler file on a small tmpfs that holds the data directory)
+a side thread keeps filling the disk to its last few KiB and freeing some again, so arena and
+log writes fail with ENOSPC at random moments. A write answered -MISCONF is not acknowledged: the
+client waits until writes succeed again, makes one write of its own (so every earlier record is
+durable), reads its in-flight keys and adopts what it finds if it is the acknowledged state or
+the in-flight one whole; anything else is a problem, as after a kill.
+
     python -m tests.recovery.crash_harness --cycles 100 [--policy everysec] [--clients 32]
+    python -m tests.recovery.crash_harness --cycles 50 --full-disk   (mounts a 128 MB tmpfs; root)
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import sys
 import tempfile
@@ -63,6 +72,9 @@ class Worker(threading.Thread):
         self.counter = 0
         self.stop_flag = threading.Event()
         self.error: BaseException | None = None
+        #: writes refused with -MISCONF (a full disk), and states that did not fit afterwards
+        self.refused = 0
+        self.problems: list[str] = []
 
     def key(self, name: str) -> bytes:
         return f"c{self.cid}:{name}".encode()
@@ -73,16 +85,50 @@ class Worker(threading.Thread):
             while not self.stop_flag.is_set():
                 after, action = self.next_op()
                 self.inflight = after
-                action(conn)
-                self.model.update(after)
-                for key in [k for k, v in after.items() if v is None]:
-                    self.model.pop(key, None)
-                self.inflight = None
+                try:
+                    action(conn)
+                except redis.exceptions.ResponseError as exc:
+                    if "MISCONF" not in str(exc):
+                        raise
+                    self.refused += 1
+                    self.settle(conn, after)  # not acknowledged: see what the server kept
+                    continue
+                self.adopt(after)
                 self.acked += 1
         except _CONN_ERRORS:
             return  # the server was killed: ``inflight`` may or may not have happened
         except BaseException as exc:  # a wrong reply: the harness reports it
             self.error = exc
+
+    def adopt(self, after: dict[bytes, Any]) -> None:
+        self.model.update(after)
+        for key in [k for k, v in after.items() if v is None]:
+            self.model.pop(key, None)
+        self.inflight = None
+
+    def settle(self, conn: redis.Redis, after: dict[bytes, Any]) -> None:
+        """After -MISCONF: wait for the disk, write once (every earlier record is then durable),
+        then the in-flight keys must hold their acknowledged state or the in-flight one, whole."""
+        scratch = self.key("scratch")
+        while not self.stop_flag.is_set():
+            try:
+                conn.set(scratch, b"%d" % self.counter)
+                break
+            except redis.exceptions.ResponseError as exc:
+                if "MISCONF" not in str(exc):
+                    raise
+                time.sleep(0.05)
+        else:
+            return  # stopping: the kill decides (``inflight`` stays uncertain)
+        self.model[scratch] = ("string", b"%d" % self.counter, False)
+        actual = {key: read_state(conn, key, _hint(self.model.get(key) or after.get(key))) for key in after}
+        acked = {key: self.model.get(key) for key in after}
+        if actual == after or actual == acked:
+            self.adopt(actual if actual == after else acked)
+        else:
+            self.problems.append(f"after -MISCONF: got {_short(actual)}, acknowledged {_short(acked)}, "
+                                 f"in flight {_short(after)}")
+            self.stop_flag.set()
 
     def next_op(self) -> tuple[dict[bytes, Any], Any]:
         self.counter += 1
@@ -183,19 +229,26 @@ def _short(state: Any) -> str:
 
 
 def run_harness(datadir: Path, cycles: int, max_seconds: float = 1.5, clients: int = 16,
-                policy: str = "always", seed: int = 1, log=print, tamper=None) -> dict:
-    """``tamper(datadir)`` (tests of the harness itself) runs after each kill, before the restart."""
+                policy: str = "always", seed: int = 1, log=print, tamper=None, disk: Path | None = None) -> dict:
+    """``tamper(datadir)`` (tests of the harness itself) runs after each kill, before the restart;
+    ``disk``: a filler file on the data directory's (small) file system, kept nearly full."""
     rng = random.Random(seed)
     models = [dict() for _ in range(clients)]
     server = ProcessServer(datadir, "--appendfsync", policy, "--blob-threshold", str(BLOB_THRESHOLD),
-                           "--wal-segment-size", str(512 * 1024), "--save", "")
-    totals = {"cycles": 0, "acked": 0, "problems": []}
+                           "--wal-segment-size", str(512 * 1024), "--save", "",
+                           "--auto-aof-rewrite-min-size", "8mb")
+    totals = {"cycles": 0, "acked": 0, "refused": 0, "problems": []}
     for cycle in range(cycles):
         server.start()
         conn = redis.Redis(port=server.port, socket_timeout=20)
         workers = [Worker(i, models[i], rng.randrange(1 << 30)) for i in range(clients)]
         stop_bg = threading.Event()
         bg = threading.Thread(target=_bgsaves, args=(server.port, stop_bg, rng.randrange(1 << 30)), daemon=True)
+        pressure = None
+        if disk is not None:
+            pressure = threading.Thread(target=_fill_and_free, args=(disk, stop_bg, rng.randrange(1 << 30)),
+                                        daemon=True)
+            pressure.start()
         for worker in workers:
             worker.port = server.port
             worker.start()
@@ -203,12 +256,18 @@ def run_harness(datadir: Path, cycles: int, max_seconds: float = 1.5, clients: i
         time.sleep(rng.uniform(0.2, max_seconds))
         server.kill9()
         stop_bg.set()
+        if pressure is not None:
+            pressure.join(10)
+            _free(disk)  # restart with room (the kill may have come with the disk full)
         for worker in workers:
             worker.stop_flag.set()
             worker.join(10)
             if worker.error is not None:
                 raise AssertionError(f"client {worker.cid}: unexpected reply: {worker.error!r}")
         acked = sum(w.acked for w in workers)
+        for worker in workers:
+            totals["problems"].extend(f"cycle {cycle}: client {worker.cid} {p}" for p in worker.problems)
+        totals["refused"] += sum(w.refused for w in workers)
         if tamper is not None:
             tamper(datadir)
         server.start()
@@ -217,11 +276,41 @@ def run_harness(datadir: Path, cycles: int, max_seconds: float = 1.5, clients: i
         totals["cycles"] += 1
         totals["acked"] += acked
         totals["problems"].extend(f"cycle {cycle}: {p}" for p in problems)
-        log(json.dumps({"cycle": cycle, "acked": acked, "keys": conn.dbsize(), "problems": len(problems)}))
+        log(json.dumps({"cycle": cycle, "acked": acked, "refused": sum(w.refused for w in workers),
+                        "keys": conn.dbsize(), "problems": len(problems)}))
         server.kill9()
-        if problems:
+        if totals["problems"]:
             break
     return totals
+
+
+def _fill_and_free(filler: Path, stop: threading.Event, seed: int) -> None:
+    """Keep the disk nearly full: fill it to its last 0-256 KiB, hold 0.1-0.8 s, free 1-24 MiB,
+    hold 0.5-2.5 s (writes fill it again meanwhile), and again."""
+    rng = random.Random(seed)
+    block = b"\0" * 65536
+    while not stop.is_set():
+        left = rng.choice((0, 4096, 65536, 262144))
+        try:
+            with open(filler, "ab", buffering=0) as handle:
+                while not stop.is_set():
+                    handle.write(block)
+        except OSError:
+            pass  # full
+        if left:
+            size = filler.stat().st_size
+            os.truncate(filler, max(0, size - left))
+        if stop.wait(rng.uniform(0.1, 0.8)):
+            return
+        size = filler.stat().st_size
+        os.truncate(filler, max(0, size - rng.randrange(1, 24) * 1024 * 1024))
+        if stop.wait(rng.uniform(0.5, 2.5)):  # long enough for the log's 1 s retry to get through
+            return
+
+
+def _free(filler: Path) -> None:
+    if filler.exists():
+        filler.unlink()
 
 
 def _bgsaves(port: int, stop: threading.Event, seed: int) -> None:
@@ -244,11 +333,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="always", choices=("always", "everysec", "no"))
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--dir", default="")
+    parser.add_argument("--full-disk", action="store_true", help="on a 128 MB tmpfs kept nearly full (root)")
     args = parser.parse_args(argv)
     datadir = Path(args.dir or tempfile.mkdtemp(prefix="pion-crash-"))
-    totals = run_harness(datadir, args.cycles, args.seconds, args.clients, args.policy, args.seed)
-    print(json.dumps({"cycles": totals["cycles"], "acked": totals["acked"], "problems": len(totals["problems"]),
-                      "seed": args.seed, "dir": str(datadir)}))
+    if args.full_disk:
+        import subprocess
+
+        mount = datadir / "disk"
+        mount.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "none", str(mount)], check=True)
+        try:
+            totals = run_harness(mount / "data", args.cycles, args.seconds, args.clients, args.policy, args.seed,
+                                 disk=mount / "filler")
+        finally:
+            subprocess.run(["umount", "-l", str(mount)])
+    else:
+        totals = run_harness(datadir, args.cycles, args.seconds, args.clients, args.policy, args.seed)
+    print(json.dumps({"cycles": totals["cycles"], "acked": totals["acked"], "refused": totals["refused"],
+                      "problems": len(totals["problems"]), "seed": args.seed, "dir": str(datadir)}))
     for problem in totals["problems"][:20]:
         print("PROBLEM", problem)
     return 1 if totals["problems"] else 0

@@ -8,6 +8,7 @@ import pytest
 
 from pion.storage import wal
 from tests.recovery.crash_harness import run_harness
+from tests.support.disks import tmpfs
 
 
 def _quiet(line: str) -> None:
@@ -40,3 +41,22 @@ def test_the_harness_notices_lost_writes(tmp_path):
 def test_soak_one_hundred_kills(tmp_path):
     totals = run_harness(tmp_path / "d", cycles=100, max_seconds=3.0, clients=32, seed=1, log=_quiet)
     assert totals["problems"] == [] and totals["cycles"] == 100
+
+
+def test_acknowledged_writes_survive_random_kills_on_a_nearly_full_disk(tmp_path):
+    """Arena-sized values on a tmpfs kept filled to its last KiB: writes are refused with -MISCONF
+    at random, the server is killed at random, and still every acknowledged write is there and no
+    refused or in-flight one is half-applied (issue #13)."""
+    with tmpfs(tmp_path / "disk", "128m") as disk:
+        totals = run_harness(disk / "data", cycles=5, max_seconds=3.0, clients=12, seed=13, log=_quiet,
+                             disk=disk / "filler")
+    assert totals["problems"] == [] and totals["cycles"] == 5
+    assert totals["refused"] > 0 and totals["acked"] > 300
+
+
+@pytest.mark.slow
+def test_soak_kills_on_a_nearly_full_disk(tmp_path):
+    with tmpfs(tmp_path / "disk", "128m") as disk:
+        totals = run_harness(disk / "data", cycles=50, max_seconds=4.0, clients=24, seed=3, log=_quiet,
+                             disk=disk / "filler")
+    assert totals["problems"] == [] and totals["cycles"] == 50

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
+import tempfile
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 import redis
 import safetensors.numpy
+from tests.support.servers import ProcessServer
 
 from pion.client.local_lane import open_export
-from pion.kvcache.export import export_base
+from pion.kvcache.export import RECORD, clean_stale
 
 H, D = 3, 64
 
@@ -96,24 +100,84 @@ def test_dropped_sessions_take_their_exports_with_them(r):
     assert not os.path.exists(path)
 
 
-def test_files_are_private_and_the_directory_is_emptied_at_first_use_and_removed_at_shutdown(make_server):
+def recorded_base(srv) -> Path:
+    return Path((Path(srv.settings.dir) / RECORD).read_text().strip())
+
+
+def test_files_are_private_in_a_fresh_directory_removed_at_shutdown(make_server):
     srv = make_server()
-    base = export_base(srv.settings.dir)
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        assert str(base).startswith("/dev/shm/pion-export-")  # memory, not the data disk
-    stale = base / "default" / "00000001-old.safetensors"
-    stale.parent.mkdir(parents=True)
-    stale.write_bytes(b"left by a killed server")
     r = redis.Redis(port=srv.port)
     fill(r)
     path = export(r, 0, 50, 2, H, D)
+    base = recorded_base(srv)
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        assert str(base).startswith(f"/dev/shm/pion-export-{os.getuid()}-")  # memory, not the data disk
     assert os.path.dirname(path) == str(base / "default")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(base).st_mode) == stat.S_IMODE(os.stat(base / "default").st_mode) == 0o700
-    assert not stale.exists() and os.listdir(base / "default") == [os.path.basename(path)]
+    assert os.lstat(base).st_uid == os.getuid() and not os.path.islink(base)
     r.close()
     srv.stop()
-    assert not base.exists()
+    assert not base.exists() and not (Path(srv.settings.dir) / RECORD).exists()
+
+
+def test_a_planted_link_at_the_old_predictable_name_is_never_followed(make_server, tmp_path):
+    """Issue 12, defect 5: the export base had a name anyone could compute, in a world-writable
+    directory, and was used without checks: a link planted there made V.EXPORT empty its target."""
+    victim = tmp_path / "victim"
+    (victim / "default").mkdir(parents=True)
+    (victim / "default" / "precious").write_text("keep me")
+    os.chmod(victim, 0o755)
+    srv = make_server()
+    data = os.path.abspath(srv.settings.dir)
+    parent = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else data
+    name = f"pion-export-{os.getuid()}-{hashlib.sha256(data.encode()).hexdigest()[:16]}" if parent == "/dev/shm" \
+        else "export"
+    planted = Path(parent) / name
+    planted.symlink_to(victim, target_is_directory=True)
+    try:
+        r = redis.Redis(port=srv.port)
+        fill(r)
+        path = export(r, 0, 50, 2, H, D)
+        assert not path.startswith(str(planted))
+        assert (victim / "default" / "precious").read_text() == "keep me"
+        assert stat.S_IMODE(os.stat(victim).st_mode) == 0o755
+    finally:
+        planted.unlink()
+
+
+def test_exports_of_a_killed_server_are_removed_at_the_next_start(tmp_path):
+    """Issue 12, defect 6: after kill -9 the export files stayed in shared memory."""
+    srv = ProcessServer(tmp_path / "data").start()
+    try:
+        r = redis.Redis(port=srv.port, socket_timeout=10)
+        fill(r)
+        path = export(r, 0, 50, 2, H, D)
+        srv.kill9()
+        assert os.path.exists(path)
+        srv = ProcessServer(tmp_path / "data", port=srv.port).start()
+        assert not os.path.exists(path) and not os.path.exists(os.path.dirname(os.path.dirname(path)))
+        assert "removed the exports a previous server left" in srv.log()
+    finally:
+        srv.stop()
+
+
+def test_a_recorded_directory_that_is_not_ours_is_left_alone(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    foreign = Path(tempfile.mkdtemp(prefix=f"pion-export-{os.getuid()}-", dir=tmp_path))
+    (foreign / "theirs").write_text("x")
+    link = tmp_path / f"pion-export-{os.getuid()}-link"
+    link.symlink_to(foreign, target_is_directory=True)
+    for recorded, why in ((link, "it is a symbolic link"), (foreign, "it belongs to uid 65534")):
+        if why.startswith("it belongs") and os.getuid() != 0:
+            continue  # only root can give a directory away
+        if why.startswith("it belongs"):
+            os.chown(foreign, 65534, 65534)
+        (data / RECORD).write_text(f"{recorded}\n")
+        line = clean_stale(str(data))
+        assert line is not None and why in line
+        assert (foreign / "theirs").read_text() == "x"
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,7 @@ def test_register_creates_both_sessions(r):
         (("ns", 64, "fp16", "PREFILL_MS", 86400001), "PREFILL_MS out of range (0..86400000)"),
         (("ns", 64, "fp16", "PREFILL_MS", -1), "PREFILL_MS out of range (0..86400000)"),
         (("ns", 64, "fp16", "PREFILL_MS"), "KV.PREFIX.REGISTER option needs a value"),
-        (("ns", 64, "fp16", "COLOR", 1), "KV.PREFIX.REGISTER unknown option (BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT)"),
+        (("ns", 64, "fp16", "COLOR", 1), "KV.PREFIX.REGISTER unknown option (BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT, STAGE, REPLACE)"),
         (("ns", 64, "fp16", "PREFILL_MS", 5, "BLOCKS", 16, 0, b""), "BLOCKS must come right after vquant"),
         (("ns", 64, "fp16", "CHAIN", 0, b""), "CHAIN block_size out of range (1..8192)"),
         (("ns", 64, "fp16", "CHAIN", 4, b"123"), "CHAIN token_blob length must be a multiple of 4 (u32 token ids)"),
@@ -64,7 +64,16 @@ def test_register_creates_both_sessions(r):
         (("ns", 64, "fp16", "CHAIN", 4, b"", "SEED", b"s" * 15), "SEED must be 16 bytes"),
         (("ns", 64, "fp16", "SEED", b"s" * 17, "CHAIN", 4, b""), "SEED must be 16 bytes"),
         (("ns", 64, "fp16", "CHAIN", 4, b"", "SEED"), "KV.PREFIX.REGISTER option needs a value"),
-        (("ns", 64, "fp16", "MANIFEST", "nope"), "KV.PREFIX.REGISTER: MANIFEST is not valid JSON"),
+        (("ns", 64, "fp16", "MANIFEST", "nope", "STAGE", "t"), "KV.PREFIX.REGISTER: MANIFEST is not valid JSON"),
+        (("ns", 64, "fp16", "MANIFEST", "{}"),
+         "KV.PREFIX.REGISTER: MANIFEST needs STAGE token: a prefix with a manifest is stored as a staged store "
+         "(STAGE token, writes with TOKEN token, then KV.PREFIX.PUBLISH ns token)"),
+        (("ns", 64, "fp16", "MANIFEST", "{}", "STAGE", "t"),
+         "KV.PREFIX.REGISTER: STAGE needs a MANIFEST with integer n_layers and token_count >= 1"),
+        (("ns", 64, "fp16", "STAGE", "t"), "KV.PREFIX.REGISTER: STAGE needs MANIFEST (the manifest says what the "
+         "staged rows are)"),
+        (("ns", 64, "fp16", "REPLACE"), "KV.PREFIX.REGISTER REPLACE needs STAGE (a replacement is published whole)"),
+        (("ns", 64, "fp16", "STAGE", ""), "STAGE/TOKEN must be 1..64 bytes"),
         (("ns", 64, "fp16", "PARENT", "other"), "KV.PREFIX.REGISTER: PARENT 'other' is not a registered namespace"),
         (("", 64, "fp16"), "ns_key length must be 1..200"),
         (("x" * 201, 64, "fp16"), "ns_key length must be 1..200"),
@@ -83,19 +92,31 @@ def test_re_register_with_another_codec_is_refused_never_kept_silently(r):
         "KV.PREFIX.REGISTER: namespace 'ns' exists with a different kv_dim (64 != 32)"
 
 
+def stage(r, ns, manifest: dict, token: str, *extra, dim: int = 32, fmt: str = "fp16") -> None:
+    """A staged store of ``manifest``'s layers and tokens (rows of ones), published."""
+    r.execute_command("KV.PREFIX.REGISTER", ns, dim, fmt, "MANIFEST", json.dumps(manifest), "STAGE", token, *extra)
+    data = np.ones((manifest["token_count"], dim), np.float32).tobytes()
+    for side in ("_pk", "_pv"):
+        for layer in range(manifest["n_layers"]):
+            r.execute_command("V.STOREBATCH", ns + side, layer, 0, manifest["token_count"], data, "TOKEN", token)
+    r.execute_command("KV.PREFIX.PUBLISH", ns, token)
+
+
 def test_manifest_is_returned_and_a_different_one_refused(r):
     manifest = {"model": "llama-3.2-1b@abc", "n_layers": 2, "n_kv_heads": 2, "head_dim": 16, "dtype": "float16",
                 "rope": {"theta": 500000.0}, "tokenizer": "t1", "adapter": None,
                 "codecs": {"k": ["fp16", "fp16"], "v": "fp16"}, "token_count": 4, "tokens_sha256": "ab"}
-    text = json.dumps(manifest).encode()
     assert r.execute_command("KV.PREFIX.MANIFEST", "ns") is None
-    r.execute_command("KV.PREFIX.REGISTER", "ns", 32, "fp16", "MANIFEST", text)
+    stage(r, "ns", manifest, "t1")
+    text = json.dumps(manifest).encode()
     assert r.execute_command("KV.PREFIX.MANIFEST", "ns") == text
-    reordered = json.dumps(dict(reversed(list(manifest.items())))).encode()
-    assert r.execute_command("KV.PREFIX.REGISTER", "ns", 32, "fp16", "MANIFEST", reordered) == b"OK"
+    assert r.execute_command("KV.PREFIX.LOOKUP", "ns") == b"HIT"
+    reordered = dict(reversed(list(manifest.items())))
+    stage(r, "ns", reordered, "t2")  # the same manifest: the complete entry stays
+    assert r.execute_command("KV.PREFIX.MANIFEST", "ns") == text
     other = json.dumps({**manifest, "tokenizer": "t2"})
-    assert err(r, "KV.PREFIX.REGISTER", "ns", 32, "fp16", "MANIFEST", other) == \
-        "KV.PREFIX.REGISTER: namespace 'ns' exists with a different manifest"
+    assert err(r, "KV.PREFIX.REGISTER", "ns", 32, "fp16", "MANIFEST", other, "STAGE", "t3") == \
+        "KV.PREFIX.REGISTER: namespace 'ns' holds another prefix (a different manifest); REPLACE overwrites it"
     assert r.execute_command("KV.PREFIX.MANIFEST", "ns") == text
 
 
@@ -253,9 +274,38 @@ def test_match_finds_the_longest_stored_prefix_in_one_round_trip(r, raw):
     assert err(r, "KV.PREFIX.MATCH", 16, b"x" * 15) == \
         "KV.PREFIX.MATCH hash_blob must be a multiple of 16 bytes (at most 1048576 hashes)"
     assert err(r, "KV.PREFIX.MATCH", 0, b"") == "KV.PREFIX.MATCH block_size out of range (1..8192)"
-    assert err(r, "KV.PREFIX.MATCH", 16, b"", "TOKEN", b"") == "KV.PREFIX.MATCH unknown option (TOKENS)"
+    assert err(r, "KV.PREFIX.MATCH", 16, b"", "TOKEN", b"") == "KV.PREFIX.MATCH unknown option (TOKENS, SEED, WITHTOKENS)"
     assert err(r, "KV.PREFIX.MATCH", 16, b"", "TOKENS", b"abc") == \
         "KV.PREFIX.MATCH TOKENS blob length must be a multiple of 4 (u32 token ids)"
+
+
+def test_match_withtokens_answers_every_shared_token_across_block_sizes(r):
+    tokens = np.arange(40, dtype="<u4")
+    seed = b"S" * 16
+    r.execute_command("KV.PREFIX.REGISTER", "p", 32, "fp16", "CHAIN", 16, tokens.tobytes(), "SEED", seed)
+    store_prefix(r, "p", 40)
+    r.execute_command("KV.PREFIX.REGISTER", "short", 32, "fp16", "CHAIN", 16, (tokens[:10] + 100).tobytes(),
+                      "SEED", seed)
+    store_prefix(r, "short", 10)
+    longer = np.concatenate([tokens, [7, 7, 7]]).astype("<u4")
+    hashes = b"".join(block_hashes(longer, 16, seed))
+    # a stored prefix of 40 tokens serves all 40 of a longer request, not the 32 of whole blocks
+    assert r.execute_command("KV.PREFIX.MATCH", 16, hashes, "TOKENS", longer.tobytes(), "WITHTOKENS") == \
+        [b"p", 2, 40, 16, 40]
+    # a client hashing with another block size finds it through SEED (the server hashes for 16)
+    other = b"".join(block_hashes(longer, 8, seed))
+    assert r.execute_command("KV.PREFIX.MATCH", 8, other, "TOKENS", longer.tobytes(), "WITHTOKENS") == [None, 0, 0, 0, 0]
+    assert r.execute_command("KV.PREFIX.MATCH", 8, other, "TOKENS", longer.tobytes(), "SEED", seed, "WITHTOKENS") == \
+        [b"p", 2, 40, 16, 40]
+    # a request shorter than the stored prefix gets its head; a prefix shorter than one block is found by SEED
+    head = tokens[:35]
+    assert r.execute_command("KV.PREFIX.MATCH", 16, b"".join(block_hashes(head, 16, seed)), "TOKENS", head.tobytes(),
+                             "SEED", seed, "WITHTOKENS") == [b"p", 2, 35, 16, 40]
+    small = np.concatenate([tokens[:10] + 100, [1, 2]]).astype("<u4")
+    assert r.execute_command("KV.PREFIX.MATCH", 16, b"", "TOKENS", small.tobytes(), "SEED", seed, "WITHTOKENS") == \
+        [b"short", 0, 10, 16, 10]
+    assert err(r, "KV.PREFIX.MATCH", 16, b"", "WITHTOKENS") == "KV.PREFIX.MATCH WITHTOKENS needs TOKENS"
+    assert err(r, "KV.PREFIX.MATCH", 16, b"", "SEED", b"x") == "SEED must be 16 bytes"
 
 
 SEED_A, SEED_B = b"A" * 16, b"B" * 16

@@ -103,8 +103,8 @@ def test_store_and_fetch_each_form_and_format(r):
     ids = r.execute_command("V.FETCH", "s", 0, 5, 1, 9)
     expected = np.concatenate([as16[5:6], as16[1:2], np.zeros((1, 64), np.float16)]).astype(np.float32)
     assert ids == expected.tobytes()
-    padded = np.concatenate([as16, np.zeros((2, 64), np.float16)])
-    assert r.execute_command("V.FETCH", "s", 0, "RANGE", 0, 8, "FMT", "NATIVE") == padded.tobytes()
+    with pytest.raises(redis.ResponseError, match="does not hold rows"):  # not zero-filled past the rows stored
+        r.execute_command("V.FETCH", "s", 0, "RANGE", 0, 8, "FMT", "NATIVE")
 
 
 def test_store_input_formats(r):
@@ -148,8 +148,8 @@ def test_int8_batches_keep_their_own_scales(r):
         (("s", 0, 0, 2, b"\0" * 512, "FMT", "F16"), "V.STOREBATCH: blob size 512 != expected 256 (count=2 × per_layer_dim=64 × 2)"),
         (("s", 0, 0, 2, b"\0" * 512, "FMT", "RAW"),
          "V.STOREBATCH: blob size 512 != expected 256 (count=2 × row_bytes=128, FMT RAW)"),
-        (("s", 0, 0, 2, b"\0" * 512, "FMT", "F64"), "V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW)"),
-        (("s", 0, 0, 2, b"\0" * 512, "EXTRA"), "V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW)"),
+        (("s", 0, 0, 2, b"\0" * 512, "FMT", "F64"), "V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW, TOKEN token)"),
+        (("s", 0, 0, 2, b"\0" * 512, "EXTRA"), "V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW, TOKEN token)"),
         (("s", -1, 0, 2, b""), "invalid layer_id/start_id/count"),
         (("s", 0, -1, 2, b""), "invalid layer_id/start_id/count"),
         (("s", 0, 0, 0, b""), "invalid layer_id/start_id/count"),
@@ -198,7 +198,9 @@ def test_batch_returns_one_element_per_layer_with_nil_for_empty_layers(r):
         (("s", 0, "RANGE", 0, 4, "FMT", "F8"), "V.FETCH: unknown FMT (expected F32|F16|NATIVE|RAW)"),
         (("nope", 0, 1), "session not found"),
         (("s", 0, *range(1025)), "V.FETCH: at most 1024 ids (use RANGE or BATCH)"),
-        (("s", 0, "RANGE", 0, 16000000), "V.FETCH: reply would exceed proto-max-bulk-len"),
+        (("s", 0, "RANGE", 0, 16000000), "V.FETCH: layer 0 does not hold rows [0, 16000000) (1 rows stored, up to position 1)"),
+        (("s", 0, "RANGE", 0, 2), "V.FETCH: layer 0 does not hold rows [0, 2) (1 rows stored, up to position 1)"),
+        (("s", "BATCH", 0, 2), "V.FETCH: layer 0 does not hold rows [0, 2) (1 rows stored, up to position 1)"),
     ],
 )
 def test_fetch_errors(r, args, message):
@@ -306,3 +308,15 @@ def test_tenants_get_separate_kv_spaces(server, r):
     assert other.execute_command("V.CREATE", "shared-name", 64) == 0
     assert b"value_dim:32" in r.execute_command("V.INFO", "shared-name")
     assert set(server.server.engines["kvcache"].spaces) == {b"", b"acme"}
+
+
+@pytest.mark.parametrize("count", [4, 8192])  # on the loop, and in the worker pool
+def test_a_nan_in_rows_for_a_codec_with_shared_scales_is_refused(r, count):
+    r.execute_command("V.CREATE", "q", 64, "VQUANT", "int8")
+    x = np.ones((count, 64), np.float32)
+    x[count - 1, 3] = np.nan
+    with pytest.raises(redis.ResponseError, match="int8 cannot encode NaN or Inf"):
+        r.execute_command("V.STOREBATCH", "q", 0, 0, count, x.tobytes())
+    assert b"layer_0_tokens" not in r.execute_command("V.INFO", "q")
+    r.execute_command("V.CREATE", "h", 64, "VQUANT", "fp16")  # per-value codecs keep it where it is
+    assert r.execute_command("V.STOREBATCH", "h", 0, 0, count, x.tobytes()) == b"OK"

@@ -6,7 +6,8 @@ import logging
 import os
 import sys
 
-from pion.config import ConfigError, Settings, read_config_file, settings_from_pairs
+from pion.cli.flags import parse_args, read_file
+from pion.config import ConfigError, Settings, settings_from_pairs
 
 _LEVELS = {"debug": logging.DEBUG, "verbose": logging.INFO, "notice": logging.INFO,
            "warning": logging.WARNING, "nothing": logging.CRITICAL + 1}
@@ -19,6 +20,9 @@ USAGE = """usage: pion-server [config-file] [--port N] [--bind ADDR ...] [--dir 
 Pion: a memory engine for LLM inference on the Redis wire protocol (default port 1974).
 Any redis.conf parameter may be given as --name value; flags override the config file.
 
+An unknown directive, or a wrong number of values, refuses the start (with a "did you mean").
+-p N is --port N. --no-wal is --appendonly no.
+
 K/V cache: --kv-maxmemory BYTES caps the stored prefixes (0 = no cap; whole prefixes are evicted,
 least recently used first, leaves of a chain before their roots, pinned ones never).
 --kv-export-maxbytes BYTES caps V.EXPORT's files, kept in /dev/shm (default 4gb; 0 disables it).
@@ -30,8 +34,14 @@ Embeddings (AI.EMBED, AI.SEMANTIC_CACHE, AI.MEMORY, FT EMBED fields; docs/embedd
 sentence-transformers:PATH | openai (--embed-url URL --embed-model NAME, key in PION_EMBED_API_KEY or
 --embed-api-key-file PATH) | none; --embed-batch-size N --embed-threads N --embed-preload yes;
 --semantic-cache-threshold SIM (default 0.85, cosine similarity).
-Reference flags for hardware Pion does not drive (--metal-attention, --cuda-attention, --gpu,
---xdp, --iouring, --inference, ...) are refused with the reason.
+Stage 2 (ATTEND.PREFIX.*, on the CPU): --attention-warm-bytes BYTES caps the prefixes kept ready
+(default 1gb; the rest answer -COLDMISS until KV.PREFIX.WARM); --fa-window N attends only the
+last N prefix tokens when a query does not say (default 0 = all).
+Reference flags for what Pion does not have (--metal-attention, --cuda-attention, --gpu, --xdp,
+--iouring, --inference, --workers, ...) are refused with the reason.
+
+Breadcrumbs (docs/durability.md): --crash-log PATH (default <dir>/pion.crash.log), --status-file PATH
+(default <dir>/pion.status), --no-crash-log (neither), --rss-warn-pct N (default 70; over 100: off).
 
 Security (SECURITY.md): --requirepass-file PATH (or PION_REQUIREPASS, or --requirepass PASS: visible
 in ps) makes every client AUTH first. --tenant NAME:PASSWORD[:quota=1gb] (repeatable) or
@@ -39,51 +49,14 @@ in ps) makes every client AUTH first. --tenant NAME:PASSWORD[:quota=1gb] (repeat
 a password is refused unless --protected-mode no. TLS: --tls-port N --tls-cert-file F --tls-key-file F
 [--tls-ca-cert-file F] [--tls-auth-clients yes|no|optional]."""
 
-#: flags that are switches (no value): flag -> (parameter, value)
-SWITCHES = {"--enable-debug-command": ("enable-debug-command", "yes"), "--kvcache": ("kvcache", "yes")}
-
-
-_NO_GPU = "Pion computes ATTEND.* on the CPU with numpy (no GPU kernels, no flag needed)"
-_NO_MODEL = "Pion runs no model: the client prefills and ships K/V (use the client adapters)"
-#: reference flags we cannot honour: refused at start with the reason, never silently ignored
-UNSUPPORTED = {
-    "--metal-attention": _NO_GPU, "--metal-attention-fp16": _NO_GPU, "--cuda-attention": _NO_GPU,
-    "--gpu": _NO_GPU, "--fa-window": _NO_GPU,
-    "--xdp": "XDP networking is not supported", "--xdp-interface": "XDP networking is not supported",
-    "--xdp-iface": "XDP networking is not supported",
-    "--iouring": "io_uring is not supported (Pion's event loop is uvloop)",
-    "--sqpoll": "io_uring is not supported (Pion's event loop is uvloop)",
-    "--inference": _NO_MODEL, "--inference-socket": _NO_MODEL, "--inference-emb-model": _NO_MODEL,
-    "--inference-llm-model": _NO_MODEL, "--llm-enabled": _NO_MODEL, "--llm-port": _NO_MODEL,
-    "--llm-model": _NO_MODEL,
-    "--ns-prefix": "namespace prefixes are not enforced (each tenant gets its own K/V space instead)",
-}
-
-
 def parse_argv(argv: list[str]) -> list[tuple[str, str]]:
-    """Split ``[file] --a 1 --b x y`` into (name, value) pairs, file lines first."""
-    pairs: list[tuple[str, str]] = []
+    """``[file] --a 1 --b x y`` as checked (name, value) pairs, the file's lines first
+    (``pion.cli.flags``: unknown names and wrong value counts refuse the start)."""
     args = list(argv)
-    for arg in args:
-        if arg in UNSUPPORTED:
-            raise ConfigError(f"{arg} is not supported: {UNSUPPORTED[arg]}")
-    if args and not args[0].startswith("--"):
-        path = args.pop(0)
-        pairs.extend(read_config_file(path))
-        pairs.append(("config-file", os.path.abspath(path)))  # CONFIG REWRITE rewrites this file
-    name: str | None = None
-    values: list[str] = []
-    for arg in args + ["--"]:
-        if arg.startswith("--"):
-            if name is not None:
-                if not values and f"--{name}" not in SWITCHES:
-                    raise ConfigError(f"--{name} needs a value")
-                pairs.append(SWITCHES[f"--{name}"] if not values and f"--{name}" in SWITCHES else (name, " ".join(values)))
-            name, values = (arg[2:] or None), []
-        elif name is None:
-            raise ConfigError(f"unexpected argument '{arg}'")
-        else:
-            values.append(arg)
+    pairs: list[tuple[str, str]] = []
+    if args and not args[0].startswith("-"):
+        pairs.extend(read_file(args.pop(0)))
+    pairs.extend(parse_args(args))
     return pairs
 
 
@@ -131,10 +104,10 @@ def with_secrets(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("-h", "--help"):
+    if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
         return 0
-    if argv and argv[0] in ("-v", "--version"):
+    if any(arg in ("-v", "--version") for arg in argv):
         from pion import __version__
 
         print(f"pion-server {__version__}")

@@ -27,10 +27,11 @@ from pion.client.errors import (
     WriteRefused,
 )
 from pion.client.namespace import make_namespace
+from pion.client.portable import ArtifactRefused
 from pion.client.prompt_cache import PionPromptCache
 
 __all__ = [
-    "DEFAULT_URL", "AuthError", "CodecRefused", "ColdMiss", "CorruptReply", "KVCacheDisabled", "Loading",
+    "DEFAULT_URL", "ArtifactRefused", "AuthError", "CodecRefused", "ColdMiss", "CorruptReply", "KVCacheDisabled", "Loading",
     "NamespaceRefused", "OutOfMemory", "PionClient", "PionConnectionError", "PionError", "PionPromptCache",
     "PionResponseError", "PionTimeoutError", "SessionNotFound", "Unavailable", "UnknownCommand", "WriteRefused",
     "make_namespace",

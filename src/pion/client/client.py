@@ -176,11 +176,14 @@ class PionClient:
     @staticmethod
     def register_args(ns, kv_dim: int, vquant: str, *, blocks: tuple[int, bytes] | None = None,
                       prefill_ms: float | None = None, manifest: bytes | None = None,
-                      chain: tuple[int, bytes] | None = None, seed: bytes | None = None) -> list:
+                      chain: tuple[int, bytes] | None = None, seed: bytes | None = None,
+                      stage: str | bytes | None = None, replace: bool = False) -> list:
         """The argv of ``KV.PREFIX.REGISTER`` (also used inside pipelines).
 
         ``seed`` (16 bytes, e.g. ``blocks.chain_seed(model fingerprint)``) seeds the CHAIN's hashes;
-        MATCH must then send ``blocks.block_hashes(tokens, B, seed)``.
+        MATCH must then send ``blocks.block_hashes(tokens, B, seed)``. ``stage`` opens a staged
+        store (needed with ``manifest``): write with ``TOKEN stage``, then ``KV.PREFIX.PUBLISH``;
+        ``replace`` lets the publish overwrite another prefix.
         """
         args = ["KV.PREFIX.REGISTER", ns, kv_dim, vquant]
         if blocks is not None:
@@ -197,6 +200,10 @@ class PionClient:
             raise ValueError("seed needs chain")
         if manifest is not None:
             args += ["MANIFEST", manifest]
+        if stage is not None:
+            args += ["STAGE", stage] + (["REPLACE"] if replace else [])
+        elif replace:
+            raise ValueError("replace needs stage")
         return args
 
     def kv_register(self, ns, kv_dim: int, vquant: str, **options) -> None:
@@ -249,6 +256,27 @@ class PionClient:
         """
         args = ["KV.PREFIX.MATCH", block_size, hash_blob] + (["TOKENS", tokens] if tokens is not None else [])
         return parse_match(self.execute(*args))
+
+    def kv_match_tokens(self, block_size: int, hash_blob: bytes, tokens: bytes,
+                        seed: bytes | None = None) -> tuple[str, int, int, int] | None:
+        """``KV.PREFIX.MATCH ... TOKENS t [SEED s] WITHTOKENS`` -> ``(namespace, tokens held, its
+        block size, tokens it stores)`` or None: the stored prefix holding the most leading
+        tokens of the request."""
+        args = ["KV.PREFIX.MATCH", block_size, hash_blob, "TOKENS", tokens]
+        args += (["SEED", check_root(seed)] if seed is not None else []) + ["WITHTOKENS"]
+        raw = self.execute(*args)
+        if not isinstance(raw, list | tuple) or len(raw) != 5:
+            raise CorruptReply(f"unexpected KV.PREFIX.MATCH WITHTOKENS reply {raw!r}")
+        ns, _, held, size, stored = raw
+        return None if ns is None or int(held) <= 0 else (_text(ns), int(held), int(size), int(stored))
+
+    def kv_publish(self, ns, token) -> None:
+        """``KV.PREFIX.PUBLISH ns token``: make a complete staged store readable."""
+        self.execute("KV.PREFIX.PUBLISH", ns, token)
+
+    def kv_abort(self, ns, token) -> bool:
+        """``KV.PREFIX.ABORT ns token``: discard a staged store; True if it was open."""
+        return bool(self.execute("KV.PREFIX.ABORT", ns, token))
 
     def kv_manifest(self, ns) -> bytes | None:
         """``KV.PREFIX.MANIFEST ns`` -> the manifest bytes the prefix was registered with, or None."""

@@ -69,10 +69,11 @@ def prefix_namespace(fp_hash: str, schema_tag: str, token_ids: Sequence[int]) ->
 
 
 def weights_digest(samples) -> str:
-    """sha256 over ``(name, shape, sample bytes)`` triples: tells fine-tunes of one config apart.
+    """sha256 over ``(name, shape, bytes)`` triples.
 
-    Adapters pass a few parameters, each a strided sample of about a thousand values, so the
-    cost is a few milliseconds whatever the model's size.
+    Not what Pion's adapters use for weights any more: a strided sample of a few parameters
+    misses fine-tunes (issue 12); they hash every byte (``pion.client.fingerprint.digest``).
+    Kept for callers that hash what they have by other means.
     """
     digest = hashlib.sha256()
     for name, shape, data in samples:
@@ -82,7 +83,8 @@ def weights_digest(samples) -> str:
 
 
 def pick_probe(items: list, count: int = 8) -> list:
-    """About ``count`` entries spread evenly over ``items``, always the first and the last."""
+    """About ``count`` entries spread evenly over ``items``, always the first and the last (not
+    for weights: a probe misses fine-tunes; see ``weights_digest``)."""
     if len(items) <= count:
         return list(items)
     step = max(1, len(items) // count)

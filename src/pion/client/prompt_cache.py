@@ -6,11 +6,14 @@ On a hit it costs one round trip (manifest, K rows, V rows and recurrent state i
 pipeline), then a local decode. When the server is on this host, the rows do not cross the
 socket at all: the same round trip asks for ``V.EXPORT`` and the client maps the file it names
 (``pion.client.local_lane``). On a miss it prefills locally, returns the cache, and stores it
-(unless the namespace has not yet been missed ``admission_threshold`` times).
-``fetch_nearest(token_ids)`` reuses the longest stored block-aligned prefix of a longer prompt.
+(unless the namespace has not yet been missed ``admission_threshold`` times), as a staged
+store the server publishes whole or not at all. ``fetch_nearest(token_ids)`` reuses every token
+a stored prefix shares with a longer (or shorter) prompt. ``export``/``import_`` move a prefix
+between servers as a checksummed file.
 
-Every hit is checked against the stored manifest (model fingerprint, layout, codecs, tokens):
-a mismatch is a miss, counted, never loaded (fail closed).
+Every hit is checked against the stored manifest (model fingerprint: every weight hashed;
+layout, codecs, tokens): a mismatch is a miss, counted, never loaded (fail closed; docs/client.md,
+"The fail-closed contract").
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from pion.client.manifest import build_manifest, encode_manifest, mismatch, pars
 from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_hash
 from pion.client.rows import check_schema, make_schema
 
-STAT_KEYS = ("hits", "misses", "partial_hits", "local_hits", "admission_skips", "manifest_mismatches", "errors")
+STAT_KEYS = ("hits", "misses", "partial_hits", "partial_tokens", "local_hits", "admission_skips",
+             "manifest_mismatches", "namespace_conflicts", "replaced", "hybrid_partial_skips",
+             "block_size_mismatches", "errors")
 
 
 class PionPromptCache:
@@ -46,7 +51,14 @@ class PionPromptCache:
         block_size: tokens per block of the hash chain that ``fetch_nearest`` matches on.
         tokenizer: the tokenizer (or a hash string): part of the model fingerprint.
         adapter_id: the LoRA/adapter in use, if any: part of the model fingerprint.
-        model_id: the model's name (defaults to the runtime's own, e.g. ``config._name_or_path``).
+        model_id: the model's name, a label for logs and the demo (defaults to the runtime's own, e.g.
+            ``config._name_or_path``); it is not part of the fingerprint, so one model loaded from a
+            hub id and from a local directory shares its prefixes.
+        warm_up_tokens: N > 0 calls ``warm_up(N)`` now: the first hit of a prefix up to N tokens in
+            this process then costs what later hits cost (a one-time touch of that much memory).
+        fingerprint: your own identity of the weights (e.g. a hub id with its commit hash, or a
+            checkpoint digest): it replaces the hash of every weight (``pion.client.fingerprint``),
+            which is then skipped. Contract: it must change whenever any weight or adapter changes.
         client: an existing ``PionClient`` (then ``url`` is ignored).
         keep_freed_memory: let glibc keep freed heap memory (``pion.client.allocator``), so
             the runtime's per-hit K/V buffers reuse mapped pages instead of page-faulting fresh
@@ -61,7 +73,8 @@ class PionPromptCache:
     def __init__(self, model, url: str = DEFAULT_URL, vquant: str = "auto", boundary_protect: int = 0,
                  admission_threshold: int = 1, block_size: int = DEFAULT_BLOCK_SIZE, *, tokenizer=None,
                  adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None,
-                 local_lane: bool | str = "auto", keep_freed_memory: bool = True) -> None:
+                 local_lane: bool | str = "auto", keep_freed_memory: bool = True,
+                 fingerprint: str | None = None, warm_up_tokens: int = 0) -> None:
         if admission_threshold < 1:
             raise ValueError("admission_threshold must be >= 1")
         if block_size < 1:
@@ -80,7 +93,8 @@ class PionPromptCache:
         self.layout = layout.describe()
         self.schema = make_schema(len(layout.attn), layout.dtype, self.vquant, boundary_protect)
         check_schema(self.schema, layout.k_dims, layout.v_dims)
-        self.fingerprint = {**self.adapter.fingerprint(), "tokenizer": tokenizer_hash(tokenizer), "adapter": adapter_id}
+        own = self.adapter.fingerprint(**({"weights": str(fingerprint)} if fingerprint is not None else {}))
+        self.fingerprint = {**own, "tokenizer": tokenizer_hash(tokenizer), "adapter": adapter_id}
         self.fp_hash = fingerprint_hash(self.fingerprint)
         self.schema_tag = "k=" + ",".join(self.schema["k"]) + ";v=" + ",".join(self.schema["v"])
         #: the root of this model's block chains: another model (or codec schema) storing the same
@@ -97,6 +111,9 @@ class PionPromptCache:
         self.local_lane = wanted and can_export(layout)
         #: why the last manifest check failed (for logs and tests)
         self.last_mismatch = ""
+        self._warned: set[str] = set()
+        if warm_up_tokens:
+            self.warm_up(warm_up_tokens)
 
     # -- public API ----------------------------------------------------------------------
 
@@ -104,8 +121,14 @@ class PionPromptCache:
         """The namespace this model and codec schema give to exactly these tokens."""
         return prefix_namespace(self.fp_hash, self.schema_tag, [int(t) for t in token_ids])
 
-    def get_or_prefill(self, prefix_ids, namespace: str | None = None):
-        """The runtime's cache holding ``prefix_ids``: fetched on a hit, prefilled (and stored) on a miss."""
+    def get_or_prefill(self, prefix_ids, namespace: str | None = None, *, replace: bool = False):
+        """The runtime's cache holding ``prefix_ids``: fetched on a hit, prefilled (and stored) on a miss.
+
+        ``namespace``: your own name for the prefix. If it already holds another prefix (other
+        tokens, another model), this is a miss that never overwrites it: warned once per
+        namespace and counted in ``namespace_conflicts``; ``replace=True`` stores this one in its
+        place instead (atomically: readers see the old prefix or the new one, never a mix).
+        """
         ids = [int(t) for t in prefix_ids]
         if not ids:
             raise ValueError("prefix_ids is empty")
@@ -119,20 +142,24 @@ class PionPromptCache:
         cache = self.adapter.prefill(ids)
         self._ms["last_prefill_ms"] = prefill_ms = (time.perf_counter() - started) * 1000
         self._misses_seen[ns] += 1
-        if outcome == "mismatch":
-            pass  # the namespace holds another prefix: never overwrite it (the server would refuse anyway)
-        elif self._misses_seen[ns] < self.admission_threshold:
+        if outcome == "mismatch" and not replace:
+            self._conflict(ns, explicit=namespace is not None)  # never overwrite another prefix
+        elif self._misses_seen[ns] < self.admission_threshold and outcome != "mismatch":
             self._counts["admission_skips"] += 1
         else:
-            self.put(ids, cache, namespace=ns, prefill_ms=prefill_ms)
+            self.put(ids, cache, namespace=ns, prefill_ms=prefill_ms, replace=replace)
         return cache
 
     def fetch_nearest(self, token_ids):
         """``(cache, remaining_ids)``: the longest stored prefix of ``token_ids`` and what is left to run.
 
-        An exact stored prefix gives ``(cache, [])``; otherwise the server's block-chain index
-        (``KV.PREFIX.MATCH``) finds the longest block-aligned stored head; with none, the result is
-        ``(None, token_ids)``, as mlx-lm's ``LRUPromptCache.fetch_nearest_cache``.
+        An exact stored prefix gives ``(cache, [])``. Otherwise the server (``KV.PREFIX.MATCH ...
+        WITHTOKENS``) finds the stored prefix holding the most leading tokens: a prompt extending
+        a stored prefix reuses all of it (600 of 700 tokens, not the 512 of whole blocks), and a
+        prompt shorter than a stored one reuses its head. A hybrid model's recurrent state exists
+        only at the stored prefix's end, so for it only a prompt that extends a whole stored
+        prefix is a partial hit (``hybrid_partial_skips`` counts the others). With nothing
+        usable, ``(None, token_ids)``, as mlx-lm's ``LRUPromptCache.fetch_nearest_cache``.
         """
         ids = [int(t) for t in token_ids]
         if not ids:
@@ -143,16 +170,19 @@ class PionPromptCache:
             return cache, []
         found = self._match(ids)
         if found is not None:
-            ns, used = found
-            cache, _ = self._try_fetch(ns, ids[:used], used, exact=False)
+            ns, used, stored = found
+            cache, _ = self._try_fetch(ns, ids[:used], used, exact=used == stored)
             if cache is not None:
                 self._counts["partial_hits"] += 1
+                self._counts["partial_tokens"] += used
                 return cache, ids[used:]
         self._counts["misses"] += 1
         return None, ids
 
-    def put(self, prefix_ids, cache, namespace: str | None = None, prefill_ms: float | None = None) -> bool:
-        """Store ``cache`` (holding exactly ``prefix_ids``) under its namespace; False if the server failed."""
+    def put(self, prefix_ids, cache, namespace: str | None = None, prefill_ms: float | None = None, *,
+            replace: bool = False) -> bool:
+        """Store ``cache`` (holding exactly ``prefix_ids``) under its namespace; False if the server
+        failed or refused (the namespace holds another prefix and ``replace`` is False)."""
         ids = [int(t) for t in prefix_ids]
         ns = namespace or self.namespace(ids)
         started = time.perf_counter()
@@ -165,15 +195,50 @@ class PionPromptCache:
             layout = self.adapter.layout
             after = [export_args(*transfer.sides(ns), len(ids), layout)] if self.local_lane else []
             replies = transfer.store(self.client, ns, ids, kv, states, self.schema, encode_manifest(manifest),
-                                     self.block_size, prefill_ms, after=after, seed=self.chain_seed)
+                                     self.block_size, prefill_ms, after=after, seed=self.chain_seed, replace=replace)
             if replies and isinstance(replies[0], PionError):
                 self._lane_off(f"the server refused V.EXPORT ({replies[0]})")
+            self._counts["replaced"] += int(replace)
             return True
         except PionError as exc:
             self._error("store", exc)
             return False
         finally:
             self._ms["store_ms_total"] += (time.perf_counter() - started) * 1000
+
+    def warm_up(self, n_tokens: int) -> int:
+        """Prepare this process for fast hits of prefixes up to ``n_tokens``; the bytes prefaulted.
+
+        A fresh process's first hit pays for memory the runtime touches for the first time: the
+        cache tensors it builds from the prefix (transformers concatenates every layer into new
+        buffers). With ``keep_freed_memory`` in force, this touches that much heap once and
+        gives it back, so the first hit reuses faulted pages as later ones do (docs/client.md,
+        "First hit in a fresh process"). Call it at start-up, before serving (or pass
+        ``warm_up_tokens=``); without ``keep_freed_memory`` it does nothing.
+        """
+        layout = self.adapter.layout
+        itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}.get(layout.dtype, 4)
+        per_token = sum(k + v for k, v in zip(layout.k_dims, layout.v_dims, strict=True)) * itemsize
+        return allocator.prefault(int(per_token * (n_tokens + 1) * 1.25))
+
+    def export(self, prefix_ids, path, namespace: str | None = None) -> int:
+        """Write the stored prefix of ``prefix_ids`` to ``path`` as a portable artifact (a
+        safetensors file with the manifest and a checksum, ``pion.client.portable``); its size.
+        Raises ``PionError`` when the server has no complete prefix there."""
+        from pion.client.portable import export_prefix
+
+        return export_prefix(self, namespace or self.namespace(prefix_ids), path)
+
+    def import_(self, path, replace: bool = False) -> str:
+        """Store the artifact at ``path`` (made by ``export``, here or on another machine); its namespace.
+
+        Refused with ``ArtifactRefused`` and the reason, before anything is sent, when the file
+        is damaged or truncated or is another model's (fingerprint, layout, codec schema); the
+        server checks the checksum again and refuses a namespace holding another prefix unless
+        ``replace``."""
+        from pion.client.portable import import_prefix
+
+        return import_prefix(self, path, replace)
 
     def drop(self, prefix_ids=None, namespace: str | None = None) -> bool:
         """Remove a stored prefix (K/V and recurrent state)."""
@@ -193,6 +258,12 @@ class PionPromptCache:
             "bytes_fetched": self._bytes_fetched,
             "admission_threshold": self.admission_threshold,
         }
+
+    def enable_stage2(self, model=None, *, sparse: dict | None = None, lane: str = "server"):
+        """Let the server compute attention over stored prefixes (``pion.client.stage2``); the ``Stage2``."""
+        from pion.client.stage2 import enable_stage2
+
+        return enable_stage2(self, model, sparse=sparse, lane=lane)
 
     def close(self) -> None:
         self.client.close()
@@ -262,19 +333,32 @@ class PionPromptCache:
         warnings.warn(f"Pion prompt cache: local lane off, hits go through the socket: {why}", RuntimeWarning,
                       stacklevel=4)
 
-    def _match(self, ids: list[int]) -> tuple[str, int] | None:
+    def _match(self, ids: list[int]) -> tuple[str, int, int] | None:
+        """``(namespace, tokens it holds of ids, tokens it stores)`` of the best stored prefix."""
         hashes = block_hashes(ids, self.block_size, root=self.chain_seed)
-        if not hashes:
-            return None
         try:
-            found = self.client.kv_match(self.block_size, hash_blob(hashes), token_blob(ids))
+            found = self.client.kv_match_tokens(self.block_size, hash_blob(hashes), token_blob(ids), self.chain_seed)
         except PionError as exc:
             self._error("match", exc)
             return None
         if found is None:
             return None
-        ns, blocks = found
-        return ns, min(blocks * self.block_size, len(ids))
+        ns, held, size, stored = found
+        if size != self.block_size:
+            self._counts["block_size_mismatches"] += 1  # found although stored with another block_size
+        if self.adapter.layout.state and held != stored:
+            self._counts["hybrid_partial_skips"] += 1  # its recurrent state is at another position
+            return None
+        return ns, min(held, len(ids)), stored
+
+    def _conflict(self, ns: str, explicit: bool) -> None:
+        """A namespace holding another prefix: counted, and warned once when it was the caller's."""
+        self._counts["namespace_conflicts"] += 1
+        if explicit and ns not in self._warned:
+            self._warned.add(ns)
+            warnings.warn(f"Pion prompt cache: namespace {ns!r} holds another prefix ({self.last_mismatch}); every "
+                          "request for it misses without storing. Pass replace=True to store this one instead.",
+                          RuntimeWarning, stacklevel=3)
 
     def _error(self, what: str, exc: PionError) -> None:
         """Count and warn; a cache that cannot reach its server degrades to plain prefill."""

@@ -1,11 +1,12 @@
 """The wire side of the prompt cache: one pipeline to store a prefix, one to fetch it.
 
-Store (one round trip): the recurrent-state blobs first (``SSM.PREFIX.STORE``), then the
-registration (``V.CREATE ... SCHEMA`` for a per-layer schema, then ``KV.PREFIX.REGISTER`` with
-``PREFILL_MS``, ``CHAIN`` and ``MANIFEST``), then every layer's K and V rows
-(``V.STOREBATCH ... FMT RAW``, encoded here with ``pion.codecs``). The server answers
-``LOOKUP`` with HIT only once every row is stored and durable, and the state went first, so a
-reader never sees a half-stored prefix.
+Store (one round trip, all or nothing): a staged store. ``KV.PREFIX.REGISTER`` with
+``PREFILL_MS``, ``CHAIN``, ``MANIFEST`` and ``STAGE <random token>`` (the server derives a
+per-layer schema from the manifest's codecs), every layer's K and V rows (``V.STOREBATCH ... FMT
+RAW TOKEN <token>``, encoded here with ``pion.codecs``), the state blobs (``SSM.PREFIX.STORE ...
+TOKEN <token>``), then ``KV.PREFIX.PUBLISH``: the server makes the prefix readable in one step
+once everything is in, or discards it (another prefix holds the namespace, a part is missing).
+A refused REGISTER makes every later write of the pipeline fail too: nothing lands anywhere.
 
 Fetch (one round trip): ``KV.PREFIX.LOOKUP``, ``KV.PREFIX.MANIFEST``, ``V.FETCH <ns>_pk BATCH
 ... FMT RAW``, the same for ``_pv``, and each state blob. Rows come back encoded and are decoded
@@ -14,6 +15,7 @@ here (the float codecs by a zero-copy view).
 
 from __future__ import annotations
 
+import secrets
 from typing import NamedTuple
 
 import numpy as np
@@ -42,11 +44,15 @@ def encode_layer(rows: np.ndarray, codec: str) -> bytes | memoryview:
 
 def store(client: PionClient, ns: str, ids: list[int], kv: list[tuple[np.ndarray, np.ndarray]],
           states: dict[int, bytes], schema: dict, manifest: bytes, block_size: int, prefill_ms: float | None,
-          after: list[list] = (), seed: bytes | None = None) -> list:
-    """Store one prefix in one pipeline; raises the first error reply of the store itself.
+          after: list[list] = (), seed: bytes | None = None, replace: bool = False) -> list:
+    """Store one prefix, all or nothing, in one pipeline; raises the first error reply of the store.
 
-    ``after``: commands to run in the same round trip once the rows are in (the local lane's
-    ``V.EXPORT``); their replies, errors included, are returned.
+    A staged store (``KV.PREFIX.REGISTER ... STAGE token``): the rows and state blobs go into
+    the server's staging for a fresh random token and become readable only at the final
+    ``KV.PREFIX.PUBLISH``, which the server refuses (discarding them) when the namespace holds
+    another prefix (unless ``replace``) or when anything is missing. ``after``: commands to run
+    in the same round trip once the prefix is published (the local lane's ``V.EXPORT``); their
+    replies, errors included, are returned.
     """
     pk, pv = sides(ns)
     dims = {rows.shape[1] for pair in kv for rows in pair}
@@ -54,19 +60,18 @@ def store(client: PionClient, ns: str, ids: list[int], kv: list[tuple[np.ndarray
         raise NotImplementedError(f"layers of different widths {sorted(dims)} cannot be registered as one prefix")
     kv_dim = dims.pop() if dims else 1
     n = len(ids)
-    commands: list[list] = [["SSM.PREFIX.STORE", ns, slot, blob] for slot, blob in states.items()]
-    if is_uniform(schema):
-        vquant = schema["k"][0] if schema["k"] else "fp16"
-    else:
-        commands.append(["V.CREATE", pk, 0, "SCHEMA", len(kv), *[f"fmt={c},dim={kv_dim}" for c in schema["k"]]])
-        commands.append(["V.CREATE", pv, 0, "SCHEMA", len(kv), *[f"fmt={c},dim={kv_dim}" for c in schema["v"]]])
-        vquant = schema["k"][0]
-    commands.append(PionClient.register_args(ns, kv_dim, vquant, prefill_ms=prefill_ms,
-                                             chain=(block_size, token_blob(ids)), manifest=manifest,
-                                             **({"seed": seed} if seed is not None else {})))
+    token = secrets.token_hex(16)
+    vquant = (schema["k"][0] if schema["k"] else "fp16") if is_uniform(schema) else schema["k"][0]
+    commands: list[list] = [PionClient.register_args(
+        ns, kv_dim, vquant, prefill_ms=prefill_ms, chain=(block_size, token_blob(ids)), manifest=manifest,
+        stage=token, replace=replace, **({"seed": seed} if seed is not None else {}))]
     for layer, (k_rows, v_rows) in enumerate(kv):
-        commands.append(["V.STOREBATCH", pk, layer, 0, n, encode_layer(k_rows, schema["k"][layer]), "FMT", "RAW"])
-        commands.append(["V.STOREBATCH", pv, layer, 0, n, encode_layer(v_rows, schema["v"][layer]), "FMT", "RAW"])
+        commands.append(["V.STOREBATCH", pk, layer, 0, n, encode_layer(k_rows, schema["k"][layer]), "FMT", "RAW",
+                         "TOKEN", token])
+        commands.append(["V.STOREBATCH", pv, layer, 0, n, encode_layer(v_rows, schema["v"][layer]), "FMT", "RAW",
+                         "TOKEN", token])
+    commands += [["SSM.PREFIX.STORE", ns, slot, blob, "TOKEN", token] for slot, blob in states.items()]
+    commands.append(["KV.PREFIX.PUBLISH", ns, token])
     replies = client.pipeline_execute([*commands, *after])
     for reply in replies[:len(commands)]:
         if isinstance(reply, PionError):

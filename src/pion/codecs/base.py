@@ -28,6 +28,9 @@ class Codec:
     tag = -1
     #: the row length must be a multiple of this
     block = 1
+    #: every value is encoded on its own (a NaN or Inf stays in its place); False for the codecs
+    #: whose scales are shared by a row or a block, which refuse non-finite input
+    per_value = False
 
     def check_dim(self, dim: int) -> None:
         """Refuse a dim this codec cannot take (never switch to another codec silently)."""
@@ -46,6 +49,10 @@ class Codec:
         self.check_dim(rows.shape[1])
         if rows.shape[0] == 0:
             return b""
+        if not self.per_value and not np.isfinite(rows).all():
+            row = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+            raise CodecError(f"{self.name} cannot encode NaN or Inf (row {row}): its scale is shared by "
+                             f"{'the row' if self.block == 1 else 'a block'}, which would decode all NaN")
         return self._encode(rows)
 
     def decode(self, data: bytes | bytearray | memoryview, shape: tuple[int, ...] | int) -> np.ndarray:

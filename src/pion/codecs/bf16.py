@@ -15,6 +15,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 
 class Bf16Codec(Codec):
     name = "bf16"
+    per_value = True
     tag = 9
 
     def _row_bytes(self, dim: int) -> int:

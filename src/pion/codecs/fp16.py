@@ -12,6 +12,7 @@ from pion.codecs.base import F16, Codec, half_bits
 
 class Fp16Codec(Codec):
     name = "fp16"
+    per_value = True
     tag = 2
 
     def _row_bytes(self, dim: int) -> int:

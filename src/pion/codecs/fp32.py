@@ -9,6 +9,7 @@ from pion.codecs.base import F32, Codec
 
 class Fp32Codec(Codec):
     name = "fp32"
+    per_value = True
     tag = 8
 
     def _row_bytes(self, dim: int) -> int:

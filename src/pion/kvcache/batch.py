@@ -14,8 +14,9 @@ from functools import partial
 
 import numpy as np
 
-from pion.codecs import Codec
+from pion.codecs import Codec, CodecError
 from pion.kvcache.layer import Layer
+from pion.protocol.errors import ReplyError
 
 #: the element type each input format arrives as (BF16 as its raw 16 bits)
 INPUT_DTYPE = {b"F32": "<f4", b"F16": "<f2", b"BF16": "<u2"}
@@ -58,14 +59,22 @@ def encode_jobs(
 
 def encode_now(codec: Codec, rows: np.ndarray) -> bytes:
     """The rows encoded on this thread (small batches, and commands that cannot wait)."""
-    return codec.encode(as_floats(rows))
+    return _encode(codec, as_floats(rows))
+
+
+def _encode(codec: Codec, rows: np.ndarray) -> bytes:
+    """A codec's refusal (NaN/Inf for a codec with shared scales) answers the store, unchanged."""
+    try:
+        return codec.encode(rows)
+    except CodecError as exc:
+        raise ReplyError(f"ERR V.STOREBATCH: {exc}") from None
 
 
 def _encode_range(
     codec: Codec, rows: np.ndarray, out: np.ndarray, width: int, first: int, end: int,
     write: Callable[[np.ndarray, int], object] | None,
 ) -> None:
-    encoded = codec.encode(as_floats(rows[first:end]))
+    encoded = _encode(codec, as_floats(rows[first:end]))
     out[first * width:end * width] = np.frombuffer(encoded, dtype=np.uint8)
     if write is not None:
         write(out[first * width:end * width], first * width)

@@ -7,8 +7,11 @@ once, head-major and in the runtime's dtype, and hands back the file's absolute 
 that can open it maps it, one that cannot (another host, another user) fetches over RESP.
 
 The files are a cache of the V-store, never a second copy of record: they are not logged,
-not fsynced, they live in shared memory where the host has it (``export_base``), and the
-export directory is emptied when a server first uses it and removed at a clean shutdown. A file is written
+not fsynced, they live in shared memory where the host has it (``ExportBase``). The base is
+created by this server, with a name nobody can predict, mode 0700 (``mkdtemp``); its path is
+recorded in the data directory (``export.path``), so the next server on that directory deletes
+it at start even after a kill -9 (after checking it is still a directory of this user, not a
+link); a clean shutdown removes it. A file is written
 under a temporary name and renamed, and never changed after: a reader that mapped an older file
 keeps valid bytes even after the server unlinks it. Any change to either session makes its
 export stale; stale files are deleted at the next V.EXPORT, and the least recently used ones go
@@ -22,13 +25,14 @@ data starts on a 4 KiB boundary (every tensor is then aligned for a zero-copy vi
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import os
 import secrets
 import shutil
+import stat
 import struct
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,17 +125,12 @@ class ExportCache:
     _clock: itertools.count = field(default_factory=lambda: itertools.count(1))
     _names: itertools.count = field(default_factory=lambda: itertools.count(1))
 
-    def open_directory(self, root: str, tenant: bytes) -> Path:
-        """The export directory (mode 0700), emptied the first time this server uses it."""
+    def open_directory(self, base: Path, tenant: bytes) -> Path:
+        """This space's export directory (mode 0700), inside this server's own ``base``."""
         if self.directory is None:
             name = "default" if not tenant else "t-" + tenant.hex()[:64]
-            base = export_base(root)
             directory = base / name
-            if directory.exists():
-                shutil.rmtree(directory)
-            base.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(base, 0o700)
-            directory.mkdir(mode=0o700)
+            directory.mkdir(mode=0o700)  # the base is new and ours alone: the name cannot exist
             self.directory = directory
         return self.directory
 
@@ -183,8 +182,6 @@ class ExportCache:
             self._remove(key)
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                self.directory.parent.rmdir()  # only once no tenant's directory is left
             self.directory = None
 
     def _remove(self, key: ExportKey) -> None:
@@ -193,20 +190,102 @@ class ExportCache:
         _unlink(found.path)
 
 
-def export_base(root: str) -> Path:
-    """Where a server keeps its exports: shared memory when the host has it, else the data dir.
+RECORD = "export.path"
+PREFIX = "pion-export-"
 
-    Why shared memory: the files exist to be mapped by local clients, and tmpfs pages are not
-    written back to disk nor dropped by the kernel's reclaim of idle file pages (measured here:
-    a hit that maps a disk-backed export idle for a few seconds pays ~20 ms of refaults). The
-    name includes the data directory's path, so two servers on one host never share it.
+
+class ExportBase:
+    """The directory every space's exports live under, for one server and data directory.
+
+    Why this care: ``/dev/shm`` is world-writable. A predictable name there lets another local
+    user plant a link or a directory of their own under it and have the server chmod or empty a
+    directory of their choosing. So the base is made by ``mkdtemp`` (random name, created with
+    ``O_EXCL`` semantics, mode 0700, owned by this user), never reused, and the path is kept in
+    the data directory (which only this server writes) for the clean-up of the next start.
     """
-    data = os.path.abspath(root)
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
-        tag = hashlib.sha256(data.encode()).hexdigest()[:16]
-        return shm / f"pion-export-{os.getuid()}-{tag}"
-    return Path(data) / "export"
+
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = os.path.abspath(data_dir)
+        self.path: Path | None = None
+
+    def ensure(self) -> Path:
+        """The base, created (and recorded) at the first export."""
+        if self.path is None:
+            parent = shm_dir() or self.data_dir
+            self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getuid()}-", dir=parent))
+            record = os.path.join(self.data_dir, RECORD)
+            tmp = record + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(f"{self.path}\n")
+            os.replace(tmp, record)
+        return self.path
+
+    def close(self) -> None:
+        """A clean shutdown: remove the base and its record."""
+        if self.path is not None:
+            remove_owned(self.path)
+            self.path = None
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.data_dir, RECORD))
+
+
+def shm_dir() -> str | None:
+    """``/dev/shm`` when the host has it writable (tmpfs pages are not reclaimed nor written back:
+    a hit that maps a disk-backed export idle for a few seconds paid ~20 ms of refaults here)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+def owned_directory(path: Path) -> str | None:
+    """Why ``path`` is not a directory this server may delete (None when it is): it must be a real
+    directory (not a link), of this user, mode 0700, named ``pion-export-<uid>-...``."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "it is gone"
+    except OSError as exc:
+        return f"it cannot be inspected ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a directory"
+    if info.st_uid != os.getuid():
+        return f"it belongs to uid {info.st_uid}, not to this server's uid {os.getuid()}"
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        return f"its mode is {stat.S_IMODE(info.st_mode):o}, not 700"
+    if not path.name.startswith(f"{PREFIX}{os.getuid()}-"):
+        return "its name is not one this server makes"
+    return None
+
+
+def remove_owned(path: Path) -> str | None:
+    """Delete an export base if it is ours (``owned_directory``); the reason when it is not."""
+    why = owned_directory(path)
+    if why is None:
+        shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: links inside are not followed
+    return why
+
+
+def clean_stale(data_dir: str) -> str | None:
+    """At start: delete the export base a previous server on ``data_dir`` recorded (a crash leaves
+    it in shared memory). Returns a line for the log, or None when there was nothing to do."""
+    record = os.path.join(os.path.abspath(data_dir), RECORD)
+    try:
+        with open(record, encoding="utf-8") as handle:
+            recorded = handle.read().strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot read {record}: {exc.strerror}"
+    with contextlib.suppress(OSError):
+        os.unlink(record)
+    if not recorded:
+        return None
+    path = Path(recorded)
+    why = remove_owned(path)
+    if why is None:
+        return f"removed the exports a previous server left in {path}"
+    return None if why == "it is gone" else f"left {path} alone: {why}"
 
 
 def _unlink(path: str | Path) -> None:

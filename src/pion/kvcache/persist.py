@@ -14,6 +14,8 @@ from pion.codecs.chain import ROOT
 from pion.kvcache.layer import Chunk, LayerSpec
 from pion.kvcache.prefix import Chain, Prefix
 from pion.kvcache.space import KVEngine, KVSpace
+from pion.kvcache.staging import Staging, open_staging
+from pion.kvcache.vstore import Session
 from pion.storage.arena import pack_blob, unpack_blob
 from pion.storage.serialize import pack_tree, unpack_tree
 
@@ -49,15 +51,9 @@ def _unspec(item: tuple) -> LayerSpec:
 
 def dump_space(space: KVSpace) -> dict:
     blobs = _Blobs()
-    sessions = []
-    for session in space.vstore.sessions.values():
-        layers = [
-            (index, [(c.start, c.count, blobs.chunk(c), c.offset, c.nbytes) for c in layer.chunks])
-            for index, layer in session.layers.items()
-        ]
-        schema = None if session.schema is None else [_spec(s) for s in session.schema]
-        sessions.append((session.sid, session.index, _spec(session.default), schema, layers))
+    sessions = [_dump_session(session, blobs) for session in space.vstore.sessions.values()]
     prefixes = [_dump_prefix(p) for p in space.registry.prefixes.values()]
+    stagings = [_dump_staging(st, blobs) for st in space.stagings.values()]
     ssm = [(sid, layer, blobs.add(blob)) for sid, layers in space.ssm.sessions.items() for layer, blob in layers.items()]
     state = [(sid, b.mode.encode(), bytes(b.data), b.writes) for sid, b in space.state.buffers.items()]
     # blobs only a V.SNAPSHOT (rollback point, not persisted) still uses: referenced so that the
@@ -73,10 +69,32 @@ def dump_space(space: KVSpace) -> dict:
     evictor = space.evictor
     return {
         b"sessions": sessions, b"prefixes": prefixes, b"ssm": ssm, b"state": state, b"blobs": blobs.tokens,
-        b"rollback_blobs": rollback,
+        b"rollback_blobs": rollback, b"stagings": stagings,
         b"lru": [(unit, used) for unit, used in evictor.last_use.items()], b"clock": evictor.clock,
         b"pinned": sorted(evictor.pinned), b"evictions": evictor.evictions, b"next_snap": space.next_snap_id,
     }
+
+
+def _dump_session(session: Session, blobs: _Blobs) -> tuple:
+    layers = [
+        (index, [(c.start, c.count, blobs.chunk(c), c.offset, c.nbytes) for c in layer.chunks])
+        for index, layer in session.layers.items()
+    ]
+    schema = None if session.schema is None else [_spec(s) for s in session.schema]
+    return (session.sid, session.index, _spec(session.default), schema, layers)
+
+
+def _dump_staging(st: Staging, blobs: _Blobs) -> tuple:
+    """An open staged store: its registration, its two detached sessions and its state blobs."""
+    chain = None if st.chain is None else (st.chain.block_size, st.chain.tokens.astype("<u4").tobytes(), st.chain.seed)
+    options = json.dumps({"prefill_us": st.options.get("prefill_us"), "replace": st.replace,
+                          "parent": None if st.options.get("parent") is None else st.options["parent"].hex(),
+                          "reserved": st.reserved}).encode()
+    blocks = st.options.get("blocks")
+    return (st.token, st.ns, _spec(st.spec), st.manifest_raw, chain, options,
+            None if blocks is None else (blocks[0], bytes(blocks[1])),
+            _dump_session(st.k, blobs), _dump_session(st.v, blobs),
+            [(slot, blobs.add(blob)) for slot, blob in st.ssm.items()])
 
 
 def _dump_prefix(p: Prefix) -> tuple:
@@ -91,13 +109,9 @@ def load_space(space: KVSpace, tree: dict) -> None:
     store = space.vstore
     for sid, index, default, schema, layers in tree[b"sessions"]:
         session = store.create(sid, _unspec(default), None if schema is None else tuple(_unspec(s) for s in schema), index)
-        for layer_index, chunks in layers:
-            layer = session.layer_for_write(layer_index)
-            layer.replace_chunks([
-                Chunk(start, count, blobs[b], offset, nbytes, _view(blobs[b])) for start, count, b, offset, nbytes in chunks
-            ])
-            session.nbytes += layer.nbytes
-            store.nbytes += layer.nbytes
+        _load_layers(store, session, layers, blobs)
+    for item in tree.get(b"stagings", ()):  # a snapshot of an older server has none
+        _load_staging(space, item, blobs)
     for item in tree[b"prefixes"]:
         _load_prefix(space, item)
     for item in tree[b"prefixes"]:
@@ -114,6 +128,36 @@ def load_space(space: KVSpace, tree: dict) -> None:
     evictor.clock, evictor.evictions = tree[b"clock"], tree[b"evictions"]
     evictor.pinned = set(tree[b"pinned"])
     space.next_snap_id = tree[b"next_snap"]
+
+
+def _load_layers(store, session: Session, layers, blobs: list) -> None:
+    for layer_index, chunks in layers:
+        layer = session.layer_for_write(layer_index)
+        layer.replace_chunks([
+            Chunk(start, count, blobs[b], offset, nbytes, _view(blobs[b])) for start, count, b, offset, nbytes in chunks
+        ])
+        session.nbytes += layer.nbytes
+        store.nbytes += layer.nbytes
+
+
+def _load_staging(space: KVSpace, item: tuple, blobs: list) -> None:
+    token, ns, spec, manifest_raw, chain, options_raw, blocks, k_item, v_item, ssm = item
+    options = json.loads(options_raw)
+    parsed: dict = {"manifest": manifest_raw, "replace": options["replace"]}
+    if options.get("prefill_us") is not None:
+        parsed["prefill_us"] = options["prefill_us"]
+    if options.get("parent") is not None:
+        parsed["parent"] = bytes.fromhex(options["parent"])
+    if blocks is not None:
+        parsed["blocks"] = (blocks[0], blocks[1])
+    built = None if chain is None else Chain.build(chain[0], chain[1], chain[2])
+    st = open_staging(space, token, ns, _unspec(spec), parsed, json.loads(manifest_raw), built)
+    st.reserved = options.get("reserved", 0)
+    for session, dumped in ((st.k, k_item), (st.v, v_item)):
+        _load_layers(space.vstore, session, dumped[4], blobs)
+    for slot, b in ssm:
+        st.ssm[slot] = blobs[b]
+        st.ssm_bytes += len(blobs[b])
 
 
 def _view(blob) -> memoryview | None:

@@ -12,13 +12,13 @@ manifest or chain (tokens, block size or seed) is refused.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pion.codecs.chain import ROOT, block_hashes
 from pion.protocol.errors import ReplyError
+from pion.protocol.json_input import MAX_DEPTH, loads_bounded
 
 MAX_MANIFEST_BYTES = 64 * 1024
 
@@ -58,6 +58,8 @@ class Prefix:
     chain: Chain | None = None
     parent: bytes | None = None
     children: set[bytes] = field(default_factory=set)
+    #: journal sequence of the KV.PREFIX.PUBLISH that installed it (0: registered the reference's way)
+    published_seq: int = 0
 
     def token_count(self) -> int | None:
         """How many tokens the prefix holds, when the registration says (chain, then manifest)."""
@@ -71,6 +73,13 @@ class Prefix:
         if self.manifest is not None and isinstance(self.manifest.get("n_layers"), int):
             return self.manifest["n_layers"]
         return None
+
+    def state_layers(self) -> tuple[int, ...]:
+        """The recurrent-state slots the manifest declares (SSM.PREFIX blobs a hit needs)."""
+        states = self.manifest.get("state_layers") if self.manifest is not None else None
+        if not isinstance(states, list):
+            return ()
+        return tuple(s for s in states if isinstance(s, int) and not isinstance(s, bool) and s >= 0)
 
     def set_blocks(self, block_size: int, blob: bytes) -> None:
         hashes = np.frombuffer(blob, dtype="<u8").copy()
@@ -100,9 +109,11 @@ def parse_manifest(raw: bytes, kv_dim: int, chain: Chain | None) -> dict:
     if len(raw) > MAX_MANIFEST_BYTES:
         raise ReplyError(f"{where} is larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        manifest = json.loads(bytes(raw))
-    except (ValueError, UnicodeDecodeError):
-        raise ReplyError(f"{where} is not valid JSON") from None
+        manifest = loads_bounded(raw)
+    except ValueError as exc:  # UnicodeDecodeError too
+        deep = "nested deeper" in str(exc)
+        raise ReplyError(f"{where} is nested deeper than {MAX_DEPTH} levels" if deep
+                         else f"{where} is not valid JSON") from None
     if not isinstance(manifest, dict):
         raise ReplyError(f"{where} must be a JSON object")
     for key in ("n_layers", "token_count", "n_kv_heads", "head_dim"):
@@ -120,6 +131,10 @@ def parse_manifest(raw: bytes, kv_dim: int, chain: Chain | None) -> dict:
         if digest is not None and digest != hashlib.sha256(chain.tokens.astype("<u4").tobytes()).hexdigest():
             raise ReplyError(f"{where} tokens_sha256 does not match the CHAIN tokens")
     return manifest
+
+
+def short_key(chain: Chain) -> tuple[bytes, int]:
+    return chain.seed, int(chain.tokens[0])
 
 
 def manifest_codecs(manifest: dict) -> dict[str, list[str]] | None:
@@ -144,6 +159,8 @@ class PrefixRegistry:
         self.prefixes: dict[bytes, Prefix] = {}
         #: block_size -> 16-byte chain hash -> [(ns, block index)]
         self.chain_index: dict[int, dict[bytes, list[tuple[bytes, int]]]] = {}
+        #: chains too short for one full block, by (seed, first token): MATCH ... SEED finds them
+        self.short_index: dict[tuple[bytes, int], set[bytes]] = {}
 
     def get(self, ns: bytes) -> Prefix | None:
         return self.prefixes.get(ns)
@@ -156,6 +173,8 @@ class PrefixRegistry:
         index = self.chain_index.setdefault(chain.block_size, {})
         for position, digest in enumerate(chain.hashes):
             index.setdefault(digest, []).append((prefix.ns, position))
+        if not chain.hashes and len(chain.tokens):
+            self.short_index.setdefault(short_key(chain), set()).add(prefix.ns)
 
     def find_parent(self, chain: Chain, ns: bytes) -> bytes | None:
         """The longest other registered prefix whose whole token run is a block-aligned head of ``chain``."""
@@ -190,6 +209,14 @@ class PrefixRegistry:
                     index[digest] = entries
                 else:
                     index.pop(digest, None)
+            if not index:
+                self.chain_index.pop(prefix.chain.block_size, None)
+            if not prefix.chain.hashes and len(prefix.chain.tokens):
+                key = short_key(prefix.chain)
+                held = self.short_index.get(key, set())
+                held.discard(ns)
+                if not held:
+                    self.short_index.pop(key, None)
         if prefix.parent is not None and prefix.parent in self.prefixes:
             self.prefixes[prefix.parent].children.discard(ns)
         for child in prefix.children:

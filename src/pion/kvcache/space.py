@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pion.codecs import CodecError
 from pion.kvcache.eviction import Evictor, unit_of
-from pion.kvcache.export import ExportCache
+from pion.kvcache.export import ExportBase, ExportCache
+from pion.kvcache.integrity import BlobCheck, drop_damaged
 from pion.kvcache.layer import LayerSpec
 from pion.kvcache.prefix import Chain, Prefix, PrefixRegistry, manifest_codecs, parse_manifest
 from pion.kvcache.ssm import SSMStore
+from pion.kvcache.staging import Staging
 from pion.kvcache.state import StateStore
 from pion.kvcache.stats import Ledger
 from pion.kvcache.vstore import Session, VStore
@@ -29,7 +31,9 @@ def sides(ns: bytes) -> tuple[bytes, bytes]:
 
 
 class KVSpace:
-    def __init__(self) -> None:
+    def __init__(self, blob_ok: BlobCheck | None = None) -> None:
+        #: the arena store's crc check of a mapped blob (``pion.kvcache.integrity``), if any
+        self.blob_ok = blob_ok
         self.vstore = VStore()
         self.registry = PrefixRegistry()
         self.ssm = SSMStore()
@@ -37,13 +41,40 @@ class KVSpace:
         self.evictor = Evictor()
         self.exports = ExportCache()
         self.next_snap_id = 0
+        #: open staged stores by token (``pion.kvcache.staging``)
+        self.stagings: dict[bytes, Staging] = {}
 
     # -- accounting --------------------------------------------------------------------------
 
     @property
     def nbytes(self) -> int:
-        """Bytes the budget covers: encoded rows and SSM blobs (STATE buffers have their own cap)."""
-        return self.vstore.nbytes + self.ssm.nbytes
+        """Bytes the budget covers: encoded rows and SSM blobs (STATE buffers have their own cap),
+        staged ones included, and the room staged stores reserved for rows still to come."""
+        staged = sum(st.ssm_bytes + st.outstanding for st in self.stagings.values()) if self.stagings else 0
+        return self.vstore.nbytes + self.ssm.nbytes + staged
+
+    def unit_bytes(self, unit: bytes) -> int:
+        total = self.ssm.session_bytes(unit)
+        for sid in (unit, *sides(unit)):
+            session = self.vstore.get(sid)
+            total += session.nbytes if session is not None else 0
+        return total
+
+    def evictable_bytes(self, protect: frozenset[bytes]) -> int:
+        """Bytes eviction could free: every unit but the pinned and protected ones and their ancestors."""
+        blocked: set[bytes] = set()
+        for unit in (*self.evictor.pinned, *protect):
+            current: bytes | None = unit
+            while current is not None and current not in blocked:
+                blocked.add(current)
+                current = self._parent_of(current)
+        return sum(self.unit_bytes(unit) for unit in self.units() if unit not in blocked)
+
+    def manifest_owner(self, sid: bytes, ssm: bool = False) -> bytes | None:
+        """The namespace whose manifest owns V-store session (or, ``ssm``, SSM session) ``sid``."""
+        ns = sid if ssm else (sid[:-3] if len(sid) > 3 and sid[-3:] in (b"_pk", b"_pv") else None)
+        prefix = self.registry.get(ns) if ns is not None else None
+        return ns if prefix is not None and prefix.manifest is not None else None
 
     def units(self) -> set[bytes]:
         units = {unit_of(sid) for sid in self.vstore.sessions}
@@ -70,10 +101,16 @@ class KVSpace:
         ``tokens`` defaults to the registered count (CHAIN, else manifest), else to the K side's
         layer 0; the layers to the manifest's ``n_layers``, else to the sessions' own count.
         """
+        prefix = self.registry.get(ns)
+        seq = prefix.published_seq if prefix is not None else 0
+        states = prefix.state_layers() if prefix is not None else ()
+        if states and not all(self.ssm.fetch(ns, slot) is not None for slot in states):
+            return False, 0
+        if states and prefix is not None and prefix.layer_count() == 0:  # recurrent state only
+            return (prefix.token_count() or 0) > 0, seq
         pk, pv = (self.vstore.get(sid) for sid in sides(ns))
         if pk is None or pv is None:
             return False, 0
-        prefix = self.registry.get(ns)
         if tokens is None and prefix is not None:
             tokens = prefix.token_count()
         if tokens is None:
@@ -86,12 +123,15 @@ class KVSpace:
                 return False, 0
         if tokens <= 0 or layers <= 0:
             return False, 0
+        if self.blob_ok is not None:  # damaged rows are missing rows: never a HIT
+            for session in (pk, pv):
+                drop_damaged(self.vstore, session, range(layers), self.blob_ok)
         for session in (pk, pv):
             for index in range(layers):
                 layer = session.layer(index)
                 if layer is None or not layer.covers(tokens):
                     return False, 0
-        return True, max(pk.seq(), pv.seq())
+        return True, max(pk.seq(), pv.seq(), seq)
 
     def hit_tokens(self, ns: bytes) -> int:
         prefix = self.registry.get(ns)
@@ -184,8 +224,10 @@ class KVSpace:
         Raises OOM when the rest is pinned, protected or a parent of something kept.
         """
         effects: list[list[bytes]] = []
-        if not budget:
+        if not budget or self.nbytes + incoming <= budget:
             return effects
+        if self.nbytes + incoming - self.evictable_bytes(protect) > budget:
+            raise ReplyError(OOM_TEXT)  # it cannot fit: evict nothing
         while self.nbytes + incoming > budget:
             victim = self.evictor.victim(self.units(), self._has_children, protect)
             if victim is None:
@@ -233,14 +275,32 @@ class KVEngine:
         self.default = KVSpace()
         self.spaces: dict[bytes, KVSpace] = {b"": self.default}
         self.ledger = Ledger()
+        #: where every space's V.EXPORT directory lives (made at the first export)
+        self.export_base: ExportBase | None = None
+        self.blob_ok: BlobCheck | None = None
+
+    def export_root(self, data_dir: str):
+        """This server's export base directory, created and recorded at the first call."""
+        if self.export_base is None:
+            self.export_base = ExportBase(data_dir)
+        return self.export_base.ensure()
+
+    def check_blobs_with(self, blob_ok: BlobCheck) -> None:
+        """Check mapped rows against their arena crc before they are used (every space)."""
+        self.blob_ok = blob_ok
+        for space in self.spaces.values():
+            space.blob_ok = blob_ok
 
     def close_exports(self) -> None:
-        """Delete every space's V.EXPORT files (the server is stopping)."""
+        """Delete every space's V.EXPORT files and the base (the server is stopping)."""
         for space in self.spaces.values():
             space.exports.close()
+        if self.export_base is not None:
+            self.export_base.close()
+            self.export_base = None
 
     def space(self, tenant: bytes = b"") -> KVSpace:
         found = self.spaces.get(tenant)
         if found is None:
-            found = self.spaces[tenant] = KVSpace()
+            found = self.spaces[tenant] = KVSpace(self.blob_ok)
         return found

@@ -139,6 +139,24 @@ class VStore:
             self._free.remove(index)
         heapq.heapify(self._free)
 
+    def detached(self, sid: bytes, default: LayerSpec, schema: tuple[LayerSpec, ...] | None = None) -> Session:
+        """A session no ``V.*`` name reaches (a staged store's): its bytes count, it has no index yet."""
+        return Session(sid, -1, default, schema)
+
+    def adopt(self, session: Session) -> None:
+        """Make a detached session the one named ``session.sid`` (the caller dropped any other)."""
+        session.index = heapq.heappop(self._free) if self._free else self._next_index
+        if session.index == self._next_index:
+            self._next_index += 1
+        session.version = next(_stamps)
+        self.sessions[session.sid] = session
+
+    def discard(self, session: Session) -> None:
+        """Forget a detached session's rows (a staged store that is not published)."""
+        self.nbytes -= session.nbytes
+        session.nbytes = 0
+        session.layers.clear()
+
     def drop(self, sid: bytes) -> bool:
         session = self.sessions.pop(sid, None)
         if session is None:

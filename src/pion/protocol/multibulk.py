@@ -5,7 +5,7 @@ its own error texts, and says nothing about where in the bytes it holds one fram
 reader therefore looks at the ``*N`` / ``$len`` lines itself, to
 
 - refuse an argument count or bulk length over the limits before the payload is buffered
-  (``check_headers``, ``count_over``), with Redis's error text;
+  (``check_headers``, ``HeaderWalk``), with Redis's error text;
 - find the bytes after the frames hiredis has already returned (``skip_frames``), when it has
   to take them back (an inline command next, a large argument, a switch to strict mode);
 - parse a frame from a client that has not authenticated under Redis's pre-auth caps
@@ -15,6 +15,8 @@ These are stateless functions over a buffer, so the reader keeps only its state 
 """
 
 from __future__ import annotations
+
+import re
 
 from pion.protocol.errors import ProtocolError
 from pion.protocol.inline import MAX_INLINE_SIZE
@@ -96,11 +98,73 @@ def bulk_header(buf: bytes | bytearray, pos: int, end: int, max_bulk: int) -> in
     return size
 
 
-def count_over(data: bytes, start: int, limit: int) -> bool:
-    """True when the ``*N`` line at ``start`` is complete and N is over ``limit``."""
-    end = data.find(b"\r\n", start, start + 24)
-    count = header_int(data, start + 1, end) if end > 0 else None
-    return count is not None and count > limit
+class HeaderWalk:
+    """An incremental check of the ``*N`` / ``$len`` headers in the bytes hiredis holds.
+
+    Why incremental: the reader looks at headers only when a cheap scan of a read (``gate``)
+    found a number long enough to matter, and such numbers may also sit inside payloads; walking
+    from the start of the pending frames every time would be quadratic. The walk keeps its place
+    (an absolute offset into the reader's held bytes, ``pos``, and the arguments left in the frame
+    it is in), so every header is parsed at most once. ``frame`` is where the frame being walked
+    starts: the reader withholds it and what follows when its headers break the limits.
+    """
+
+    __slots__ = ("pos", "left", "frame", "max_args", "max_bulk")
+
+    def __init__(self, start: int, max_args: int, max_bulk: int) -> None:
+        self.pos = start
+        self.frame = start
+        #: arguments left in the frame being walked; -1: at the next frame's ``*N`` line
+        self.left = -1
+        self.max_args = max_args
+        self.max_bulk = max_bulk
+
+    def run(self, buf: bytes, base: int) -> int:
+        """Walk ``buf`` (the held bytes from absolute offset ``base`` <= ``pos``) from ``pos``;
+        returns the length of the argument whose payload is still arriving (-1: none). Raises
+        ProtocolError with Redis's text. Stops at bytes that are not a multibulk frame (an
+        inline command: the reader deals with it)."""
+        pos = self.pos - base
+        size = len(buf)
+        while pos < size:
+            if self.left <= 0:
+                if buf[pos] != 0x2A:
+                    return -1
+                self.frame = base + pos
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    if size - pos > MAX_INLINE_SIZE:
+                        raise ProtocolError("too big mbulk count string")
+                    return -1
+                count = header_int(buf, pos + 1, end)
+                if count is None or count > self.max_args:
+                    raise ProtocolError("invalid multibulk length")
+                self.left = count if count > 0 else 0
+                pos = end + 2
+                self.pos = base + pos
+                continue
+            end = buf.find(b"\r\n", pos)
+            length = bulk_header(buf, pos, end, self.max_bulk)
+            if length is None:
+                return -1
+            after = end + 4 + length
+            if after > size:
+                return length
+            pos = after
+            self.left -= 1
+            self.pos = base + pos
+        return -1
+
+
+def gate_for(max_bulk: int, big_arg: int) -> re.Pattern[bytes]:
+    """A pattern that matches wherever a header may break a limit or announce a large argument:
+    a ``*`` count of a million or more, or a ``$`` length of as many digits as the smaller of
+    ``max_bulk + 1`` and ``big_arg`` (bytes without a match need no header walk)."""
+    digits = len(str(min(max_bulk + 1, big_arg)))
+    return _GATES.setdefault(digits, re.compile(rb"\*[0-9]{7}|\$[0-9]{%d}" % digits))
+
+
+_GATES: dict[int, re.Pattern[bytes]] = {}
 
 
 def header_int(buf: bytes | bytearray, start: int, end: int) -> int | None:

@@ -29,12 +29,14 @@ import hiredis
 from pion.protocol.bigframe import BIG_ARG, BigFrame
 from pion.protocol.errors import ProtocolError
 from pion.protocol.inline import MAX_INLINE_SIZE, split_inline
-from pion.protocol.multibulk import check_headers, count_over, header_int, skip_frames, take_strict
+from pion.protocol.multibulk import HeaderWalk, check_headers, gate_for, header_int, skip_frames, take_strict
 
 #: ``split_inline`` is re-exported: callers and tests import it from here
 __all__ = ["MAX_MULTIBULK_LEN", "RequestReader", "split_inline"]
 
-MAX_MULTIBULK_LEN = 1024 * 1024 * 1024
+#: arguments a frame may have (Redis's long-standing 1024*1024; checked before hiredis sees the
+#: ``*N`` header, since hiredis allocates the whole list for it at once)
+MAX_MULTIBULK_LEN = 1024 * 1024
 #: an incomplete frame holding more than this has its headers checked before the rest arrives
 PENDING_CHECK = 256 * 1024
 #: a read at least this large that starts a frame has its headers looked at first (large argument?)
@@ -47,7 +49,7 @@ class RequestReader:
     __slots__ = (
         "_hiredis", "_inline", "_in_hiredis", "_chunks", "_chunks_len", "_frames_since",
         "max_bulk_len", "max_multibulk_len", "strict", "_check_at", "_big", "_after", "zero_copy",
-        "_ahead",
+        "_ahead", "_tail", "_poison", "_walk", "_suspect",
     )
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
@@ -72,6 +74,15 @@ class RequestReader:
         self._ahead: list[bytes] | ProtocolError | None = None
         #: lower-case names of commands whose large arguments may stay memoryviews
         self.zero_copy: frozenset[bytes] = frozenset()
+        #: the last bytes given to hiredis (a ``*N`` header may be split across two reads)
+        self._tail = b""
+        #: a frame over the limits was found before hiredis got it: raised once the frames
+        #: before it are served; nothing after it is parsed
+        self._poison: ProtocolError | None = None
+        #: the incremental check of the held headers (made when first needed)
+        self._walk: HeaderWalk | None = None
+        #: a read since the last header walk may hold a header that matters
+        self._suspect = False
 
     def set_strict(self, on: bool) -> None:
         """Switch the pre-auth caps on or off between commands (AUTH, RESET)."""
@@ -95,29 +106,79 @@ class RequestReader:
             else:
                 self._feed_big(data, start)
             return
+        if self._poison is not None:
+            return  # the connection closes after the frames before the bad one
         part = memoryview(data)[start:] if start else data
         if self._in_hiredis:
+            part = self._guard(part)
             self._hiredis.feed(part)
             self._chunks.append(part)
             self._chunks_len += len(part)
         elif not self._inline and data[start:start + 1] == b"*" and not self.strict:  # the common case
             if len(data) - start >= EARLY_CHECK and self._big_at_start(data, start):
                 return
-            if self._ahead is None and count_over(data, start, self.max_multibulk_len):
-                # refused before hiredis sees it: hiredis allocates the whole list for a "*N"
-                # header (seconds to free for N in the billions)
-                self._ahead = ProtocolError("invalid multibulk length")
-                return
             self._enter_hiredis(data[start:] if start else data)  # a copy only right after a big frame
         else:
             self._inline += part
 
+    def _guard(self, part: bytes | memoryview) -> bytes | memoryview:
+        """What of ``part`` hiredis may have: hiredis allocates the whole list for a ``*N``
+        header before any element arrives (N in the billions: gigabytes, seconds to free), so
+        no count over the limit may reach it, in the first frame of a read or any later one. A
+        regular-expression scan of each read (C speed) finds every number long enough to matter
+        (``gate_for``); only then are the held headers walked, from where the last walk stopped.
+        A frame that breaks the limits is withheld with all after it (``_poison``)."""
+        tail = self._tail
+        self._tail = bytes(part[-16:])
+        gate = gate_for(self.max_bulk_len, BIG_ARG)
+        if gate.search(part) is None and not (tail and gate.search(tail + bytes(part[:16]))):
+            return part
+        try:
+            receiving = self._walk_held(bytes(part))
+        except ProtocolError as exc:
+            self._poison = exc
+            return part[: max(self._walk.frame - self._chunks_len, 0)]  # type: ignore[union-attr]
+        if receiving >= BIG_ARG:
+            self._check_at = 0  # the frame goes to BigFrame at the next look
+        self._suspect = True
+        return part
+
+    def _walk_held(self, extra: bytes = b"") -> int:
+        """Advance the header walk over the held bytes (and ``extra``, about to be fed); returns
+        the length of an argument still arriving (-1: none). Raises ProtocolError."""
+        walk = self._walk
+        if walk is None:
+            held = self._joined() if self._chunks else b""
+            start = skip_frames(held, self._frames_since) if held else 0
+            walk = self._walk = HeaderWalk(start, self.max_multibulk_len, self.max_bulk_len)
+        base, buf = self._held_from(walk.pos)
+        return walk.run(buf + extra if extra else buf, base)
+
+    def _held_from(self, offset: int) -> tuple[int, bytes]:
+        """``(base, bytes)``: the held bytes from the chunk holding ``offset`` on, joined once
+        (the chunk list is rewritten so the next call finds them in one piece)."""
+        chunks = self._chunks
+        base = 0
+        for index, chunk in enumerate(chunks):
+            if base + len(chunk) > offset:
+                if index < len(chunks) - 1:
+                    joined = b"".join(chunks[index:])
+                    chunks[index:] = [joined]
+                return base, bytes(chunks[index])
+            base += len(chunk)
+        return base, b""
+
     def _enter_hiredis(self, data: bytes) -> None:
         self._in_hiredis = True
+        self._chunks = []
+        self._chunks_len = 0
+        self._frames_since = 0
+        self._tail = b""
+        self._walk = None
+        data = self._guard(data)
         self._hiredis.feed(data)
         self._chunks = [data]
         self._chunks_len = len(data)
-        self._frames_since = 0
 
     def buffered(self) -> int:
         """Bytes held but not yet parsed (for the query-buffer limit)."""
@@ -149,10 +210,14 @@ class RequestReader:
         while True:
             if self._in_hiredis:
                 frame = self._next_multibulk()
+                if frame is None and self._poison is not None and self._in_hiredis:
+                    raise self._poison
                 if frame is not None or self._in_hiredis:
                     return frame
             buf = self._inline
             if not buf:
+                if self._poison is not None:
+                    raise self._poison
                 return None
             if buf[0] == 0x2A and self.strict:
                 return self._next_strict()
@@ -174,8 +239,6 @@ class RequestReader:
         if frame is False:
             if self._chunks_len >= self._check_at:
                 self._check_pending()
-            elif not self._frames_since:  # a frame on its own: refuse bad headers now, not at its end
-                check_headers(self._chunks[0], 0, self.max_multibulk_len, self.max_bulk_len)
             return None
         self._check_at = PENDING_CHECK
         if frame is None:  # "*-1": Redis skips a frame of no arguments
@@ -199,6 +262,7 @@ class RequestReader:
             self._chunks = []
             self._chunks_len = 0
             self._frames_since = 0
+            self._walk = None
         return frame
 
     def _joined(self) -> bytes:
@@ -208,10 +272,17 @@ class RequestReader:
 
     def _trim_chunks(self) -> None:
         joined = self._joined()
-        rest = joined[skip_frames(joined, self._frames_since) :]
+        cut = skip_frames(joined, self._frames_since)
+        rest = joined[cut:]
         self._chunks = [rest]
         self._chunks_len = len(rest)
         self._frames_since = 0
+        walk = self._walk
+        if walk is not None:  # its offsets count from the start of the held bytes
+            walk.pos -= cut
+            walk.frame -= cut
+            if walk.frame < 0:
+                self._walk = None
 
     def _switch_to_inline(self) -> bool:
         """hiredis met a non-'*' frame: if it is an inline command, go on parsing it by hand."""
@@ -243,6 +314,7 @@ class RequestReader:
         """Put the bytes hiredis had not returned back in front of the inline buffer."""
         self._hiredis = hiredis.Reader()
         self._in_hiredis = False
+        self._walk = None
         self._chunks = []
         self._chunks_len = 0
         self._frames_since = 0
@@ -251,13 +323,17 @@ class RequestReader:
 
     def _check_pending(self) -> None:
         """Refuse an argument count or bulk length over the limits while the frame is still
-        arriving; re-checked each time the pending bytes double (amortized linear)."""
+        arriving, and hand a frame receiving a large argument to ``BigFrame``. Runs when a read
+        held a header that matters (``_suspect``, found by ``_guard``) or when the held bytes
+        have doubled and the newest read holds no line end (a header line that never ends)."""
         self._check_at = self._chunks_len * 2
-        joined = self._joined()
-        start = skip_frames(joined, self._frames_since)
-        receiving = check_headers(joined, start, self.max_multibulk_len, self.max_bulk_len)
+        if not self._suspect and b"\n" in self._chunks[-1]:
+            return  # the gate saw every read: no header here breaks a limit
+        self._suspect = False
+        receiving = self._walk_held()
         if receiving >= BIG_ARG:
-            self._start_big(joined[start:])
+            joined = self._joined()
+            self._start_big(joined[self._walk.frame :])  # type: ignore[union-attr]
 
     # -- frames with large arguments -------------------------------------------------------
 
@@ -277,6 +353,7 @@ class RequestReader:
         """Take the frame in progress back from hiredis and finish it with ``BigFrame``."""
         self._hiredis = hiredis.Reader()
         self._in_hiredis = False
+        self._walk = None
         self._chunks = []
         self._chunks_len = 0
         self._frames_since = 0

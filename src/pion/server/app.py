@@ -25,13 +25,14 @@ from pion.server.commands import load_table
 from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
-from pion.server.info import default_info_sections
+from pion.server.info import default_info_sections, note_startup_memory
 from pion.server.journal import Journal
 from pion.server.latency import LatencyMonitor, install_latency
 from pion.server.pause import ClientPause
 from pion.server.pubsub import PubSubHub
 from pion.server.registry import CommandSpec
 from pion.server.slowlog import SlowLog
+from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
 
 log = logging.getLogger("pion.server")
@@ -56,6 +57,13 @@ class Server:
         self.slowlog: SlowLog | None = SlowLog(self)
         self.journal: Journal = Journal()
         self.monitors: dict[int, Client] = {}
+        #: connections whose unsent replies passed the transport's high-water mark -> bytes; what
+        #: big replies still hold counts against maxmemory and quotas (MemoryManager.admit_reply)
+        self.held_output: dict[Any, int] = {}
+        #: CLIENT TRACKING: who read which key, invalidations on every change (Database.signal)
+        self.tracking = Tracking(self)
+        #: MONITOR lines waiting for the replies of the commands they show: (writer, line)
+        self._monitor_lines: list[tuple[Any, str]] = []
         #: extra checks before a command runs (auth/ACL, memory, write refusal); returns an error or None
         self.guard: Callable[[Client, CommandSpec, list[bytes]], ReplyError | None] | None = None
         self.loading = False
@@ -82,6 +90,8 @@ class Server:
         self.latency: LatencyMonitor = install_latency(self)  # LATENCY events, INFO latencystats
         #: after CONFIG SET swaps settings: hook(server, old, new) -> error text to refuse and roll back
         self.config_hooks: list[Callable[[Server, Settings, Settings], str | None]] = []
+        #: pure checks of a CONFIG SET, run before anything (a listener, a hook) is changed
+        self.config_checks: list[Callable[[Server, Settings, Settings], str | None]] = []
         #: DEBUG subcommands an engine provides (RELOAD, ...): lower-case name -> handler(ctx, argv)
         self.debug_hooks: dict[str, Callable[..., Any]] = {}
         self.startup_hooks: list[StartupHook] = []
@@ -136,7 +146,9 @@ class Server:
 
     @property
     def requires_auth(self) -> bool:
-        return bool(self.settings.requirepass)
+        """New connections must AUTH: the default user is off or has a password (ACL)."""
+        users = self.engines.get("acl")
+        return not users.open_to_all if users is not None else bool(self.settings.requirepass)
 
     @property
     def notify_flags(self) -> str:
@@ -145,6 +157,9 @@ class Server:
     # -- keyspace hooks ------------------------------------------------------------------
 
     def _on_key_signal(self, db: Database, key: bytes) -> None:
+        tracking = self.tracking
+        if tracking.table or tracking.prefixes:
+            tracking.invalidate(db, key)
         if self.blocking.waiting:
             self.blocking.on_key_signal(db.id, key)
         for hook in self.key_hooks:
@@ -205,6 +220,8 @@ class Server:
         self.blocking.disconnect(client)
         self.pubsub.drop_client(client)
         self.drop_watches(client)
+        if client.tracking is not None:
+            self.tracking.drop_client(client)
 
     def drop_watches(self, client: Client) -> None:
         """UNWATCH: forget every key this client watches."""
@@ -235,6 +252,8 @@ class Server:
         return cached[1].get(kind, (0, 0, 0))
 
     def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
+        """Queue a MONITOR line; it leaves after the reply of the command it shows (Redis writes
+        both in the same beforeSleep, the writer's first): ``_deliver_monitor_lines``."""
         from pion.server.monitor_view import monitor_argv
 
         argv = monitor_argv(argv)  # AUTH, HELLO AUTH, MIGRATE AUTH, CONFIG SET requirepass: redacted
@@ -244,10 +263,26 @@ class Server:
             client.addr or "lua",
             " ".join(_quote(a) for a in argv),
         )
+        self._monitor_lines.append((client, line))
+        if len(self._monitor_lines) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self._deliver_monitor_lines)
+            except RuntimeError:
+                self._deliver_monitor_lines()
+
+    def _deliver_monitor_lines(self) -> None:
+        """After the running commands answered: send the queued lines, each held until the write
+        it shows is durable (as the writer's own reply is)."""
         from pion.protocol.resp import Status
 
-        for monitor in list(self.monitors.values()):
-            if monitor is not client:
+        lines, self._monitor_lines = self._monitor_lines, []
+        for writer, line in lines:
+            conn = getattr(writer, "conn", None)
+            seq = conn.pending_seq if conn is not None else 0
+            for monitor in list(self.monitors.values()):
+                if monitor is writer or monitor.conn is None:
+                    continue
+                monitor.conn.pending_seq = max(monitor.conn.pending_seq, seq)
                 monitor.send(Status(line))
 
     # -- running ---------------------------------------------------------------------------
@@ -278,6 +313,7 @@ class Server:
                 os.chmod(settings.unixsocket, settings.unixsocketperm)
             self._servers.append(server)
         self._cron_task = loop.create_task(self._cron())
+        note_startup_memory(self)  # INFO used_memory_startup: what the data is not
 
     @property
     def bound_port(self) -> int:

@@ -3,24 +3,26 @@ AUTH/HELLO credential checks, the cost of a failed guess, the ACL log, redaction
 credentials in what the server shows, and the checks that refuse an unsafe start.
 
 A failed AUTH holds the connection's replies for a delay that doubles with each recent failure
-from the same connection or address (25 ms up to 2 s): the event loop keeps serving everyone
-else, while a guesser pays for every guess, pipelined or inside MULTI. Passwords are kept only as
+from the same connection or address (25 ms up to 2 s), queued behind the address's other pending
+guesses (and a successful AUTH from that address waits its turn too; past QUEUE_MAX seconds of
+queued answers the address's AUTHs are refused without being checked): the event loop keeps
+serving everyone else, while a guesser learns one answer per delay per source address, however
+many connections it opens, pipelined or inside MULTI. Passwords are kept only as
 SHA-256 digests (what ACL GETUSER shows) and compared in constant time; they are never logged.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import ipaddress
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
+from pion.server.acl_users import User, UserTable
 
 if TYPE_CHECKING:
     from pion.config import Settings
@@ -34,6 +36,9 @@ FAIL_DELAY = 0.025
 FAIL_DELAY_MAX = 2.0
 #: failures from an address are forgotten after this long without another one
 FAIL_WINDOW = 60.0
+#: seconds of answers one address may have queued; past it its AUTHs are refused unevaluated
+QUEUE_MAX = 10.0
+QUEUE_FULL = "ERR too many failed AUTH attempts from this address; try again in {:.0f} s"
 MAX_TRACKED_HOSTS = 10000
 #: CONFIG SET parameters whose values are credentials (redacted in SLOWLOG and MONITOR)
 SENSITIVE_PARAMS = {b"requirepass", b"masterauth", b"tls-key-file-pass", b"tls-client-key-file-pass"}
@@ -46,51 +51,65 @@ def digest(password: bytes) -> bytes:
     return hashlib.sha256(password).digest()
 
 
-@dataclass(slots=True)
-class User:
-    """A user AUTH can select: ``tenant`` is None for the default (admin) user."""
-
-    name: str
-    digest: bytes | None  # None: nopass (the default user while requirepass is empty)
-    tenant: str | None = None
-    quota: int = 0
-
-    def accepts(self, password: bytes) -> bool:
-        if self.digest is None:
-            return True
-        return hmac.compare_digest(digest(password), self.digest)
-
-
 class Users:
-    """``server.engines["acl"]``: the users, the failure counters and the ACL log."""
+    """``server.engines["acl"]``: the ACL users (``pion.server.acl_users``), the failure counters
+    and the ACL log. The default user takes ``requirepass`` as its password; each ``--tenant`` is a
+    user bound to its own keyspace (``User.tenant``)."""
 
     def __init__(self, server: Server) -> None:
+        from pion.server.acl_check import catalog_of
+
         self.server = server
-        self.tenants: dict[str, User] = {}
+        self.table = UserTable(catalog_of(server.table))
         #: host -> [recent failures, time of the last one]
         self.failures: OrderedDict[str, list[float]] = OrderedDict()
         self.log = AclLog(server)
+        self.set_default_password(server.settings.requirepass)
 
     @property
     def users(self) -> dict[str, User]:
-        """Every user by name, the default first (CLIENT KILL USER, ACL USERS)."""
-        return {"default": self.default, **self.tenants}
+        """Every user by name (CLIENT KILL USER, ACL USERS)."""
+        return self.table.users
+
+    @property
+    def tenants(self) -> dict[str, User]:
+        return {name: user for name, user in self.table.users.items() if user.tenant is not None}
 
     @property
     def default(self) -> User:
-        required = self.server.settings.requirepass
-        return User("default", digest(required.encode()) if required else None)
+        return self.table.default
 
     def get(self, name: str) -> User | None:
-        return self.default if name == "default" else self.tenants.get(name)
+        return self.table.users.get(name)
 
-    def note_failure(self, client: Client) -> int:
-        """Count a failed AUTH; returns how many recent failures this connection or address has."""
+    def add_tenant(self, name: str, password_digest: bytes, quota: int, rules: list[bytes]) -> User:
+        """A ``--tenant`` user: on, its password, all keys and channels of its own keyspace, and
+        the commands a tenant may run (``rules``, from ``tenants.tenant_rules``)."""
+        user = self.table.set_user(name, [b"on", b"#" + password_digest.hex().encode(), b"~*", b"&*", *rules])
+        user.tenant, user.quota = name, quota
+        return user
+
+    def set_default_password(self, password: str) -> None:
+        """requirepass: Redis's ACLUpdateDefaultUserPassword (``resetpass`` then ``>pw`` or ``nopass``)."""
+        default = self.table.default
+        default.apply(b"resetpass", self.table.catalog)
+        default.apply(b">" + password.encode() if password else b"nopass", self.table.catalog)
+
+    @property
+    def open_to_all(self) -> bool:
+        """New connections start authenticated as default: it is on and needs no password."""
+        default = self.table.default
+        return default.enabled and default.nopass
+
+    def note_failure(self, client: Client) -> tuple[int, float]:
+        """Count a failed AUTH: ``(recent failures of this connection or address, seconds its
+        reply waits)``. The wait queues behind the address's other pending guesses, so many
+        connections from one source learn one answer per delay, not one each."""
         now = time.monotonic()
-        host = client.addr.rsplit(":", 1)[0]
+        host = _host_of(client)
         entry = self.failures.pop(host, None)
         if entry is None or now - entry[1] > FAIL_WINDOW:
-            entry = [0.0, now]
+            entry = [0.0, now, now]  # failures, time of the last one, when its last held reply leaves
         entry[0] += 1
         entry[1] = now
         self.failures[host] = entry
@@ -100,7 +119,23 @@ class Users:
         mine = getattr(conn, "auth_failures", 0) + 1
         if conn is not None:
             conn.auth_failures = mine
-        return max(mine, int(entry[0]))
+        count = max(mine, int(entry[0]))
+        delay = min(FAIL_DELAY * 2 ** min(count - 1, 16), FAIL_DELAY_MAX)
+        entry[2] = max(now, entry[2]) + delay
+        return count, entry[2] - now
+
+    def queued(self, client: Client) -> float:
+        """Seconds a successful AUTH waits: behind the pending failed guesses of its address (else
+        the one right guess among many concurrent ones would be answered at once)."""
+        entry = self.failures.get(_host_of(client))
+        now = time.monotonic()
+        if entry is None or now - entry[1] > FAIL_WINDOW:
+            return 0.0
+        return max(0.0, entry[2] - now)
+
+
+def _host_of(client: Client) -> str:
+    return client.addr.rsplit(":", 1)[0]
 
 
 def users_of(server: Server) -> Users:
@@ -113,11 +148,18 @@ def users_of(server: Server) -> Users:
 def authenticate(server: Server, client: Client, user: bytes | None, password: bytes) -> None:
     """AUTH / HELLO AUTH: select ``user`` (None: the one-argument form) or raise Redis's error."""
     users = users_of(server)
-    if user is None and not server.settings.requirepass:
+    if user is None and users.default.nopass:
         raise ReplyError(NO_PASSWORD_ERR)
     name = "default" if user is None else user.decode("utf-8", "replace")
     found = users.get(name)
+    wait = users.queued(client)
+    if wait > QUEUE_MAX:  # not even checked: the address has guessed enough for now
+        if client.conn is not None and hasattr(client.conn, "hold"):
+            client.conn.hold(FAIL_DELAY_MAX)  # and not answered at once either (no busy loop)
+        raise ReplyError(QUEUE_FULL.format(wait - QUEUE_MAX + 1))
     if found is not None and found.accepts(password):
+        if wait and client.conn is not None and hasattr(client.conn, "hold"):
+            client.conn.hold(wait)  # in line behind the guesses before it
         become(server, client, found)
         return
     _failed(server, users, client, name)
@@ -138,8 +180,7 @@ def become(server: Server, client: Client, user: User) -> None:
 
 
 def _failed(server: Server, users: Users, client: Client, name: str) -> None:
-    count = users.note_failure(client)
-    delay = min(FAIL_DELAY * 2 ** min(count - 1, 16), FAIL_DELAY_MAX)
+    count, delay = users.note_failure(client)
     shown = printable(name)
     users.log.add(client, "auth", "AUTH", shown)
     if count <= 10 or count & (count - 1) == 0:  # every failure at first, then at powers of two
@@ -172,7 +213,8 @@ class AclLog:
         from pion.server.client_info import client_line
 
         now = int(time.time() * 1000)
-        context = "lua" if client.in_script else ("multi" if client.executing else "toplevel")
+        context = "lua" if client.in_script else ("multi" if client.executing or client.multi is not None
+                                                  else "toplevel")
         info = client_line(client, obj.lower()) if client.conn is not None else ""
         for entry in self.entries:
             if (entry["reason"], entry["context"], entry["object"], entry["username"]) == (reason, context, obj, username) \
@@ -279,25 +321,36 @@ def check_startup(settings: Settings) -> list[Any]:
 def install(server: Server, specs: list[Any]) -> Users:
     """Users, tenants, the tenant guard (NOPERM, quota) and TLS reloads, onto a built server."""
     from pion.server import tenants, tls
+    from pion.server.acl_check import refusal as acl_refusal
 
     users = users_of(server)
     engine = tenants.install(server, specs)
     previous = server.guard
 
     def guard(client: Client, spec: Any, argv: list[bytes]) -> ReplyError | None:
+        denied = acl_refusal(users, client, spec, argv)
+        if denied is not None:
+            return denied
         if client.tenant is not None:
             if tenants.tenant_denied(spec):
                 return tenants.nopermission(client, spec)
-            refusal = engine.quota_refusal(client, spec)
+            refusal = engine.quota_refusal(client, spec, argv)
             if refusal is not None:
                 return refusal
         return previous(client, spec, argv) if previous is not None else None
 
     server.guard = guard
+    path = dict(server.settings.extra).get("aclfile", "")
+    if path:
+        from pion.server.run import StartupError
+
+        error = users.table.load_file(path)
+        if error is not None:
+            raise StartupError(f"Aborting startup because of ACL errors: {error}")
     if server.settings.tls_port:
         server.engines["tls"] = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
-    server.config_hooks.append(_config_changed)
+    server.config_checks.append(_config_changed)  # before any listener is bound
     return users
 
 
@@ -306,5 +359,9 @@ def _config_changed(server: Server, old: Settings, new: Settings) -> str | None:
     if new.requirepass != old.requirepass and server.tenant_dbs and not new.requirepass:
         return "tenants need requirepass (the admin password); it cannot be removed while tenants exist"
     if (new.bind, new.requirepass, new.protected_mode) != (old.bind, old.requirepass, old.protected_mode):
-        return check_bind(new)
+        refused = check_bind(new)
+        if refused is not None:
+            return refused
+    if new.requirepass != old.requirepass:
+        users_of(server).set_default_password(new.requirepass)
     return None

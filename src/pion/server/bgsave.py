@@ -129,7 +129,7 @@ class SaveJob:
         """The consistent point: remaining changes, engine extensions, the log cut."""
         self._encode_dirty(enc, out, None)
         for ext in self.owner.snapshot_extensions:
-            out.append(enc.extension(ext.name, ext.dump()))
+            out.extend(enc.extension(ext.name, part) for part in ext.parts())
         return self.owner.cut_log()
 
     # -- running ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ class Client:
         "proto", "user", "authenticated", "tenant", "created", "last_interaction", "last_cmd",
         "multi", "multi_error", "dirty_cas", "watched", "watched_expired", "subscriptions",
         "patterns", "shard_subscriptions", "reply_mode", "blocked", "flags", "no_evict", "dbs",
-        "no_touch", "closing", "commands_processed", "executing", "in_script", "fd", "ctx",
+        "no_touch", "closing", "commands_processed", "executing", "in_script", "fd", "ctx", "tracking",
     )
 
     def __init__(self, client_id: int, server: Server, conn: Any = None, addr: str = "", laddr: str = "") -> None:
@@ -58,6 +58,8 @@ class Client:
         self.in_script = False
         self.fd = -1
         self.ctx: Any = None
+        #: CLIENT TRACKING settings while tracking is on (``pion.server.tracking``), else None
+        self.tracking: Any = None
 
     @property
     def db(self):

@@ -49,6 +49,8 @@ def client_flags(client: Client) -> str:
         flags += "e"
     if client.no_touch:
         flags += "T"
+    if client.tracking is not None:
+        flags += "t" + ("R" if client.tracking.broken else "") + ("B" if client.tracking.bcast else "")
     return flags or "N"
 
 
@@ -72,7 +74,8 @@ def client_line(client: Client, current_cmd: str | None = None, current_argv: li
         f"age={int(now - client.created)} idle={idle} flags={client_flags(client)} db={client.db_index} "
         f"sub={len(client.subscriptions)} psub={len(client.patterns)} ssub={len(client.shard_subscriptions)} "
         f"multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem={multi_mem} rbs=0 rbp=0 obl=0 oll=0 "
-        f"omem={omem} tot-mem={qbuf + omem + multi_mem} events=r cmd={cmd} user={client.user} redir=-1 "
+        f"omem={omem} tot-mem={qbuf + omem + multi_mem} events=r cmd={cmd} user={client.user} "
+        f"redir={client.tracking.redirect if client.tracking is not None else -1} "
         f"resp={client.proto} lib-name={_text(client.lib_name)} lib-ver={_text(client.lib_ver)}"
     )
 

@@ -189,6 +189,9 @@ _TLS = [_bool("tls-cluster", False), _bool("tls-replication", False),
         "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-client-cert-file", "tls-client-key-file",
         "tls-client-key-file-pass", "tls-dh-params-file", "tls-ca-cert-file", "tls-ca-cert-dir",
         "tls-protocols", "tls-ciphers", "tls-ciphersuites")]
+#: Pion's breadcrumbs (pion.server.status): read at start, so CONFIG SET refuses them
+_PION_IMMUTABLE = [_str("crash-log", flags=IMMUTABLE), _str("status-file", flags=IMMUTABLE),
+                   _bool("breadcrumbs", True, IMMUTABLE), _int("rss-warn-pct", 70, 1, INT_MAX, IMMUTABLE)]
 _SPECIAL = [
     _special("dir", ".", v.check_dir, PROTECTED),
     _special("save", "3600 1 300 100 60 10000", v.check_save, MULTI_ARG),
@@ -203,7 +206,7 @@ _SPECIAL = [
 PARAMS: dict[str, Param] = {}
 #: lower-case name or alias -> the parameter
 LOOKUP: dict[str, Param] = {}
-for _param in _BOOLS + _STRINGS + _ENUMS + _INTS + _MEMORY + _TLS + _SPECIAL:
+for _param in _BOOLS + _STRINGS + _ENUMS + _INTS + _MEMORY + _TLS + _SPECIAL + _PION_IMMUTABLE:
     PARAMS[_param.name] = _param
     LOOKUP[_param.name] = _param
     if _param.alias:

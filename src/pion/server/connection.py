@@ -4,7 +4,9 @@ coalesced replies of each read in one ``write``.
 Flow control: when the transport's write buffer passes its high-water mark we stop reading
 this client (``pause_writing``), so a client that does not read its replies cannot make the
 server hold an unbounded backlog; past the hard output limit the client is disconnected.
-Replies to writes are held until the journal reports their record durable. A large reply (a
+Replies are held until the journal reports durable every record logged before them: a write's
+own, and for any other command the writes it may have seen (nobody observes a change that a
+crash could still take back). A large reply (a
 K/V batch fetch) stays a list of its buffers and goes out with ``writelines`` (no joined copy).
 
 Security: until its client authenticates, the reader parses with Redis's pre-auth caps
@@ -25,6 +27,7 @@ from pion.protocol.errors import ProtocolError
 from pion.protocol.reader import RequestReader
 from pion.protocol.resp import VECTORED_MIN, Push, Replies, Vectored, encode, encode_error, encode_vectored
 from pion.server.client import Client
+from pion.server.conn_errors import note_broken, note_preauth_error
 from pion.server.context import Ctx
 from pion.server.dispatch import BLOCKED
 
@@ -86,6 +89,7 @@ class Connection(asyncio.BufferedProtocol):
         client.fd = sock.fileno() if sock is not None else -1
         client.ctx = Ctx(client, server)
         self.client = client
+        self.reader.set_strict(not client.authenticated)  # the pre-auth caps apply from the first byte
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)  # type: ignore[union-attr]
         if not server.accept_client(client):
             self.transport.write(encode_error("ERR max number of clients reached"))  # type: ignore[union-attr]
@@ -93,6 +97,7 @@ class Connection(asyncio.BufferedProtocol):
             self.client = None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.server.held_output.pop(self, None)
         if self._hold_timer is not None:
             self._hold_timer.cancel()
         if self.client is not None:
@@ -107,8 +112,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._direct:
-            self.reader.received(nbytes)
-            self._read_more()
+            try:
+                self.reader.received(nbytes)
+                self._read_more()
+            except Exception as exc:
+                self._broken(exc)
         else:
             self.data_received(_receive_buffer()[:nbytes].tobytes())
 
@@ -116,8 +124,25 @@ class Connection(asyncio.BufferedProtocol):
         client = self.client
         if client is None or client.closing:
             return
-        self.reader.feed(data)
-        self._read_more()
+        try:
+            self.reader.feed(data)
+            self._read_more()
+        except Exception as exc:
+            self._broken(exc)
+
+    def _broken(self, exc: Exception) -> None:
+        """The connection's error boundary: a bug below the dispatcher's (in parsing, in writing a
+        reply) answers -ERR and closes this connection only, logged once per kind
+        (``conn_errors``), never a traceback per connection from the event loop."""
+        note_broken(self.client.addr if self.client else "?", exc)
+        self.out.append(encode_error(f"ERR internal error: {exc.__class__.__name__}"))
+        self.close_after_flush = True
+        if self.client is not None:
+            self.client.closing = True
+        try:
+            self.flush()
+        except Exception:
+            self._close_now()
 
     def _read_more(self) -> None:
         """Bytes arrived: enforce the query-buffer limit, then run what is complete."""
@@ -140,6 +165,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.paused_by_writes = False
+        self.server.held_output.pop(self, None)
         if self.transport is not None and not self.transport.is_closing() and not self.held_until:
             if not self.deferred:
                 self.transport.resume_reading()
@@ -155,27 +181,38 @@ class Connection(asyncio.BufferedProtocol):
     def process(self) -> None:
         """Run every complete command in the buffer unless blocked, then flush once."""
         client = self.client
-        dispatcher = self.server.dispatcher
+        server = self.server
+        dispatcher = server.dispatcher
+        tracking = server.tracking
         reader = self.reader
         out = self.out
         while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until:
-            if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
-                reader.set_strict(not client.authenticated)
             try:
+                if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
+                    reader.set_strict(not client.authenticated)
                 argv = reader.next_command()
             except ProtocolError as exc:
                 out.append(encode_error(f"ERR Protocol error: {exc}"))
                 self.close_after_flush = True
                 client.closing = True
+                if not client.authenticated:
+                    note_preauth_error(client.addr, exc)
                 break
             if argv is None:
                 break
             if not argv:
                 continue
             reply = dispatcher.execute(client, argv)
+            seq = server.journal.seq
+            if seq > self.pending_seq:  # a reply may show writes not durable yet: it waits for them
+                self.pending_seq = seq
             if reply is BLOCKED:
+                if tracking.pending:
+                    tracking.send_pending()
                 break
             self._append_reply(reply)
+            if tracking.pending:  # invalidations this command caused for its own client follow its reply
+                tracking.send_pending()
             if self.out_size > HIGH_WATER:
                 self.flush()
                 if self.paused_by_writes or self.waiting_durable:
@@ -290,7 +327,10 @@ class Connection(asyncio.BufferedProtocol):
                 transport.write(out[0] if len(out) == 1 else b"".join(out))
             self.out.clear()
             self.out_size = 0
-            if self._over_output_limit(transport.get_write_buffer_size()):
+            held = transport.get_write_buffer_size()
+            if held > HIGH_WATER:  # until resume_writing: the transport drained it
+                self.server.held_output[self] = held
+            if self._over_output_limit(held):
                 log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
                 transport.abort()
                 return

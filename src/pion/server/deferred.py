@@ -91,9 +91,9 @@ def _complete(server: Server, client: Client, request: Deferred, done: asyncio.F
         results = done.result()
     except ReplyError as exc:
         reply: Any = exc
-    except Exception as exc:  # a bug in a job: answer it rather than park the client forever
-        log.exception("deferred work of %r failed", request.argv[:1])
-        reply = ReplyError(f"ERR internal error in deferred work: {exc.__class__.__name__}")
+    except Exception as exc:  # a full disk, or a bug in a job: answer it rather than park the client
+        name = bytes(request.argv[0]).decode("latin-1").lower() if request.argv else "deferred work"
+        reply = server.dispatcher.internal_error(name, exc)
     else:
         reply = server.dispatcher.run_deferred(client, request, results)
     if done.exception() is not None and request.abandon is not None:

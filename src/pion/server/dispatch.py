@@ -8,6 +8,7 @@ and hands the write's effects to the journal as one record per top-level command
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from pion.protocol.resp import QUEUED
 from pion.server import deferred
 from pion.server.blocking import NOT_READY, BlockRequest
 from pion.server.registry import CommandSpec, CommandTable
+from pion.storage.faults import DiskWriteError
 
 if TYPE_CHECKING:
     from pion.server.app import Server
@@ -24,6 +26,11 @@ if TYPE_CHECKING:
 
 #: returned to the connection when the client is now blocked; it must stop reading commands.
 BLOCKED = object()
+
+log = logging.getLogger("pion.dispatch")
+
+#: distinct (command, exception type) pairs whose traceback was logged; later ones only count
+_LOGGED_LIMIT = 1000
 
 _MULTI_PASS = {b"multi", b"exec", b"discard", b"watch", b"quit", b"reset"}
 #: shown to MONITOR before they run, so the commands a script runs follow it (Redis's evalCommand)
@@ -50,6 +57,27 @@ class Dispatcher:
         #: set while a script runs past busy-reply-threshold: refuses all but allow_busy commands
         #: with -BUSY (pion.server.scripting.busy); None otherwise
         self.busy: Any = None
+        #: unexpected exceptions turned into error replies (INFO stats ``pion_internal_errors``)
+        self.internal_errors = 0
+        self._logged: set[tuple[str, str]] = set()
+
+    def internal_error(self, name: str, exc: BaseException) -> ReplyError:
+        """The error boundary: an exception a command did not expect (a bug, a recursion limit,
+        a failed allocation) becomes ``-ERR`` with a short reason, never a dropped connection.
+        The traceback is logged once per command and exception type; later ones are counted."""
+        if isinstance(exc, DiskWriteError):  # a blob arena write failed: as a failed log write
+            self.server.journal.note_disk_error(exc)
+            return ReplyError(errors.MISCONF)
+        self.internal_errors += 1
+        kind = exc.__class__.__name__
+        if (name, kind) not in self._logged and len(self._logged) < _LOGGED_LIMIT:
+            self._logged.add((name, kind))
+            log.error("internal error in '%s' (%s): answered -ERR; further ones are only counted",
+                      name, kind, exc_info=exc)
+        text = " ".join(str(exc).split())[:120]
+        if isinstance(exc, MemoryError):
+            return ReplyError(f"OOM command '{name}' could not allocate memory")
+        return ReplyError(f"ERR internal error in '{name}': {kind}" + (f": {text}" if text else ""))
 
     def apply_settings(self, settings: Any) -> None:
         threshold = settings.slowlog_log_slower_than
@@ -122,13 +150,21 @@ class Dispatcher:
         if client.multi is not None and argv[0].lower() not in _MULTI_PASS:
             client.multi.append((spec, argv))
             return QUEUED
-        if not server.monitors:
-            return self.call(client, spec, argv)
-        if spec.name in _MONITOR_FIRST:
-            server.feed_monitors(client, argv)
-            return self.call(client, spec, argv)
-        reply = self.call(client, spec, argv)
-        self.monitor(client, spec, argv)
+        tracking = server.tracking
+        tracking.current = client
+        try:
+            if not server.monitors:
+                reply = self.call(client, spec, argv)
+            elif spec.name in _MONITOR_FIRST:
+                server.feed_monitors(client, argv)
+                reply = self.call(client, spec, argv)
+            else:
+                reply = self.call(client, spec, argv)
+                self.monitor(client, spec, argv)
+        finally:
+            tracking.current = None
+        if client.tracking is not None:
+            tracking.command_done(client, spec)
         return reply
 
     def _abort_exec(self, client: Client, refusal: ReplyError) -> ReplyError:
@@ -176,16 +212,24 @@ class Dispatcher:
         outer = ctx.effects, ctx.rewritten  # a nested call (EXEC, scripts) must not clobber them
         ctx.effects = None
         ctx.rewritten = False
+        if self.depth == 0 and (spec.name == "exec" or "write" in spec.flags) and "zero_copy" not in spec.flags:
+            refusal = self._stage(client, spec, argv)
+            if refusal is not None:
+                ctx.effects, ctx.rewritten = outer
+                return refusal
         dirty_before = server.dirty
         db_index = client.dbs[client.db_index].id
         self.depth += 1
         start = time.perf_counter()
-        failed = False
+        failed = crashed = False
         try:
             reply = spec.handler(ctx, argv)  # type: ignore[misc]
         except ReplyError as exc:
             reply = exc
             failed = True
+        except Exception as exc:  # the error boundary: see internal_error
+            reply = self.internal_error(spec.full_name, exc)
+            failed = crashed = True
         finally:
             self.depth -= 1
         elapsed = time.perf_counter() - start
@@ -197,7 +241,11 @@ class Dispatcher:
             self.count_error(reply)
         client.commands_processed += 1
         client.last_cmd = spec.full_name
-        if ctx.rewritten:
+        if client.tracking is not None and not failed:
+            server.tracking.after_command(client, spec, argv)
+        if crashed:
+            pass  # its own argv would crash the replay the same way: not logged (docs/durability.md)
+        elif ctx.rewritten:
             self.pending.extend((db_index, effect) for effect in ctx.effects or ())
         elif server.dirty != dirty_before and "write" in spec.flags:
             self.pending.append((db_index, argv))
@@ -216,6 +264,28 @@ class Dispatcher:
         if self.depth == 0 and (self.pending or server.blocking.ready):
             self.finish_command(client)
         return reply
+
+    def _stage(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
+        """Admission of a write's large arguments: they go to an arena before it runs (the
+        journal's ``stage``), so a full disk answers -MISCONF with nothing changed (an EXEC is
+        discarded whole, as a refused EXEC is)."""
+        journal = self.server.journal
+        try:
+            if spec.name != "exec":
+                journal.stage(argv)
+            elif client.multi:
+                for queued, args in client.multi:
+                    if "write" in queued.flags and "zero_copy" not in queued.flags:
+                        journal.stage(args)
+        except DiskWriteError as exc:
+            journal.note_disk_error(exc)
+            refusal = ReplyError(errors.MISCONF)
+            if spec.name == "exec":
+                refusal = self._abort_exec(client, refusal)
+            self._count(spec.full_name, 0, rejected=True)
+            self.count_error(refusal)
+            return refusal
+        return None
 
     def finish_command(self, client: Client | None) -> None:
         """Log what the command changed, then wake clients blocked on keys it touched."""
@@ -243,6 +313,9 @@ class Dispatcher:
             reply = request.retry(ctx)
         except ReplyError as exc:
             reply = exc
+        except Exception as exc:  # the error boundary (internal_error)
+            reply = self.internal_error(request.argv[0].decode("latin-1").lower() if request.argv else "?", exc)
+            ctx.effects, ctx.rewritten, dirty_before = None, False, self.server.dirty
         finally:
             self.depth -= 1
             client.db_index = saved_db
@@ -273,6 +346,9 @@ class Dispatcher:
             reply = request.finish(ctx, results)
         except ReplyError as exc:
             reply = exc
+        except Exception as exc:  # the error boundary (internal_error)
+            reply = self.internal_error(request.argv[0].decode("latin-1").lower() if request.argv else "?", exc)
+            ctx.effects, ctx.rewritten, dirty_before = None, False, self.server.dirty
         finally:
             self.depth -= 1
         db_id = client.dbs[client.db_index].id

@@ -116,7 +116,7 @@ def clients_section(server: Server) -> dict[str, Any]:
     return {
         "connected_clients": len(server.clients), "cluster_connections": 0,
         "maxclients": server.settings.maxclients, "blocked_clients": server.blocking.num_blocked,
-        "tracking_clients": 0, "clients_in_timeout_table": sum(
+        "tracking_clients": server.tracking.clients, "clients_in_timeout_table": sum(
             1 for c in server.clients.values() if c.blocked is not None and c.blocked.timeout > 0),
         "total_blocking_keys": len(server.blocking.waiting), "total_blocking_keys_on_nokey": 0,
     }
@@ -149,7 +149,20 @@ def memory_section(server: Server) -> dict[str, Any]:
         **script_counts(server), "maxmemory": maxmemory, "maxmemory_human": human_bytes(maxmemory),
         "maxmemory_policy": server.settings.maxmemory_policy, "mem_allocator": "pymalloc",
         "lazyfree_pending_objects": 0,
+        # what maxmemory does not cover: the interpreter and libraries at start, and how much
+        # more the process holds than its data (allocator slack, freed memory not returned)
+        "used_memory_startup": _startup_rss.get(server, 0),
+        "mem_clients_normal": sum(server.held_output.values()) if getattr(server, "held_output", None) else 0,
+        "mem_fragmentation_ratio": "%.2f" % (max(rss - _startup_rss.get(server, 0), 0) / used if used else 0.0),
     }
+
+
+#: each server's resident size when it became ready (INFO used_memory_startup)
+_startup_rss: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def note_startup_memory(server: Server) -> None:
+    _startup_rss[server] = rss_bytes()
 
 
 def persistence_section(server: Server) -> dict[str, Any]:

@@ -34,5 +34,17 @@ class Journal:
         """The reason writes are refused (a failed fsync), or None."""
         return None
 
+    def last_write_ok(self) -> bool:
+        """INFO ``aof_last_write_status``: did the last write to the disk (log or arena) succeed?"""
+        return True
+
+    def stage(self, argv: list) -> None:
+        """Before a write command runs: make its large arguments durable-ready now (a journal
+        that keeps blobs in arenas writes them here), so a failed disk write refuses the command
+        (``DiskWriteError``) before it changed anything."""
+
+    def note_disk_error(self, exc: OSError) -> None:
+        """A blob arena write failed (the dispatcher answered -MISCONF)."""
+
     def close(self) -> None:
         pass

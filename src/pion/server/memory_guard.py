@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 #: spend at most this long evicting before one command
 EVICTION_BUDGET = 0.005
+STRUCTURE_REFRESH = 256
 _RESCAN = frozenset({b"flushall", b"flushdb", b"swapdb"})
 
 
@@ -38,12 +39,16 @@ class MemoryManager:
         self._journal: Any = None
         #: engines whose memory is not in the keyspace (search indexes) add theirs here
         self.extra_bytes: list[Any] = []
+        #: bytes of the keyspaces' own structures outside the per-key estimates (the SCAN and
+        #: sampling tables), refreshed every STRUCTURE_REFRESH writes
+        self.structures = 0
+        self._writes = 0
 
     def used_memory(self) -> int:
-        """Dataset estimate (keys, values, arena bytes values hold views of) while maxmemory is
-        set; otherwise the process's resident size."""
+        """Dataset estimate (keys, values, arena bytes values hold views of, the keyspaces' SCAN
+        tables) while maxmemory is set; otherwise the process's resident size."""
         if self.active:
-            return self.accounting.used + sum(extra() for extra in self.extra_bytes)
+            return self.accounting.used + self.structures + sum(extra() for extra in self.extra_bytes)
         from pion.server.info import rss_bytes
 
         return rss_bytes()
@@ -66,9 +71,16 @@ class MemoryManager:
 
     def rescan(self) -> None:
         self.accounting.rescan(self.server.dbs)
+        self.refresh_structures()
+
+    def refresh_structures(self) -> None:
+        self.structures = sum(db.scan_table.nbytes() for db in self.server.dbs if db.scan_table is not None)
 
     def observe(self, effects: list[tuple[int, list[bytes]]]) -> None:
         """A journal observer: refresh the estimate of every key a write touched."""
+        self._writes += 1
+        if not self._writes % STRUCTURE_REFRESH:
+            self.refresh_structures()
         dbs = self.server.dbs
         update = self.accounting.update
         kinds = self._kinds
@@ -115,19 +127,45 @@ class MemoryManager:
                 if other is not db:
                     update(other, moved)
 
+    # -- replies -------------------------------------------------------------------------------
+
+    def held_output(self) -> int:
+        """Bytes of replies the transports still hold for clients past their high-water mark."""
+        held = self.server.held_output
+        return sum(held.values()) if held else 0
+
+    def admit(self, client: Any, nbytes: int, what: str = "reply") -> ReplyError | None:
+        """-OOM for ``nbytes`` the server is about to hold for a client (a K/V fetch reply
+        rendered before it is sent, a STATE buffer, an export file) that, with the data and the
+        replies other clients have not read yet, would pass ``maxmemory``, or the client's tenant
+        quota: such bytes are memory as surely as a key is."""
+        limit = self.server.settings.maxmemory
+        if limit:
+            used = self.used_memory()
+            held = self.held_output()
+            if used + held + nbytes > limit:
+                return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (a {nbytes}-byte "
+                                  f"{what}; {used} bytes of data and {held} of unsent replies are held)")
+        tenants = self.server.engines.get("tenants")
+        if tenants is not None and client is not None and client.tenant is not None:
+            return tenants.charge(client, nbytes, f"the {what}")
+        return None
+
     # -- the guard ------------------------------------------------------------------------------
 
     def over_limit(self) -> bool:
         limit = self.server.settings.maxmemory
-        return bool(limit) and self.accounting.used > limit
+        return bool(limit) and self.accounting.used + self.structures > limit
 
     def check(self, flags: Any) -> ReplyError | None:
         """Evict if over the limit; -OOM for a command that may grow memory (``denyoom`` among
         its ``flags``; a command spec's flags, or what an EXEC queued) if still over."""
         if not self.over_limit():
             return None
-        self.evict()
-        if self.over_limit() and "denyoom" in getattr(flags, "flags", flags):
+        evicted = self.evict()
+        # still over after evicting some within the time budget: the command runs and the next
+        # ones go on evicting (Redis's EVICT_RUNNING); -OOM only when nothing could be evicted
+        if self.over_limit() and not evicted and "denyoom" in getattr(flags, "flags", flags):
             return ReplyError(errors.OOM)
         return None
 

@@ -44,6 +44,7 @@ def wire(server: Server, owner: Persistence) -> None:
     server.debug_hooks["loadaof"] = lambda ctx, argv: debug_loadaof(owner)
     server.debug_hooks["panic"] = lambda ctx, argv: debug_panic(owner)
     server.debug_hooks["segfault"] = lambda ctx, argv: debug_segfault(owner)
+    server.debug_hooks["fault"] = lambda ctx, argv: debug_fault(argv)
     server.config_hooks.append(owner.config_changed)
     server.cron_hooks.append(owner.cron)
 
@@ -57,6 +58,7 @@ def wire(server: Server, owner: Persistence) -> None:
             owner.lock.release()
             raise
         owner.journal.start(asyncio.get_running_loop()) if hasattr(owner.journal, "start") else None
+        owner.arenas.start_verifier()  # check the mapped blobs' crc in the background
         owner.started = True
         owner.status.tick(force=True)
 
@@ -250,3 +252,28 @@ def debug_segfault(owner: Persistence) -> Any:
     import ctypes
 
     ctypes.string_at(0)
+
+
+def debug_fault(argv: list[bytes]) -> Any:
+    """DEBUG FAULT <point> <ENOSPC|EIO|...|OFF> [count] | DEBUG FAULT LIST | DEBUG FAULT OFF:
+    make the storage's next writes at ``point`` fail (``pion.storage.faults``), for fault tests."""
+    from pion.storage import faults
+
+    words = [bytes(a).decode("latin-1") for a in argv[2:]]
+    if words in (["OFF"], ["off"]):
+        faults.disarm()
+        return OK
+    if [w.lower() for w in words] == ["list"]:
+        return [f"{point} errno={code} left={left}".encode() for point, (code, left) in sorted(faults.armed().items())]
+    if len(words) not in (2, 3):
+        raise ReplyError("ERR DEBUG FAULT <point> <ERRNO|OFF> [count] | LIST | OFF")
+    point, name = words[0].lower(), words[1]
+    if name.upper() == "OFF":
+        faults.disarm(point)
+        return OK
+    try:
+        count = int(words[2]) if len(words) == 3 else -1
+        faults.arm(point, name, count)
+    except ValueError as exc:
+        raise ReplyError(f"ERR DEBUG FAULT: {exc}") from None
+    return OK

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ import crc32c
 
 from pion.config import ConfigError, Settings, parse_memory
 from pion.protocol.errors import ReplyError
-from pion.server.auth import User, digest, users_of
+from pion.server.auth import digest, users_of
 from pion.server.pubsub import TENANT_SHIFT
 from pion.storage.memory import Accounting
 
@@ -48,6 +49,8 @@ DENIED_CATEGORIES = ("@admin", "@scripting")
 #: @admin commands a tenant may run: they are filtered to its own connections
 ALLOWED = frozenset({"client|list", "client|kill"})
 _RESCAN = frozenset({b"flushall", b"flushdb", b"swapdb"})
+#: tenant keys per snapshot section (one record, one checksum)
+SECTION_KEYS = 1000
 
 
 @dataclass(slots=True)
@@ -172,13 +175,15 @@ class Tenants:
         self.by_owner = {owner_of(spec.name): spec.name for spec in specs}
         self.accounting: dict[str, Accounting] = {}
         self.kv: dict[str, TenantKV] = {}
+        #: other engines' per-tenant bytes (an index, a cache): ``source(tenant name) -> bytes``
+        self.usage_sources: list[Callable[[str], int]] = []
         users = users_of(server)
         for spec in specs:
             server.tenant_dbs[spec.name] = [
                 server._make_db(i, tenant_db_id(spec.name, i)) for i in range(server.settings.databases)]
             self.accounting[spec.name] = Accounting(server.settings.databases)
             self.kv[spec.name] = TenantKV(server, spec.name)
-            users.tenants[spec.name] = User(spec.name, spec.digest, spec.name, spec.quota)
+            users.add_tenant(spec.name, spec.digest, spec.quota, tenant_rules(server.table).encode().split())
 
     # -- quota ---------------------------------------------------------------------------------
 
@@ -204,21 +209,46 @@ class Tenants:
                     accounting.update(db, bytes(argv[position]))
 
     def used(self, name: str) -> int:
-        """Bytes the quota counts: key estimates plus K/V rows and SSM blobs."""
+        """Every byte the quota counts: key estimates, K/V rows and SSM blobs, STATE buffers,
+        V.EXPORT files, replies its connections have not read yet, and whatever other engines
+        report through ``usage_sources`` (``source(name) -> bytes``: indexes, caches)."""
+        total = self.accounting[name].used
         kv = self.server.engines.get("kvcache")
-        rows = kv.space(name.encode()).nbytes if kv is not None and name.encode() in kv.spaces else 0
-        return self.accounting[name].used + rows
+        if kv is not None and name.encode() in kv.spaces:
+            space = kv.space(name.encode())
+            total += space.nbytes + space.state.nbytes + space.exports.nbytes
+        held = self.server.held_output
+        if held:
+            total += sum(size for conn, size in held.items() if conn.client is not None and conn.client.tenant == name)
+        for source in self.usage_sources:
+            total += source(name)
+        return total
 
-    def quota_refusal(self, client: Client, spec: CommandSpec) -> ReplyError | None:
+    def quota_refusal(self, client: Client, spec: CommandSpec, argv: list | None = None) -> ReplyError | None:
+        """Before a command that may grow memory: -OOM if the tenant is over its quota, or would
+        be with the bytes the request brings (its arguments; a command that allocates more than
+        it is sent checks ``charge`` itself)."""
         tenant = self.specs.get(client.tenant)  # type: ignore[arg-type]
         quota = tenant.quota if tenant is not None else 0
         if not quota or "denyoom" not in spec.flags:
             return None
-        used = self.used(client.tenant)  # type: ignore[arg-type]
-        if used <= quota:
+        incoming = sum(len(arg) for arg in argv[1:]) if argv else 0
+        return self._over(client.tenant, quota, incoming)  # type: ignore[arg-type]
+
+    def charge(self, client: Client, nbytes: int, what: str = "the command") -> ReplyError | None:
+        """-OOM if ``nbytes`` more (a STATE buffer, an export file, a reply) would pass the quota."""
+        tenant = self.specs.get(client.tenant) if client.tenant is not None else None
+        if tenant is None or not tenant.quota:
             return None
-        return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (tenant '{client.tenant}' "
-                          f"uses {used} bytes of its {quota}-byte quota)")
+        return self._over(tenant.name, tenant.quota, nbytes, what)
+
+    def _over(self, name: str, quota: int, incoming: int, what: str = "") -> ReplyError | None:
+        used = self.used(name)
+        if used + incoming <= quota:
+            return None
+        extra = f"; {what} needs {incoming} more" if what else ""
+        return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (tenant '{name}' "
+                          f"uses {used} bytes of its {quota}-byte quota{extra})")
 
     def rescan(self) -> None:
         for name, dbs in self.server.tenant_dbs.items():
@@ -228,16 +258,36 @@ class Tenants:
     # -- snapshots -----------------------------------------------------------------------------
 
     def dump(self) -> bytes:
-        """Every tenant's keys, for the snapshot (called at the snapshot's consistent point)."""
-        from pion.storage.serialize import dump_value, pack_tree
+        """Every tenant's keys in one piece (``sections`` is what snapshots write)."""
+        from pion.storage.serialize import pack_tree, unpack_tree
 
-        tenants = {}
-        for name, dbs in self.server.tenant_dbs.items():
-            tenants[name.encode()] = [(db.index, key, db.expires.get(key, -1), dump_value(value))
-                                      for db in dbs for key, value in db.data.items()]
+        tenants: dict[bytes, list] = {}
+        for section in self.sections():
+            for raw, records in unpack_tree(section)[b"tenants"].items():
+                tenants.setdefault(raw, []).extend(records)
         return pack_tree({b"version": 1, b"tenants": tenants})
 
+    def sections(self) -> list[bytes]:
+        """Every tenant's keys for the snapshot (called at its consistent point), in sections of
+        at most SECTION_KEYS keys of one tenant, each its own record with its own checksum: a
+        damaged record of a salvaged snapshot costs those keys, not every tenant's data."""
+        from pion.storage.serialize import dump_value, pack_tree
+
+        out: list[bytes] = []
+        for name, dbs in self.server.tenant_dbs.items():
+            batch: list = []
+            for db in dbs:
+                for key, value in db.data.items():
+                    batch.append((db.index, key, db.expires.get(key, -1), dump_value(value)))
+                    if len(batch) >= SECTION_KEYS:
+                        out.append(pack_tree({b"version": 1, b"tenants": {name.encode(): batch}}))
+                        batch = []
+            if batch:
+                out.append(pack_tree({b"version": 1, b"tenants": {name.encode(): batch}}))
+        return out
+
     def load(self, data: bytes) -> None:
+        """One section (the keyspaces were emptied before the load began)."""
         from pion.storage.recovery import RecoveryError
         from pion.storage.serialize import load_value, unpack_tree
 
@@ -248,13 +298,13 @@ class Tenants:
             if dbs is None:
                 raise RecoveryError(f"the snapshot holds data of tenant '{name}', which is not configured: "
                                     "start with the same --tenant list as the server that wrote it")
-            for db in dbs:
-                db.flush()
+            accounting = self.accounting.get(name)
             for index, key, expire, payload in records:
                 dbs[index].set(key, load_value(payload))
                 if expire >= 0:
                     dbs[index].set_expire(key, expire)
-        self.rescan()
+                if accounting is not None:
+                    accounting.update(dbs[index], key)
 
 
 def tenants_of(server: Server) -> Tenants | None:
@@ -324,7 +374,7 @@ def install(server: Server, specs: list[TenantSpec]) -> Tenants:
     if persistence is not None:
         from pion.server.persistence import SnapshotExtension
 
-        persistence.snapshot_extensions.append(SnapshotExtension("tenants", engine.dump, engine.load))
+        persistence.snapshot_extensions.append(SnapshotExtension("tenants", engine.dump, engine.load, engine.sections))
     server.startup_hooks.append(lambda srv: engine.rescan())  # after recovery filled the keyspaces
     if specs:
         log.info("tenants: %s", ", ".join(spec.name for spec in specs))

@@ -28,6 +28,7 @@ from pion.protocol.resp import encode_error
 from pion.server.journal import Journal
 from pion.storage import wal
 from pion.storage.arena import ArenaStore, BlobRef
+from pion.storage.faults import DiskWriteError
 
 if TYPE_CHECKING:
     from pion.server.client import Client
@@ -75,10 +76,16 @@ class WalJournal(ObservedJournal):
         self.synced_seq = 0
         self.last_fsync = 0.0
         self.refs_since_cut: set[BlobRef] = set()
+        #: arena bytes the records since the last snapshot reference (the automatic rewrite
+        #: counts them with the log: overwritten big values are reclaimed only by a snapshot)
+        self.arena_bytes = 0
         self._waiters: list[tuple[int, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self._marks: dict[Any, list[tuple[int, int]]] = {}
         self._error: str | None = None
+        #: a failed blob arena write: (reason, monotonic time, journal seq then); writes are
+        #: refused for RETRY_SECONDS after it, INFO says err until a later record is written
+        self._arena_error: tuple[str, float, int] | None = None
         self.write_failures = 0
         #: writer-thread counters: batches written and fsyncs done (group commit: fsyncs < records)
         self.batches = 0
@@ -102,6 +109,18 @@ class WalJournal(ObservedJournal):
 
     # -- loop side ----------------------------------------------------------------------------
 
+    def stage(self, argv: list) -> None:
+        """Put a write's arguments of ``blob-threshold`` bytes or more in an arena before the
+        command runs (the record then references them): a full disk refuses the command with
+        ``DiskWriteError`` while nothing has changed yet."""
+        threshold = self.blob_threshold
+        arenas = self.arenas
+        for arg in argv:
+            if len(arg) >= threshold and not (arg.__class__ is memoryview and arenas.ref_of(arg) is not None):
+                entry = arenas.recent.get(id(arg))
+                if entry is None or entry[0] is not arg:
+                    arenas.put(arg)
+
     def append(self, effects: Effects) -> int:
         for observer in self.observers:
             observer(effects)
@@ -116,7 +135,14 @@ class WalJournal(ObservedJournal):
                 entry = recent.get(id(arg))
                 ref = entry[1] if entry is not None and entry[0] is arg else None
             if ref is None and len(arg) >= limit:
-                ref = self.arenas.put(arg)
+                try:
+                    ref = self.arenas.put(arg)
+                except DiskWriteError as exc:
+                    # the change is in memory already (a value the command made, not one it was
+                    # given): keep the bytes in the record itself; if the log cannot be written
+                    # either, the record is answered -MISCONF and retried like any other
+                    self.note_disk_error(exc)
+                    return None
             if ref is not None:
                 refs.append(ref)
             return ref
@@ -124,7 +150,10 @@ class WalJournal(ObservedJournal):
         payload = wal.encode_effects(effects, to_ref, 0 if recent else min(self.blob_threshold, 4096))
         if len(payload) > MAX_INLINE_PAYLOAD:
             payload = wal.encode_effects(effects, lambda arg: to_ref(arg, 64 * 1024))
-        self.refs_since_cut.update(refs)
+        if refs:
+            fresh = [ref for ref in refs if ref not in self.refs_since_cut]
+            self.arena_bytes += sum(ref.length for ref in fresh)
+            self.refs_since_cut.update(fresh)
         record = wal.frame(payload)
         if self._segment_bytes + len(record) > self.segment_size and self._segment_bytes > wal.HEADER_SIZE:
             self.segment += 1
@@ -155,6 +184,7 @@ class WalJournal(ObservedJournal):
         self._segment_bytes = wal.HEADER_SIZE
         self.log_bytes = 0
         self.refs_since_cut = set()
+        self.arena_bytes = 0
         return covered
 
     def _hand_over(self) -> None:
@@ -182,13 +212,33 @@ class WalJournal(ObservedJournal):
             marks.append((len(conn.out), seq))
 
     def write_error(self) -> str | None:
-        return self._error
+        if self._error is not None:
+            return self._error
+        failure = self._arena_error
+        if failure is not None and time.monotonic() - failure[1] < RETRY_SECONDS:
+            return failure[0]
+        return None
+
+    def last_write_ok(self) -> bool:
+        return self._error is None and self._arena_error is None
+
+    def note_disk_error(self, exc: OSError) -> None:
+        """On the loop: a blob arena write failed. Writes are refused with -MISCONF for
+        RETRY_SECONDS (then the next one tries the disk again); logged once per outage."""
+        self.write_failures += 1
+        reason = f"arena write failed: {exc.strerror or exc}"
+        if self._arena_error is None and self._error is None:
+            log.error("%s: refusing writes with -MISCONF until a write succeeds", reason)
+        self._arena_error = (reason, time.monotonic(), self.seq)
 
     def _written(self, seq: int, synced: bool) -> None:
         """On the loop: the writer finished records up to ``seq``."""
         if self._error is not None:
             log.warning("log writes succeed again; accepting writes")
             self._error = None
+        if self._arena_error is not None and seq > self._arena_error[2]:
+            log.warning("disk writes succeed again; accepting writes")
+            self._arena_error = None
         if synced:
             self.synced_seq = max(self.synced_seq, seq)
             self.last_fsync = time.time()
@@ -290,6 +340,11 @@ class WalJournal(ObservedJournal):
             self.batches += 1
         now = time.monotonic()
         sync = policy == "always" or closing or (policy == "everysec" and now - self._last_sync >= 1.0)
+        if policy == "no" and not sync and self._writer is not None:
+            # nothing will fsync these: once written they need no retry, so do not keep them
+            # (they piled up to a whole segment, 64 MiB of records and more of objects, in memory)
+            self._writer.synced_size = self._writer.size
+            self._unsynced = []
         if sync and self._writer is not None and self._unsynced:
             self._writer.sync()
             self.fsyncs += 1

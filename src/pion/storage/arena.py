@@ -31,8 +31,11 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from pion.storage import faults
+from pion.storage.arena_check import BlobChecks
 from pion.storage.blobpack import pack_blob, snapshot_scope, unpack_blob
 from pion.storage.blobref import ArenaError, BlobRef
+from pion.storage.faults import DiskWriteError
 from pion.storage.fileops import fsync_dir, gaps, punch_hole, round_up
 
 #: the ref type and the snapshot tokens are re-exported: engines and the server import them from here
@@ -58,8 +61,8 @@ class _Arena:
         self.dropped = False
 
 
-class ArenaStore:
-    """The arena files of one data directory."""
+class ArenaStore(BlobChecks):
+    """The arena files of one data directory (crc checks of mapped blobs: ``arena_check``)."""
 
     def __init__(self, directory: str, arena_size: int = DEFAULT_ARENA_SIZE) -> None:
         self.directory = directory
@@ -85,6 +88,10 @@ class ArenaStore:
         self._writers = 0
         self._idle = threading.Condition(self._lock)
         self._closed = False
+        #: (arena_id, offset) -> does the blob match its crc (checked once: ``blob_ok``)
+        self._checked: dict[tuple[int, int], bool] = {}
+        self.bad_blobs = 0
+        self._verifier: threading.Thread | None = None
         os.makedirs(directory, exist_ok=True)
         for arena_id in self._existing_ids():
             path = self._path(arena_id)
@@ -109,8 +116,14 @@ class ArenaStore:
         path = self._path(arena_id)
         capacity = max(self.arena_size, round_up(min_size, mmap.PAGESIZE))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.ftruncate(fd, capacity)  # sparse: only written blocks use disk
-        arena = _Arena(arena_id, path, fd, capacity, 0)
+        try:
+            os.ftruncate(fd, capacity)  # sparse: only written blocks use disk
+            arena = _Arena(arena_id, path, fd, capacity, 0)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
         arena.dirty = True
         with self._lock:
             self._arenas[arena_id] = arena
@@ -123,9 +136,15 @@ class ArenaStore:
     # -- the engine-facing API -------------------------------------------------------------
 
     def put(self, data: bytes | bytearray | memoryview) -> BlobRef:
-        """Append a blob; durable once the next log record (or snapshot) has been fsynced."""
+        """Append a blob; durable once the next log record (or snapshot) has been fsynced.
+        A failed write raises ``DiskWriteError`` and leaves nothing registered."""
         room = self.reserve(len(data) if not isinstance(data, memoryview) else data.nbytes)
-        return self.commit(room, data, self.write_at(room, data))
+        try:
+            crc = self.write_at(room, data)
+        except DiskWriteError:
+            self.cancel(room)
+            raise
+        return self.commit(room, data, crc)
 
     def reserve(self, length: int) -> BlobRef:
         """Room for a blob of ``length`` bytes (a ref with crc 0), to be filled by ``write_at``
@@ -133,7 +152,10 @@ class ArenaStore:
         A reservation given up (``cancel``) is dead space, reclaimed like any other."""
         arena = self._current
         if arena is None or arena.used + length > arena.capacity:
-            arena = self._new_arena(length)
+            try:
+                arena = self._new_arena(length)
+            except OSError as exc:
+                raise DiskWriteError(exc.errno, f"cannot create an arena file: {exc.strerror or exc}") from exc
         offset = arena.used
         arena.used = round_up(offset + length, 8)
         with self._lock:
@@ -152,10 +174,15 @@ class ArenaStore:
                 raise ArenaError(f"{view.nbytes} bytes at {at} overflow the reservation {room}")
             self._writers += 1
         try:
+            faults.check("arena.write")
             written = 0
             while written < view.nbytes:
                 written += os.pwrite(arena.fd, view[written:], room.offset + at + written)
             return crc32c.crc32c(view)
+        except DiskWriteError:
+            raise
+        except OSError as exc:
+            raise DiskWriteError(exc.errno, exc.strerror or str(exc)) from exc
         finally:
             with self._lock:
                 self._writers -= 1
@@ -174,6 +201,7 @@ class ArenaStore:
             crc = crc32c.crc32c(memoryview(data).cast("B") if len(data) else b"")
         ref = BlobRef(room.arena_id, room.offset, room.length, crc)
         self._index[key] = (room.length, crc)
+        self._checked[key] = True  # the crc was computed from the bytes written
         self.live_bytes += room.length
         self.recent[id(data)] = (data, ref)
         return ref
@@ -250,6 +278,7 @@ class ArenaStore:
             new_files, self._new_files = self._new_files, False
         for arena in dirty:
             try:
+                faults.check("arena.sync")
                 os.fsync(arena.fd)
             except OSError:
                 with self._lock:
@@ -301,13 +330,14 @@ class ArenaStore:
                 by_arena.setdefault(key[0], []).append((key[1], key[1] + entry[0]))
         released = 0
         for arena in list(self._arenas.values()):
-            if keep_current and arena is self._current:
-                continue
             ranges = sorted(by_arena.get(arena.id, ()))
-            if not ranges:
+            current = keep_current and arena is self._current
+            if not ranges and not current:
                 released += self._drop(arena)
                 continue
-            for start, end in gaps(ranges, arena.capacity):
+            # the file being appended to stays, but its dead ranges below the write position
+            # are punched out too (overwritten big values would otherwise linger up to its size)
+            for start, end in gaps(ranges, arena.used if current else arena.capacity):
                 released += punch_hole(arena.fd, start, end - start)
             self._forget(arena.id, {start for start, _ in ranges})
         self.reclaimed_bytes += released
@@ -334,6 +364,7 @@ class ArenaStore:
     def _forget(self, arena_id: int, keep_offsets: set[int]) -> None:
         for key in [k for k in self._index if k[0] == arena_id and k[1] not in keep_offsets]:
             self.live_bytes -= self._index.pop(key)[0]
+            self._checked.pop(key, None)
 
     def refs(self) -> Iterator[BlobRef]:
         """Every blob known since start (put, or mapped on replay / snapshot load)."""

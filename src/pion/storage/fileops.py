@@ -52,3 +52,43 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def find_frame(view: memoryview, start: int, first: bytes, last: int | None = None) -> int | None:
+    """The offset of the first intact ``[u32 length][u32 crc32c][payload]`` frame at or after
+    ``start`` whose payload starts with a byte of ``first`` (and ends with ``last``, if given).
+
+    Used to resynchronise after damage (the log's torn-or-corrupt test, check-wal, snapshot
+    salvage). The candidates are found with numpy a MiB at a time and only those get their
+    checksum computed: trying every offset in Python took 15-75 s for the tail of a 60 MB record.
+    """
+    import crc32c
+    import numpy as np
+
+    size = len(view)
+    stop = size - 8  # a frame header must start before this
+    if start >= stop:
+        return None
+    data = np.frombuffer(view, dtype=np.uint8)
+    step = 1 << 20  # a few arrays of this many int64 at most
+    for lo in range(start, stop, step):
+        hi = min(lo + step, stop)
+        heads = data[lo + 8 : hi + 8]
+        hit = heads == first[0]
+        for byte in first[1:]:
+            hit |= heads == byte
+        starts = np.flatnonzero(hit) + lo
+        if not len(starts):
+            continue
+        lengths = (data[starts].astype(np.int64) | data[starts + 1].astype(np.int64) << 8
+                   | data[starts + 2].astype(np.int64) << 16 | data[starts + 3].astype(np.int64) << 24)
+        ends = starts + 8 + lengths
+        fits = (lengths >= 1) & (ends <= size)
+        starts, ends = starts[fits], ends[fits]
+        if last is not None:
+            starts = starts[data[ends - 1] == last]
+        for pos in starts.tolist():
+            length = int.from_bytes(view[pos : pos + 4], "little")
+            if crc32c.crc32c(view[pos + 8 : pos + 8 + length]) == int.from_bytes(view[pos + 4 : pos + 8], "little"):
+                return pos
+    return None

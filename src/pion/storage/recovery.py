@@ -72,7 +72,8 @@ def load_snapshot(
                 load_extension(record)  # type: ignore[arg-type]
         reader.close()
     except SnapshotError as exc:
-        raise RecoveryError(f"{exc}; the snapshot cannot be loaded (move it away to start from the log only)") from None
+        raise RecoveryError(f"{exc}; the snapshot cannot be loaded: run `pion check-wal --fix {directory}` to "
+                            "salvage every intact record (the damaged file is kept in a backup)") from None
 
 
 def replay_log(

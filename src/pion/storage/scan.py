@@ -70,6 +70,11 @@ class KeyTable:
     def __len__(self) -> int:
         return self.size
 
+    def nbytes(self) -> int:
+        """About what the table holds in memory (measured: a list per bucket, a pointer per
+        key): the keyspace counts it against maxmemory once eviction or SCAN has built it."""
+        return len(self.buckets) * 76 + self.size * 16
+
     def _fill(self, items: list[bytes], capacity: int) -> None:
         buckets: list[list[bytes]] = [[] for _ in range(capacity)]
         mask = capacity - 1

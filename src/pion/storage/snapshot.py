@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import crc32c
 
-from pion.storage.fileops import fsync_dir
+from pion.storage import faults
+from pion.storage.fileops import find_frame, fsync_dir
 
 MAGIC = b"PIONSNAP"
 VERSION = 1
@@ -88,11 +89,13 @@ class SnapshotFile:
         self.size = HEADER_SIZE
 
     def write(self, data: bytes) -> None:
+        faults.check("snapshot.write")
         self.handle.write(data)
         self.size += len(data)
 
     def commit(self, header: bytes) -> None:
         """Write the header, fsync the temp file, rename it over the snapshot, fsync the directory."""
+        faults.check("snapshot.write")
         self.handle.flush()
         os.pwrite(self.handle.fileno(), header, 0)
         os.fsync(self.handle.fileno())
@@ -134,10 +137,17 @@ class ExtensionRecord:
 
 
 class SnapshotReader:
-    """Reads a snapshot through mmap; iterate for its records (checks every crc and the end)."""
+    """Reads a snapshot through mmap; iterate for its records (checks every crc and the end).
 
-    def __init__(self, path: str) -> None:
+    With ``salvage`` a damaged record does not stop the reading: it is noted in ``problems``
+    (with the key it seems to hold, in ``lost``), the reader resynchronises on the next intact
+    record and goes on, so every intact record is returned (``pion check-wal --fix``)."""
+
+    def __init__(self, path: str, salvage: bool = False) -> None:
         self.path = path
+        self.salvage = salvage
+        self.problems: list[str] = []
+        self.lost: list[str] = []
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             if size < HEADER_SIZE:
@@ -147,11 +157,14 @@ class SnapshotReader:
         head = self.view[: _HEADER.size]
         magic, version, _, base, created = _HEADER.unpack(head)
         (crc,) = struct.unpack_from("<I", self.view, _HEADER.size)
-        if magic != MAGIC:
+        if magic != MAGIC and not salvage:
             raise SnapshotError(f"{path} is not a Pion snapshot")
         if crc32c.crc32c(head) != crc:
-            raise SnapshotError(f"snapshot {path}: header checksum mismatch at offset 0")
-        if version > VERSION:
+            if not salvage:
+                raise SnapshotError(f"snapshot {path}: header checksum mismatch at offset 0")
+            self.problems.append("offset 0: header checksum mismatch (its log cut is not trusted)")
+            base = -1
+        if version > VERSION and not salvage:
             raise SnapshotError(f"snapshot {path} has version {version}, newer than {VERSION}")
         self.info = SnapshotInfo(base, created)
 
@@ -163,29 +176,111 @@ class SnapshotReader:
         count = 0
         while True:
             if pos + 8 > size:
-                raise SnapshotError(f"snapshot {self.path} is truncated at offset {pos}")
+                self._damaged(pos, f"truncated at offset {pos}", None)  # no frame can follow
+                return
             length, crc = _FRAME.unpack_from(view, pos)
             end = pos + 8 + length
             if end > size or length == 0:
-                raise SnapshotError(f"snapshot {self.path}: bad record length at offset {pos}")
+                pos = self._damaged(pos, f"bad record length at offset {pos}", None)  # type: ignore[assignment]
+                if pos is None:
+                    return
+                continue
             payload = view[pos + 8 : end]
             kind = payload[0]
             if kind == 0x5A:  # Z
-                records, total = _END.unpack_from(payload, 1)
+                records, total = _END.unpack_from(payload, 1) if length >= _END.size + 1 else (-1, -1)
                 if records != count or total != running:
-                    raise SnapshotError(f"snapshot {self.path}: end record does not match at offset {pos}")
+                    if not self.salvage:
+                        raise SnapshotError(f"snapshot {self.path}: end record does not match at offset {pos}")
+                    self.problems.append(f"offset {pos}: the end record counts records that were dropped")
                 return
             if crc32c.crc32c(payload) != crc:
-                raise SnapshotError(f"snapshot {self.path}: checksum mismatch at offset {pos}")
+                pos = self._damaged(pos, f"checksum mismatch at offset {pos}", payload)  # type: ignore[assignment]
+                if pos is None:
+                    return
+                continue
+            try:
+                record = _parse(payload, kind, self.path, pos)
+            except (SnapshotError, struct.error, UnicodeDecodeError) as exc:
+                pos = self._damaged(pos, str(exc), None)  # type: ignore[assignment]
+                if pos is None:
+                    return
+                continue
             running = crc32c.crc32c(view[pos:end], running)
             count += 1
-            yield _parse(payload, kind, self.path, pos)
+            yield record
             pos = end
+
+    def _damaged(self, pos: int, reason: str, payload: memoryview | None) -> int | None:
+        """A bad spot: raise (normal reading), or note it and return where reading resumes."""
+        if not self.salvage:
+            raise SnapshotError(f"snapshot {self.path}: {reason}")
+        self.problems.append(reason)
+        guess = _key_of(payload) if payload is not None else None
+        if guess is not None:
+            self.lost.append(guess)
+        return find_frame(self.view, pos + 1, b"KXE")
 
     def close(self) -> None:
         self.view.release()
         with contextlib.suppress(BufferError):
             self.map.close()
+
+
+def _key_of(payload: memoryview) -> str | None:
+    """The db and key a damaged K/X record seems to hold (its checksum failed: a guess)."""
+    if len(payload) < 1 + _KEY.size or payload[0] not in (0x4B, 0x58):
+        return None
+    db, klen = _KEY.unpack_from(payload, 1)
+    start = 1 + _KEY.size
+    if klen > len(payload) - start:
+        return None
+    return f"db {db} key {bytes(payload[start:start + klen])!r}"
+
+
+@dataclass(slots=True)
+class SalvageReport:
+    kept: int
+    problems: list[str]
+    lost: list[str]
+    backup: str
+
+
+def salvage(directory: str, backup_dir: str, base_segment: int | None = None) -> SalvageReport:
+    """Rewrite a damaged snapshot with every intact record (keys, tombstones, extension
+    sections), the damaged file copied to ``backup_dir`` first; the rewrite is atomic (temp
+    file, fsync, rename). ``base_segment`` replaces the log cut when the header is damaged."""
+    import shutil
+
+    path = os.path.join(directory, FILENAME)
+    reader = SnapshotReader(path, salvage=True)
+    enc = SnapshotEncoder()
+    out = SnapshotFile(directory)
+    kept = 0
+    try:
+        for record in reader:
+            if record.__class__ is KeyRecord:
+                out.write(enc.key(record.db, record.key, record.expire_ms, bytes(record.value)))  # type: ignore[union-attr]
+            elif record.__class__ is Tombstone:
+                out.write(enc.tombstone(record.db, record.key))
+            else:
+                out.write(enc.extension(record.name, bytes(record.data)))  # type: ignore[union-attr]
+            kept += 1
+        out.write(enc.end())
+        base = reader.info.base_segment if reader.info.base_segment >= 0 else (base_segment or 0)
+        os.makedirs(backup_dir, exist_ok=True)
+        target = os.path.join(backup_dir, FILENAME)
+        shutil.copy2(path, target)
+        with open(target, "rb") as handle:
+            os.fsync(handle.fileno())
+        fsync_dir(backup_dir)
+        out.commit(enc.header(base, reader.info.created_ms))
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        reader.close()
+    return SalvageReport(kept, reader.problems, reader.lost, backup_dir)
 
 
 def _parse(payload: memoryview, kind: int, path: str, pos: int) -> KeyRecord | Tombstone | ExtensionRecord:

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 
 import crc32c
 import hiredis
+import numpy as np
 
+from pion.storage import faults
 from pion.storage.arena import BlobRef
-from pion.storage.fileops import fsync_dir
+from pion.storage.fileops import find_frame, fsync_dir
 
 MAGIC = b"PIONWAL1"
 VERSION = 1
@@ -142,6 +144,7 @@ class SegmentWriter:
         start = self.size
         done = 0
         try:
+            faults.check("wal.write")
             while done < len(view):
                 done += os.pwrite(self.fd, view[done:], start + done)
         except OSError:
@@ -157,6 +160,7 @@ class SegmentWriter:
         os.ftruncate(self.fd, self.size)
 
     def sync(self) -> None:
+        faults.check("wal.sync")
         os.fdatasync(self.fd) if hasattr(os, "fdatasync") else os.fsync(self.fd)
         if self.needs_dir_sync:
             fsync_dir(self.directory)
@@ -232,7 +236,7 @@ class SegmentScan:
             return self._tail(view, pos, "record header cut short")
         length, crc = _FRAME.unpack_from(view, pos)
         if length == 0 or length > MAX_RECORD:
-            if not any(view[pos:]):
+            if not np.frombuffer(view[pos:], dtype=np.uint8).any():
                 return Problem(self.path, pos, "torn", "zero-filled tail")
             return Problem(self.path, pos, "corrupt", f"impossible record length {length}")
         end = pos + FRAME_SIZE + length
@@ -254,16 +258,12 @@ class SegmentScan:
 
 
 def find_valid_record(view: memoryview, start: int) -> int | None:
-    """The offset of the first intact record at or after ``start``, if any."""
-    size = len(view)
-    for pos in range(start, size - FRAME_SIZE):
-        length = int.from_bytes(view[pos : pos + 4], "little")
-        end = pos + FRAME_SIZE + length
-        if length < 4 or end > size or view[pos + FRAME_SIZE] != 0x2A or view[end - 1] != 0x0A:
-            continue
-        if crc32c.crc32c(view[pos + FRAME_SIZE : end]) == int.from_bytes(view[pos + 4 : pos + 8], "little"):
-            return pos
-    return None
+    """The offset of the first intact record at or after ``start``, if any (a payload starts
+    with ``*`` and ends with LF; ``fileops.find_frame`` finds the candidates with numpy)."""
+    found = find_frame(view, start, b"*", 0x0A)
+    if found is not None and int.from_bytes(view[found : found + 4], "little") < 4:
+        return find_valid_record(view, found + 1)
+    return found
 
 
 def truncate_segment(path: str, offset: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -119,3 +120,26 @@ def test_int8_keeps_each_row_its_own_scale():
     codec = get_codec("int8")
     y = codec.decode(codec.encode(x), x.shape)
     assert np.abs(y[0] - x[0]).max() <= 0.02 / 254
+
+
+@pytest.mark.parametrize("name", ["int8", "turbo4", "turbo3", "turbo2", "fp8", "mlx4g32"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_codecs_with_shared_scales_refuse_nan_and_inf(name, bad):
+    """Issue #13: one NaN or Inf made every value sharing its scale decode as NaN, silently."""
+    from pion.codecs import CodecError, get_codec
+
+    rows = np.ones((4, 64), np.float32)
+    rows[2, 7] = bad
+    with pytest.raises(CodecError, match="row 2"):
+        get_codec(name).encode(rows)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp32"])
+def test_per_value_codecs_keep_a_nan_in_its_place(name):
+    from pion.codecs import get_codec
+
+    rows = np.ones((4, 64), np.float32)
+    rows[2, 7] = np.nan
+    codec = get_codec(name)
+    back = codec.decode(codec.encode(rows), (4, 64))
+    assert np.isnan(back).sum() == 1 and np.isnan(back[2, 7])

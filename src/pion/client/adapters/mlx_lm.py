@@ -16,7 +16,8 @@ import dataclasses
 import numpy as np
 
 from pion.client.adapters import CacheLayout, heads_major, require
-from pion.client.namespace import config_hash, pick_probe, weights_digest
+from pion.client.fingerprint import cached, digest
+from pion.client.namespace import config_hash
 from pion.client.state_blob import pack_state, unpack_state
 
 
@@ -35,24 +36,40 @@ class MlxLmAdapter:
 
     # -- identity ------------------------------------------------------------------------
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self, weights: str | None = None) -> dict:
+        """The class, the model args, the K/V dtype and a hash of every weight (``weights``, the
+        caller's own identity of the weights, replaces the hash): see ``pion.client.fingerprint``."""
         args = getattr(self.model, "args", None)
         config = dataclasses.asdict(args) if dataclasses.is_dataclass(args) else dict(vars(args or {}))
         return {
             "runtime": self.runtime, "class": f"{type(self.model).__module__}.{type(self.model).__name__}",
-            "model_id": self.model_id, "config": config_hash(config), "dtype": self.layout.dtype,
-            "weights": self._weights_probe(),
+            "config": config_hash(config), "dtype": self.layout.dtype,
+            "weights": f"caller:{weights}" if weights is not None else self.weights_hash(),
         }
 
-    def _weights_probe(self) -> str:
+    def weights_hash(self) -> str:
+        """xxh3-128 of every parameter (LoRA layers' ``lora_a``/``lora_b`` included) and of the
+        LoRA scales, cached per model while its arrays stay the same objects."""
+        import json
+
         from mlx.utils import tree_flatten
 
-        samples = []
-        for name, arr in pick_probe(tree_flatten(self.model.parameters())):
-            flat = arr.reshape(-1)
-            sample = flat[:: max(1, flat.size // 1024)][:1024].astype(self.mx.float32)
-            samples.append((name, tuple(arr.shape), np.array(sample).tobytes()))
-        return weights_digest(samples)
+        mx = self.mx
+        arrays = tree_flatten(self.model.parameters())
+        scales = [[name, float(module.scale)] for name, module in self.model.named_modules()
+                  if hasattr(module, "lora_a") and hasattr(module, "scale")]
+        key = (tuple((name, id(a)) for name, a in arrays), json.dumps(scales))
+        contiguous = getattr(mx, "contiguous", None)
+
+        def compute() -> str:
+            items = []
+            for name, a in arrays:
+                view = contiguous(a) if contiguous is not None else a
+                mx.eval(view)
+                items.append((name, str(a.dtype), tuple(a.shape), memoryview(view)))
+            return digest(items, scales)
+
+        return cached(self.model, key, [a for _, a in arrays], compute)
 
     @property
     def layout(self) -> CacheLayout:

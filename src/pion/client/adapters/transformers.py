@@ -12,11 +12,13 @@ torch and transformers are imported when the adapter is created, never at module
 from __future__ import annotations
 
 import inspect
+import json
 
 import numpy as np
 
 from pion.client.adapters import CacheLayout, require
-from pion.client.namespace import config_hash, pick_probe, weights_digest
+from pion.client.fingerprint import cached, digest
+from pion.client.namespace import config_hash
 from pion.client.state_blob import pack_state, unpack_state
 
 #: cache layer classes whose K/V Pion does not store (names differ across 5.x: QuantizedLayer
@@ -42,21 +44,31 @@ class TransformersAdapter:
 
     # -- identity ------------------------------------------------------------------------
 
-    def fingerprint(self) -> dict:
-        """What makes this model's K/V incompatible with another's (see namespace.py)."""
+    def fingerprint(self, weights: str | None = None) -> dict:
+        """What makes this model's K/V incompatible with another's (``pion.client.fingerprint``):
+        the class, the config (without keys that do not change the math, such as the path it was
+        loaded from), the K/V dtype and a hash of every weight and adapter; ``weights`` (the
+        caller's own identity of the weights) replaces that hash."""
         return {
-            "runtime": self.runtime, "class": type(self.model).__name__, "model_id": self.model_id,
+            "runtime": self.runtime, "class": type(self.model).__name__,
             "config": config_hash(self.model.config.to_dict()), "dtype": self.layout.dtype,
-            "weights": self._weights_probe(),
+            "weights": f"caller:{weights}" if weights is not None else self.weights_hash(),
         }
 
-    def _weights_probe(self) -> str:
-        samples = []
-        for name, tensor in pick_probe(list(self.model.state_dict().items())):
-            flat = tensor.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // 1024)][:1024].float().cpu().numpy()
-            samples.append((name, tuple(tensor.shape), sample.tobytes()))
-        return weights_digest(samples)
+    def weights_hash(self) -> str:
+        """xxh3-128 of every parameter and buffer, and of the unmerged adapters' state (cached per model)."""
+        model = self.model
+        tensors = [(f"p:{name}", t) for name, t in model.named_parameters()]
+        tensors += [(f"b:{name}", t) for name, t in model.named_buffers()]
+        adapters = adapter_state(model)
+        key = (tuple((name, id(t), t._version, str(t.device)) for name, t in tensors),
+               json.dumps(adapters, default=str))
+
+        def compute() -> str:
+            return digest(((name, str(t.dtype), tuple(t.shape), tensor_bytes(self.torch, t)) for name, t in tensors),
+                          adapters)
+
+        return cached(model, key, [t for _, t in tensors], compute)
 
     @property
     def layout(self) -> CacheLayout:
@@ -198,6 +210,41 @@ class TransformersAdapter:
         import copy
 
         return copy.deepcopy(cache)
+
+
+def tensor_bytes(torch, tensor) -> np.ndarray:
+    """A tensor's raw bytes as a uint8 array (a copy only when it is on a device or strided)."""
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous().reshape(-1)
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    return t.view(torch.uint8).numpy()
+
+
+def adapter_state(model) -> list:
+    """What unmerged adapters do with the same bytes: per LoRA layer (PEFT's, or transformers'
+    own ``load_adapter``), its active adapters, whether they are merged or disabled, and their
+    scaling; and the PEFT configs."""
+    state: list = []
+    for name, module in model.named_modules():
+        if not hasattr(module, "lora_A"):
+            continue
+        active = getattr(module, "active_adapters", None)
+        scaling = getattr(module, "scaling", None)
+        state.append([name, sorted(active) if isinstance(active, list | tuple) else str(active),
+                      bool(getattr(module, "merged", False)), bool(getattr(module, "disable_adapters", False)),
+                      {k: float(v) for k, v in sorted(scaling.items())} if isinstance(scaling, dict) else None])
+    configs = getattr(model, "peft_config", None)
+    if isinstance(configs, dict):
+        state.append(["peft_config", {name: _config_dict(cfg) for name, cfg in sorted(configs.items())}])
+    return state
+
+
+def _config_dict(config) -> object:
+    to_dict = getattr(config, "to_dict", None)
+    return to_dict() if callable(to_dict) else repr(config)
 
 
 def to_numpy(torch, tensor) -> np.ndarray:

@@ -1,30 +1,38 @@
-"""ACL: the users are the default user (``requirepass``) and the ``--tenant`` users, fixed at start.
+"""ACL: Redis 7's users, rules and selectors (``pion.server.acl_rules``/``acl_users``), with the
+ACL file (``aclfile``) for ACL SAVE/LOAD and restarts.
 
-WHOAMI, USERS, LIST, GETUSER, CAT, DRYRUN, LOG, GENPASS and HELP describe them truthfully, with
-Redis 7's reply shapes: a tenant's command rules are generated from the same check that refuses
-its commands (``pion.server.tenants.tenant_denied``), and its keys (``~*``) and channels (``&*``)
-are all of its own keyspace and hub. SETUSER, DELUSER, SAVE and LOAD answer a clear error: users
-change by editing the flags or the tenants file and restarting.
+A ``--tenant`` is a user bound to its own keyspace: ACL SETUSER may change its password and
+narrow its rules (keys, channels, commands), but the tenant limits (no @admin, no scripting,
+``pion.server.tenants``) hold whatever the rules say, and ACL DELUSER refuses it (it owns data;
+remove its --tenant and restart). Users made with ACL SETUSER share the main keyspace, as in
+Redis. Deleting a user disconnects its clients; narrowing a user's channels disconnects its
+subscribers that lost a channel, as Redis does.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.protocol.resp import OK, Status
+from pion.protocol.resp import OK, SetReply, Status
+from pion.server.acl_check import check, message
+from pion.server.acl_users import DENIED_CMD, User, save_file
+from pion.server.acl_users import OK as ACL_OK
 from pion.server.args import parse_int
-from pion.server.auth import User, users_of
+from pion.server.auth import users_of
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.server.tenants import tenant_denied, tenant_rules
+from pion.server.tenants import tenant_denied
+
+log = logging.getLogger("pion.acl")
 
 _USER = "noscript loading stale"
 _ADMIN = "admin noscript loading stale"
 _ADMIN_CATS = "@admin @slow @dangerous"
-FIXED_USERS = ("is not supported by Pion: the users are the default user (requirepass) and the --tenant "
-               "users, fixed at start; edit the flags or the --tenants-file and restart")
+NO_ACLFILE = ("ERR This Redis instance is not configured to use an ACL file. Start Pion with --aclfile PATH "
+              "(or 'aclfile PATH' in its config file) to keep users across restarts with ACL SAVE.")
 
 HELP = """ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:
 CAT [<category>]
@@ -56,13 +64,12 @@ WHOAMI
 HELP
     Prints this help.""".split("\n")
 
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
-def _rules(ctx: Ctx, user: User) -> str:
-    return "+@all" if user.tenant is None else tenant_rules(ctx.server.table)
 
-
-def _flags(user: User) -> list[bytes]:
-    return [b"on"] + ([b"nopass"] if user.digest is None else [])
+def aclfile(ctx: Ctx) -> str:
+    return dict(ctx.server.settings.extra).get("aclfile", "")
 
 
 @command("ACL|WHOAMI", 2, _USER, categories="@slow", group="server", since="6.0.0")
@@ -81,28 +88,85 @@ def acl_users(ctx: Ctx, argv: list[bytes]):
 def acl_list(ctx: Ctx, argv: list[bytes]):
     """ACL LIST"""
     users = users_of(ctx.server).users
-    lines = []
-    for name in sorted(users):
-        user = users[name]
-        password = "nopass" if user.digest is None else "#" + user.digest.hex()
-        lines.append(f"user {name} on {password} ~* &* {_rules(ctx, user)}".encode())
-    return lines
+    return [f"user {name} {users[name].describe()}".encode() for name in sorted(users)]
+
+
+def _selector_fields(selector) -> dict[bytes, bytes]:
+    return {b"commands": selector.command_rules().encode(), b"keys": " ".join(selector.key_rules()).encode(),
+            b"channels": " ".join(selector.channel_rules()).encode()}
 
 
 @command("ACL|GETUSER", 3, _ADMIN, categories=_ADMIN_CATS, group="server", since="6.0.0")
 def acl_getuser(ctx: Ctx, argv: list[bytes]):
     """ACL GETUSER username"""
-    user = users_of(ctx.server).get(argv[2].decode("utf-8", "replace"))
+    user = users_of(ctx.server).get(_text(argv[2]))
     if user is None:
         return None
     return {
-        b"flags": _flags(user),
-        b"passwords": [] if user.digest is None else [user.digest.hex().encode()],
-        b"commands": _rules(ctx, user).encode(),
-        b"keys": b"~*",
-        b"channels": b"&*",
-        b"selectors": [],
+        b"flags": SetReply(flag.encode() for flag in user.flags()),
+        b"passwords": list(user.passwords),
+        **_selector_fields(user.root),
+        b"selectors": [_selector_fields(s) for s in user.selectors[1:]],
     }
+
+
+@command("ACL|SETUSER", -3, _ADMIN, categories=_ADMIN_CATS, group="server", since="6.0.0")
+def acl_setuser(ctx: Ctx, argv: list[bytes]):
+    """ACL SETUSER username [rule [rule ...]]"""
+    users = users_of(ctx.server)
+    name = _text(argv[2])
+    before = users.get(name)
+    try:
+        user = users.table.set_user(name, argv[3:])
+    except ValueError as exc:
+        raise ReplyError(f"ERR {exc}") from None
+    if before is not None:
+        _drop_revoked_subscribers(ctx, user)
+    return OK
+
+
+@command("ACL|DELUSER", -3, _ADMIN, categories=_ADMIN_CATS, group="server", since="6.0.0")
+def acl_deluser(ctx: Ctx, argv: list[bytes]):
+    """ACL DELUSER username [username ...]"""
+    users = users_of(ctx.server)
+    names = [_text(raw) for raw in argv[2:]]
+    if "default" in names:
+        raise ReplyError("ERR The 'default' user cannot be removed")
+    for name in names:
+        user = users.get(name)
+        if user is not None and user.tenant is not None:
+            raise ReplyError(f"ERR The user '{name}' is a tenant with a keyspace of its own and cannot be removed "
+                             "with ACL DELUSER: remove its --tenant and restart")
+    deleted = 0
+    for name in names:
+        if users.users.pop(name, None) is not None:
+            _disconnect_user(ctx, name)
+            deleted += 1
+    return deleted
+
+
+def _disconnect_user(ctx: Ctx, name: str) -> None:
+    """ACLFreeUserAndKillClients: its connections go back to an unauthenticated default, then close."""
+    for client in list(ctx.server.clients.values()):
+        if client.user != name:
+            continue
+        client.user, client.authenticated = "default", False
+        if client.conn is not None:
+            client.conn.close_soon()
+            if client is not ctx.client:
+                client.conn.flush()
+
+
+def _drop_revoked_subscribers(ctx: Ctx, user: User) -> None:
+    """ACLKillPubsubClientsIfNeeded: subscribers of ``user`` that lost one of their channels."""
+    for client in list(ctx.server.clients.values()):
+        if client.user != user.name or not client.subscription_count or client.conn is None:
+            continue
+        lost = (any(not user.can_use_channel(ch, False) for ch in client.subscriptions | client.shard_subscriptions)
+                or any(not user.can_use_channel(p, True) for p in client.patterns))
+        if lost:
+            client.conn.close_soon()
+            client.conn.flush()
 
 
 @command("ACL|CAT", -2, _USER, categories="@slow", group="server", since="6.0.0")
@@ -110,30 +174,35 @@ def acl_cat(ctx: Ctx, argv: list[bytes]):
     """ACL CAT [category]"""
     if len(argv) > 3:
         raise ReplyError(errors.wrong_arity("acl|cat"))
-    specs = [s for top in ctx.server.table for s in [top, *top.subcommands.values()] if s.handler is not None]
-    categories = sorted({cat[1:] for spec in specs for cat in spec.categories})
+    catalog = users_of(ctx.server).table.catalog
     if len(argv) == 2:
-        return [cat.encode() for cat in categories]
-    wanted = argv[2].decode("utf-8", "replace")
-    if wanted.lower() not in categories:
-        raise ReplyError(f"ERR Unknown category '{wanted}'")
-    return sorted(spec.full_name.encode() for spec in specs if "@" + wanted.lower() in spec.categories)
+        return [cat.encode() for cat in catalog.categories]
+    wanted = _text(argv[2])
+    refs = catalog.by_category.get(wanted.lower())
+    if refs is None:
+        raise ReplyError(f"ERR Unknown category '{wanted[:128]}'")
+    return sorted(ref.name.encode() for ref in refs)
 
 
 @command("ACL|DRYRUN", -4, _ADMIN, categories=_ADMIN_CATS, group="server", since="7.0.0")
 def acl_dryrun(ctx: Ctx, argv: list[bytes]):
     """ACL DRYRUN username command [arg [arg ...]]"""
-    name = argv[2].decode("utf-8", "replace")
-    user = users_of(ctx.server).get(name)
+    users = users_of(ctx.server)
+    name = _text(argv[2])
+    user = users.get(name)
     if user is None:
         raise ReplyError(f"ERR User '{name}' not found")
     if ctx.server.table.get(argv[3]) is None:
-        raise ReplyError(f"ERR Command '{argv[3].decode('utf-8', 'replace')}' not found")
+        raise ReplyError(f"ERR Command '{_text(argv[3])}' not found")
     spec = ctx.server.dispatcher.lookup(argv[3:])
     if isinstance(spec, ReplyError):
         raise spec
-    if user.tenant is not None and tenant_denied(spec):
-        return f"User {name} has no permissions to run the '{spec.full_name}' command".encode()
+    command_argv = argv[3:]
+    kind, pos = check(users, user, spec, command_argv)
+    if kind == ACL_OK and user.tenant is not None and tenant_denied(spec):
+        kind = DENIED_CMD
+    if kind != ACL_OK:
+        return message(kind, user, spec, command_argv, pos, True).encode()
     return OK
 
 
@@ -142,12 +211,12 @@ def acl_log(ctx: Ctx, argv: list[bytes]):
     """ACL LOG [count | RESET]"""
     if len(argv) > 3:
         raise ReplyError(errors.wrong_arity("acl|log"))
-    log = users_of(ctx.server).log
+    acl_log = users_of(ctx.server).log
     if len(argv) == 3 and argv[2].upper() == b"RESET":
-        log.entries.clear()
+        acl_log.entries.clear()
         return OK
-    count = parse_int(argv[2]) if len(argv) == 3 else None
-    return log.reply(None if count is None else max(count, 0))
+    count = parse_int(argv[2]) if len(argv) == 3 else 10
+    return acl_log.reply(max(count, 0))
 
 
 @command("ACL|GENPASS", -2, _USER, categories="@slow", group="server", since="6.0.0")
@@ -163,13 +232,35 @@ def acl_genpass(ctx: Ctx, argv: list[bytes]):
     return secrets.token_hex((chars + 1) // 2)[:chars].encode()
 
 
-@command("ACL|SETUSER", -3, _ADMIN, categories=_ADMIN_CATS, group="server", since="6.0.0")
-@command("ACL|DELUSER", -3, _ADMIN, categories=_ADMIN_CATS, group="server", since="6.0.0")
 @command("ACL|SAVE", 2, _ADMIN, categories=_ADMIN_CATS, group="server", since="6.0.0")
+def acl_save(ctx: Ctx, argv: list[bytes]):
+    """ACL SAVE: write every user to the ACL file (a temporary file renamed over it)."""
+    path = aclfile(ctx)
+    if not path:
+        raise ReplyError(NO_ACLFILE)
+    try:
+        save_file(path, users_of(ctx.server).table.file_text())
+    except OSError as exc:
+        log.warning("ACL SAVE to %s failed: %s", path, exc)
+        raise ReplyError("ERR There was an error trying to save the ACLs. Please check the server logs for more "
+                         "information") from None
+    return OK
+
+
 @command("ACL|LOAD", 2, _ADMIN, categories=_ADMIN_CATS, group="server", since="6.0.0")
-def acl_fixed(ctx: Ctx, argv: list[bytes]):
-    """ACL SETUSER|DELUSER|SAVE|LOAD ... (refused: the users are fixed at start)"""
-    raise ReplyError(f"ERR ACL {argv[1].decode('utf-8', 'replace').upper()} {FIXED_USERS}")
+def acl_load(ctx: Ctx, argv: list[bytes]):
+    """ACL LOAD: replace the users with the ACL file's, or change nothing if any line is wrong."""
+    path = aclfile(ctx)
+    if not path:
+        raise ReplyError(NO_ACLFILE)
+    users = users_of(ctx.server)
+    error = users.table.load_file(path)
+    if error is not None:
+        raise ReplyError(f"ERR {error}")
+    for client in list(ctx.server.clients.values()):
+        if client.user not in users.users:
+            _disconnect_user(ctx, client.user)
+    return OK
 
 
 @command("ACL|HELP", 2, "loading stale", categories="@slow", group="server", since="6.0.0")

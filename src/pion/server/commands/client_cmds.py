@@ -1,8 +1,8 @@
 """CLIENT: ID INFO LIST KILL SETNAME GETNAME SETINFO REPLY PAUSE UNPAUSE NO-EVICT NO-TOUCH UNBLOCK
 TRACKING GETREDIR TRACKINGINFO CACHING HELP, as Redis 7.2 answers them.
 
-Client-side caching (CLIENT TRACKING ON) is not supported: it answers a clear error rather than
-pretending to track. CLIENT PAUSE really holds the commands it covers (``pion.server.pause``).
+CLIENT TRACKING, GETREDIR, TRACKINGINFO and CACHING live in ``tracking_cmds``; CLIENT PAUSE
+really holds the commands it covers (``pion.server.pause``).
 """
 
 from __future__ import annotations
@@ -315,36 +315,6 @@ def client_unblock(ctx: Ctx, argv: list[bytes]):
     if target is None or target.blocked is None or server.pause.is_postponed(target):
         return 0
     return int(server.blocking.unblock_by_request(target, with_error))
-
-
-@command("CLIENT|TRACKING", -3, _USER, categories=_CATS, group="connection", since="6.0.0")
-def client_tracking(ctx: Ctx, argv: list[bytes]):
-    """CLIENT TRACKING <ON | OFF> [REDIRECT client-id] [PREFIX prefix [PREFIX prefix ...]] [BCAST] [OPTIN]
-    [OPTOUT] [NOLOOP]"""
-    if argv[2].lower() == b"off" and len(argv) == 3:
-        return OK  # tracking is never on
-    if argv[2].lower() not in (b"on", b"off"):
-        raise ReplyError(errors.SYNTAX)
-    raise ReplyError("ERR client-side caching (CLIENT TRACKING) is not supported by Pion")
-
-
-@command("CLIENT|GETREDIR", 2, _USER, categories=_CATS, group="connection", since="6.0.0")
-def client_getredir(ctx: Ctx, argv: list[bytes]):
-    """CLIENT GETREDIR"""
-    return -1
-
-
-@command("CLIENT|TRACKINGINFO", 2, _USER, categories=_CATS, group="connection", since="6.2.0")
-def client_trackinginfo(ctx: Ctx, argv: list[bytes]):
-    """CLIENT TRACKINGINFO"""
-    return {b"flags": {b"off"}, b"redirect": -1, b"prefixes": []}
-
-
-@command("CLIENT|CACHING", 3, _USER, categories=_CATS, group="connection", since="6.0.0")
-def client_caching(ctx: Ctx, argv: list[bytes]):
-    """CLIENT CACHING <YES | NO>"""
-    raise ReplyError("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or "
-                     "OPTOUT mode enabled")
 
 
 @command("CLIENT|HELP", 2, "loading stale", categories=_CATS, group="connection", since="5.0.0")

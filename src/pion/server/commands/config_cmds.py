@@ -113,6 +113,10 @@ def config_set(ctx: Ctx, argv: list[bytes]):
     server = ctx.server
     old = server.settings
     new = _build_settings(old, names, pairs)
+    for check in server.config_checks:  # refused before a socket is bound (a probe could connect)
+        refusal = check(server, old, new)
+        if refusal:
+            raise ReplyError(_failed(names[0], refusal))
     failure = apply_listeners(server, old, new)
     if failure is not None:
         raise ReplyError(_failed(failure[0], failure[1]))

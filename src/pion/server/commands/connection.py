@@ -114,6 +114,7 @@ def reset(ctx: Ctx, argv: list[bytes]):
     server.drop_watches(client)
     server.pubsub.drop_client(client)
     server.monitors.pop(client.id, None)
+    server.tracking.disable(client)
     client.db_index = 0
     client.proto = 2
     client.name = b""

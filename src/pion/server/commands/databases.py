@@ -47,6 +47,7 @@ def flushdb(ctx: Ctx, argv: list[bytes]):
     removed = len(db.data)
     db.flush()
     _signal_blocked(ctx, db)
+    ctx.server.tracking.flushed(ctx.client)
     ctx.dirty(removed)
     ctx.rewrite(list(argv))  # logged even when the database was already empty, as Redis
     return OK
@@ -61,6 +62,7 @@ def flushall(ctx: Ctx, argv: list[bytes]):
         removed += len(db.data)
         db.flush()
         _signal_blocked(ctx, db)
+    ctx.server.tracking.flushed(ctx.client)
     ctx.dirty(removed + 1)
     ctx.rewrite(list(argv))
     return OK

@@ -14,8 +14,8 @@ from functools import partial
 from pion.kvcache.export import DTYPES, ExportKey, build_header, render_tensor, tensor_bytes, write_all
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, Session
 from pion.protocol.errors import SYNTAX, ReplyError
-from pion.server.commands.kv_vstore import DEFER_MIN
-from pion.server.commands.kvcache import arg, engine_of, space, strict_int
+from pion.server.commands.kv_vstore import DEFER_MIN, check_blobs, holds
+from pion.server.commands.kvcache import arg, charge, engine_of, space, strict_int
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -38,13 +38,18 @@ def v_export(ctx, argv):
     sp = space(ctx)
     sessions = (sp.vstore.require(key.sid_k), sp.vstore.require(key.sid_v))
     for side, session in zip("KV", sessions, strict=True):
+        check_blobs(sp, session, range(min(key.n_layers, session.num_layers)))  # damaged rows are missing
         check_session(side, session, key)
     sp.touch(key.sid_k)
     exports = sp.exports
     if exports.directory is None:
         tenant = getattr(ctx.client, "tenant", None) or b""
-        exports.open_directory(ctx.server.settings.dir, tenant.encode() if isinstance(tenant, str) else tenant)
         remove_at_shutdown(ctx.server)
+        try:
+            base = engine_of(ctx.server).export_root(ctx.server.settings.dir)
+            exports.open_directory(base, tenant.encode() if isinstance(tenant, str) else tenant)
+        except OSError as exc:
+            raise ReplyError(f"ERR V.EXPORT: cannot create the export directory: {exc.strerror or exc}") from None
     exports.sweep(lambda sid: None if (s := sp.vstore.get(sid)) is None else s.version)
     versions = (sessions[0].version, sessions[1].version)
     found = exports.lookup(key, versions)
@@ -52,6 +57,7 @@ def v_export(ctx, argv):
         return found.encode()
     header, offsets = build_header(key, metadata(key))
     nbytes = len(header) + 2 * key.n_layers * tensor_bytes(key)
+    charge(ctx, nbytes, "export file")  # shared memory the tenant (and maxmemory) pays for
     if not exports.make_room(nbytes, budget):
         raise ReplyError(f"ERR V.EXPORT: the export needs {nbytes} bytes, more than kv-export-maxbytes ({budget})")
     temp, final = exports.temp_path()
@@ -124,8 +130,11 @@ def check_session(side: str, session: Session, key: ExportKey) -> None:
     width = key.heads * key.head_dim
     for index in range(key.n_layers):
         layer = session.layer(index)
-        if layer is None or layer.tokens < key.end:
+        if layer is None or not holds(layer, key.start, key.end):
             held = 0 if layer is None else layer.tokens
+            if held >= key.end:
+                raise ReplyError(f"ERR V.EXPORT: layer {index} of the {side} session does not hold every row of "
+                                 f"[{key.start}, {key.end}) (rows missing or damaged)")
             raise ReplyError(f"ERR V.EXPORT: layer {index} of the {side} session holds {held} tokens, "
                              f"fewer than end {key.end}")
         if layer.spec.dim != width:

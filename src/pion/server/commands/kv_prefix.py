@@ -13,10 +13,12 @@ import numpy as np
 
 from pion.codecs.chain import HASH_BYTES
 from pion.kvcache.layer import LayerSpec
-from pion.kvcache.match import match
+from pion.kvcache.match import match, match_tokens
 from pion.kvcache.space import sides
+from pion.kvcache.staging import check_token
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Status
+from pion.server.commands.kv_stage import check_plain_register, stage_register
 from pion.server.commands.kv_vstore import UNIFORM_NAMES
 from pion.server.commands.kvcache import (
     arg,
@@ -24,6 +26,7 @@ from pion.server.commands.kvcache import (
     engine,
     hold_until_durable,
     info_text,
+    replaying,
     space,
     strict_int,
 )
@@ -32,7 +35,7 @@ from pion.server.registry import command
 MAX_HASHES = 1_048_576
 MAX_PREFILL_MS = 86_400_000
 MAX_TOKENS_CREDIT = 100_000_000
-REGISTER_OPTIONS = "BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT"
+REGISTER_OPTIONS = "BLOCKS, PREFILL_MS, MANIFEST, CHAIN, SEED, PARENT, STAGE, REPLACE"
 
 
 # -- REGISTER --------------------------------------------------------------------------------
@@ -65,15 +68,20 @@ def parse_register_options(argv: list[bytes]) -> dict:
         pos += 4
     while pos < len(argv):
         name = arg(argv[pos]).upper()
-        needs = {b"PREFILL_MS": 1, b"MANIFEST": 1, b"CHAIN": 2, b"SEED": 1, b"PARENT": 1}.get(name)
+        needs = {b"PREFILL_MS": 1, b"MANIFEST": 1, b"CHAIN": 2, b"SEED": 1, b"PARENT": 1, b"STAGE": 1,
+                 b"REPLACE": 0}.get(name)
         if name == b"BLOCKS":
             raise ReplyError("ERR BLOCKS must come right after vquant")
         if needs is None:
             raise ReplyError(f"ERR KV.PREFIX.REGISTER unknown option ({REGISTER_OPTIONS})")
-        if pos + needs >= len(argv):
+        if pos + needs >= len(argv) + (needs == 0):
             raise ReplyError("ERR KV.PREFIX.REGISTER option needs a value")
-        value = argv[pos + 1]
-        if name == b"PREFILL_MS":
+        value = argv[pos + 1] if needs else b""
+        if name == b"REPLACE":
+            options["replace"] = True
+        elif name == b"STAGE":
+            options["stage"] = check_token(arg(value))
+        elif name == b"PREFILL_MS":
             options["prefill_us"] = 1000 * strict_int(value, 0, MAX_PREFILL_MS, "ERR PREFILL_MS out of range (0..86400000)")
         elif name == b"MANIFEST":
             options["manifest"] = value
@@ -93,21 +101,29 @@ def parse_register_options(argv: list[bytes]) -> dict:
         if "chain" not in options:
             raise ReplyError("ERR KV.PREFIX.REGISTER SEED needs CHAIN")
         options["chain"] = (*options["chain"], seed)
+    if "replace" in options and "stage" not in options:
+        raise ReplyError("ERR KV.PREFIX.REGISTER REPLACE needs STAGE (a replacement is published whole)")
     return options
 
 
 @command("KV.PREFIX.REGISTER", -4, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
 def kv_prefix_register(ctx, argv):
-    """KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS size count blob] [PREFILL_MS ms] [MANIFEST json] [CHAIN size tokens [SEED seed]] [PARENT ns].
+    """KV.PREFIX.REGISTER ns kv_dim vquant [BLOCKS size count blob] [PREFILL_MS ms] [MANIFEST json] [CHAIN size tokens [SEED seed]] [PARENT ns] [STAGE token [REPLACE]].
 
     SEED (16 bytes) starts the CHAIN's block hashes instead of 16 zero bytes: give each model (and
-    codec schema) its own, so MATCH never answers with another model's namespace.
+    codec schema) its own, so MATCH never answers with another model's namespace. MANIFEST needs
+    STAGE: a staged store (``KV.PREFIX.PUBLISH``) that becomes readable whole or not at all.
     """
     ns = check_ns(argv[1])
     kv_dim = strict_int(argv[2], 1, 8192, "ERR kv_dim out of range")
     vquant = parse_vquant(argv[3])
     options = parse_register_options(argv)
-    if space(ctx).register(ns, LayerSpec(kv_dim, vquant), options):
+    spec = LayerSpec(kv_dim, vquant)
+    if "stage" in options:
+        return stage_register(ctx, argv, ns, spec, options)
+    if not replaying(ctx):
+        check_plain_register(space(ctx), ns, options)
+    if space(ctx).register(ns, spec, options):
         ctx.dirty()
     return OK
 
@@ -158,31 +174,61 @@ def kv_prefix_lookup(ctx, argv):
     return Status("HIT")
 
 
+def parse_match_options(argv: list[bytes]) -> tuple[np.ndarray | None, bytes | None, bool]:
+    """``(TOKENS ids, SEED, WITHTOKENS)`` after the hash blob, in any order."""
+    tokens = seed = None
+    with_tokens = False
+    pos = 3
+    while pos < len(argv):
+        name = arg(argv[pos]).upper()
+        if name == b"WITHTOKENS":
+            with_tokens, pos = True, pos + 1
+            continue
+        if name not in (b"TOKENS", b"SEED"):
+            raise ReplyError("ERR KV.PREFIX.MATCH unknown option (TOKENS, SEED, WITHTOKENS)")
+        if pos + 1 >= len(argv):
+            raise ReplyError("ERR KV.PREFIX.MATCH option needs a value")
+        value = argv[pos + 1]
+        if name == b"TOKENS":
+            if len(value) % 4:
+                raise ReplyError("ERR KV.PREFIX.MATCH TOKENS blob length must be a multiple of 4 (u32 token ids)")
+            tokens = np.frombuffer(value, dtype="<u4")
+        else:
+            seed = arg(value)
+            if len(seed) != HASH_BYTES:
+                raise ReplyError("ERR SEED must be 16 bytes")
+        pos += 2
+    if with_tokens and tokens is None:
+        raise ReplyError("ERR KV.PREFIX.MATCH WITHTOKENS needs TOKENS")
+    return tokens, seed, with_tokens
+
+
 @command("KV.PREFIX.MATCH", -3, "readonly", categories="@read @pion", group="pion", since="0.1.0")
 def kv_prefix_match(ctx, argv):
-    """KV.PREFIX.MATCH block_size hash_blob [TOKENS token_blob]: [namespace or nil, leading blocks matched].
+    """KV.PREFIX.MATCH block_size hash_blob [TOKENS token_blob] [SEED seed] [WITHTOKENS]: [namespace or nil, leading blocks matched].
 
     hash_blob: 16-byte chain hashes (``pion.codecs.chain``) of the request's full blocks; with
     TOKENS (u32 LE ids) the stored ids are compared too, so a hash collision cannot match.
+    WITHTOKENS answers [namespace, blocks, tokens held, block size, tokens stored]: the exact number
+    of leading request tokens the prefix holds (any length, not only whole blocks), its chain's
+    block size and its length; with SEED, prefixes of other block sizes and prefixes shorter than
+    one block are found too.
     """
     size = strict_int(argv[1], 1, 8192, "ERR KV.PREFIX.MATCH block_size out of range (1..8192)")
     blob = arg(argv[2])
     if len(blob) % HASH_BYTES or len(blob) // HASH_BYTES > MAX_HASHES:
         raise ReplyError("ERR KV.PREFIX.MATCH hash_blob must be a multiple of 16 bytes (at most 1048576 hashes)")
-    tokens = None
-    if len(argv) != 3:
-        if len(argv) != 5 or arg(argv[3]).upper() != b"TOKENS":
-            raise ReplyError("ERR KV.PREFIX.MATCH unknown option (TOKENS)")
-        if len(argv[4]) % 4:
-            raise ReplyError("ERR KV.PREFIX.MATCH TOKENS blob length must be a multiple of 4 (u32 token ids)")
-        tokens = np.frombuffer(argv[4], dtype="<u4")
+    tokens, seed, with_tokens = parse_match_options(argv)
     hashes = [blob[i:i + HASH_BYTES] for i in range(0, len(blob), HASH_BYTES)]
     sp = space(ctx)
-    ns, blocks, seq = match(sp, size, hashes, tokens)
+    if with_tokens:
+        ns, blocks, held, block_size, stored, seq = match_tokens(sp, size, hashes, tokens, seed)
+    else:
+        ns, blocks, seq = match(sp, size, hashes, tokens)
     if ns is not None:
         sp.touch(ns)
         hold_until_durable(ctx, seq)
-    return [ns, blocks]
+    return [ns, blocks, held, block_size, stored] if with_tokens else [ns, blocks]
 
 
 # -- DROP, PIN ---------------------------------------------------------------------------------
@@ -290,12 +336,22 @@ def prefix_info_rows(ctx) -> list[tuple[str, object]]:
         ("vstore_evictions", sp.evictor.evictions), ("vstore_max_sessions", 0),
         ("vstore_bytes", store.nbytes), ("ssm_bytes", sp.ssm.nbytes), ("state_bytes", sp.state.nbytes),
         ("kv_maxmemory", ctx.server.settings.kv_maxmemory), ("pinned_prefixes", len(sp.evictor.pinned)),
+        ("staged_prefixes", len(sp.stagings)),
+        ("staged_bytes", sum(st.row_bytes + st.ssm_bytes for st in sp.stagings.values())),
         ("wal_enabled", int(ctx.server.settings.appendonly and hasattr(journal, "log_bytes"))),
         ("wal_bytes", getattr(journal, "log_bytes", 0)), ("wal_appended", journal.seq),
         ("wal_replayed", getattr(ctx.server, "replayed_records", 0)),
         ("directory_enabled", 0), ("my_worker_id", 0), ("directory_entries", 0),
-        ("sdpa_warm", 0), ("sdpa_cold", 0), ("sdpa_demotions", 0), ("sdpa_rehydrates", 0),
+        *sdpa_rows(ctx.server.engines.get("attention")),
     ]
+
+
+def sdpa_rows(attention) -> list[tuple[str, object]]:
+    """The Stage-2 tier's counts (the reference's ``sdpa_*`` fields), 0 before its first use."""
+    tier = None if attention is None else attention.tier
+    return [("sdpa_warm", 0 if tier is None else len(tier)), ("sdpa_cold", 0 if tier is None else len(tier.cold)),
+            ("sdpa_demotions", 0 if tier is None else tier.demotions),
+            ("sdpa_rehydrates", 0 if tier is None else tier.rehydrates)]
 
 
 # -- durability ---------------------------------------------------------------------------------

@@ -11,9 +11,11 @@ from pion.kvcache.eviction import unit_of
 from pion.kvcache.state import MAX_BUFFER
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK
+from pion.server.commands.kv_stage import refuse_if_owned, split_token, staging_for
 from pion.server.commands.kvcache import (
     arena_view,
     arg,
+    charge,
     engine,
     info_text,
     log_with,
@@ -29,18 +31,43 @@ LAYER_ERROR = "ERR invalid layer_id (must be >= 0)"
 # -- SSM.PREFIX ----------------------------------------------------------------------------------
 
 
-@command("SSM.PREFIX.STORE", 4, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
+@command("SSM.PREFIX.STORE", -4, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
 def ssm_prefix_store(ctx, argv):
-    """SSM.PREFIX.STORE sid layer blob: keep (or replace) one layer's recurrent state, as given."""
-    sid = arg(argv[1])
-    layer = strict_int(argv[2], 0, 1 << 31, LAYER_ERROR)
+    """SSM.PREFIX.STORE sid layer blob [TOKEN token]: keep (or replace) one layer's recurrent state, as given.
+
+    TOKEN stores into a staged store of namespace ``sid``; without it, the state of a namespace
+    registered with a manifest refuses the write.
+    """
+    words, token = split_token(list(argv), "SSM.PREFIX.STORE")
+    if len(words) != 4:
+        raise ReplyError(SYNTAX)
+    sid = arg(words[1])
+    layer = strict_int(words[2], 0, 1 << 31, LAYER_ERROR)
+    blob = words[3]
     sp = space(ctx)
-    effects = make_room(ctx, sp, len(argv[3]), unit_of(sid))
-    blob = argv[3]
+    if token is not None:
+        return store_staged_state(ctx, sp, sid, layer, blob, token)
+    refuse_if_owned(ctx, sp, sid, "SSM.PREFIX.STORE", ssm=True)
+    effects = make_room(ctx, sp, len(blob), unit_of(sid))
     durable = arena_view(ctx, blob)
     sp.ssm.store(sid, layer, durable if durable is not None else blob)  # SSM state lives off the heap
     sp.touch(sid)
     log_with(ctx, effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, blob])
+    return OK
+
+
+def store_staged_state(ctx, sp, sid: bytes, layer: int, blob, token: bytes):
+    staging = staging_for(sp, token, sid, "SSM.PREFIX.STORE", ssm=True)
+    if layer not in staging.state_layers:
+        raise ReplyError(f"ERR SSM.PREFIX.STORE: the staged prefix declares state slots {list(staging.state_layers)} "
+                         f"(slot {layer} given)")
+    old = staging.ssm.get(layer)
+    effects = make_room(ctx, sp, max(0, len(blob) - (0 if old is None else len(old))), unit_of(sid))
+    durable = arena_view(ctx, blob)
+    staging.ssm[layer] = durable if durable is not None else blob
+    staging.ssm_bytes += len(blob) - (0 if old is None else len(old))
+    staging.touched = time.monotonic()
+    log_with(ctx, effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, blob, b"TOKEN", token])
     return OK
 
 
@@ -51,6 +78,9 @@ def ssm_prefix_fetch(ctx, argv):
     layer = strict_int(argv[2], 0, 1 << 31, LAYER_ERROR)
     sp = space(ctx)
     blob = sp.ssm.fetch(sid, layer)
+    if blob is not None and sp.blob_ok is not None and sp.blob_ok(blob) is False:
+        sp.ssm.drop(sid, layer)  # a damaged arena blob is a missing one (pion.kvcache.integrity)
+        blob = None
     if blob is None:
         return None
     sp.touch(sid)
@@ -80,6 +110,7 @@ def state_alloc(ctx, argv):
         if len(argv) != 5 or arg(argv[3]).upper() != b"MODE" or arg(argv[4]).lower() not in (b"fixed", b"ring"):
             raise ReplyError("ERR STATE.ALLOC: expected MODE fixed|ring")
         mode = arg(argv[4]).lower().decode()
+    charge(ctx, size, "STATE buffer")  # counted in the tenant's quota (and maxmemory) like its keys
     space(ctx).state.alloc(arg(argv[1]), size, mode)
     ctx.dirty()
     return OK

@@ -9,17 +9,21 @@ for the client to decode with ``pion.codecs``).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from functools import partial
 
 from pion.codecs import CodecError
 from pion.kvcache.batch import encode_jobs, encode_now, job_count, render, sent_as_stored
+from pion.kvcache.integrity import drop_damaged
 from pion.kvcache.layer import Layer, LayerSpec
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, parse_layer_spec
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, Payloads
 from pion.server.commands.kv_rows import finish_store, plan_store, store_rows
+from pion.server.commands.kv_stage import refuse_if_owned
 from pion.server.commands.kvcache import (
     arg,
+    charge,
     durable_arenas,
     engine,
     info_text,
@@ -90,6 +94,8 @@ def v_create(ctx, argv):
     default, schema, explicit = parse_create(argv)
     sp = space(ctx)
     session = sp.vstore.get(sid)
+    if session is None:
+        refuse_if_owned(ctx, sp, sid, "V.CREATE")
     if session is not None:
         same_dim = session.default.dim == default.dim and session.schema == schema
         if not same_dim or (explicit and session.default.fmt != default.fmt):
@@ -107,10 +113,12 @@ def v_create(ctx, argv):
 
 @command("V.STOREBATCH", -6, "write denyoom zero_copy", categories="@write @pion", group="pion", since="0.1.0")
 def v_storebatch(ctx, argv):
-    """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW]: store rows [start, start+count).
+    """V.STOREBATCH sid layer start count blob [FMT F32|F16|BF16|RAW] [TOKEN token]: store rows [start, start+count).
 
     A large batch is encoded, and written to its log arena, in the worker pool (``Deferred``);
-    the rows are stored and logged when that is done, as if the command arrived then.
+    the rows are stored and logged when that is done, as if the command arrived then. TOKEN
+    writes into a staged store (``KV.PREFIX.REGISTER ... STAGE``); without it, the session of a
+    namespace registered with a manifest refuses the write.
     """
     plan = plan_store(ctx, argv)
     codec = plan.spec.codec()
@@ -142,10 +150,54 @@ def fetch_fmt(words: list[bytes]) -> tuple[list[bytes], bytes]:
     return words, b"F32"
 
 
-def read_rows(layer: Layer, start: int, end: int, limit: int):
-    if (end - start) * max(layer.row_bytes, 4 * layer.spec.dim) > limit:
-        raise ReplyError("ERR V.FETCH: reply would exceed proto-max-bulk-len")
+def read_rows(layer: Layer, index: int, start: int, end: int):
+    """Rows ``[start, end)`` of a layer, all of them stored: a range past what was stored, or
+    with rows never stored (or dropped as damaged) in it, is refused rather than zero-filled (a
+    tiny session must not make a fetch render gigabytes of zeros, nor serve a hole as zeros)."""
+    if not holds(layer, start, end):
+        raise ReplyError(f"ERR V.FETCH: layer {index} does not hold rows [{start}, {end}) "
+                         f"({layer.rows} rows stored, up to position {layer.tokens})")
     return layer.read(start, end)
+
+
+def holds(layer: Layer, start: int, end: int) -> bool:
+    """Is every row of ``[start, end)`` stored?"""
+    if layer.tokens < end:
+        return False
+    if layer.rows == layer.tokens:
+        return True
+    pos = max(bisect_right(layer.starts, start) - 1, 0)
+    reached = start
+    for chunk in layer.chunks[pos:]:
+        if chunk.start > reached:
+            return False
+        reached = max(reached, chunk.end)
+        if reached >= end:
+            return True
+    return False
+
+
+def reply_bytes(layer: Layer, rows: int, fmt: bytes) -> int:
+    """Bytes a layer's rows take in the reply, in the fetch format."""
+    if sent_as_stored(layer, fmt):
+        return rows * layer.row_bytes
+    return rows * layer.spec.dim * (2 if fmt == b"F16" else 4)
+
+
+def admit(ctx, total: int) -> None:
+    """A fetch reply is bounded by its total size (``proto-max-bulk-len``, over all its layers)
+    and counted, with the replies other connections still hold, against ``maxmemory`` and the
+    tenant's quota before anything is rendered (``MemoryManager.admit``)."""
+    limit = ctx.server.settings.proto_max_bulk_len
+    if total > limit:
+        raise ReplyError(f"ERR V.FETCH: the reply would be {total} bytes, more than proto-max-bulk-len ({limit})")
+    charge(ctx, total, "reply")
+
+
+def check_blobs(sp, session, layers) -> None:
+    """Drop the rows of damaged arena blobs before they can be served (pion.kvcache.integrity)."""
+    if sp.blob_ok is not None:
+        drop_damaged(sp.vstore, session, layers, sp.blob_ok)
 
 
 def account(ctx, sp, payloads: list, rows: int) -> None:
@@ -160,15 +212,19 @@ def v_fetch(ctx, argv):
     sp = space(ctx)
     session = sp.vstore.require(words[1])
     sp.touch(words[1])
-    limit = ctx.server.settings.proto_max_bulk_len
     if words[2].upper() == b"BATCH":
-        return fetch_batch(ctx, sp, session, words, fmt, limit)
+        return fetch_batch(ctx, sp, session, words, fmt)
     layer_id = strict_int(words[2], 0, 1 << 62, "ERR invalid layer_id")
+    check_blobs(sp, session, (layer_id,))
     layer = session.layer(layer_id)
     if len(words) > 3 and words[3].upper() == b"RANGE":
         start, end = parse_range(words, 4, 6)
-        payload = None if layer is None or layer.rows == 0 else render(layer, read_rows(layer, start, end, limit), end - start, fmt)
-        account(ctx, sp, [payload], 0 if payload is None else end - start)
+        if layer is None or layer.tokens == 0:  # nothing ever stored (rows dropped as damaged: refused)
+            return None
+        data = read_rows(layer, layer_id, start, end)
+        admit(ctx, reply_bytes(layer, end - start, fmt))
+        payload = render(layer, data, end - start, fmt)
+        account(ctx, sp, [payload], end - start)
         return payload
     return fetch_ids(ctx, sp, layer, words[3:], fmt)
 
@@ -185,6 +241,7 @@ def parse_range(words: list[bytes], at: int, length: int) -> tuple[int, int]:
 
 
 def fetch_ids(ctx, sp, layer: Layer | None, ids: list[bytes], fmt: bytes):
+    """The reference's id form: at most 1024 ids, rows not stored are zero-filled (bounded)."""
     if fmt == b"NATIVE":
         raise ReplyError("ERR FMT NATIVE requires the RANGE or BATCH form")
     if len(ids) > MAX_IDS:
@@ -192,13 +249,14 @@ def fetch_ids(ctx, sp, layer: Layer | None, ids: list[bytes], fmt: bytes):
     positions = [strict_int(i, 0, MAX_TOKENS, "ERR invalid token id") for i in ids]
     if layer is None or layer.rows == 0:
         return None
+    admit(ctx, reply_bytes(layer, len(positions), fmt))
     data = b"".join([layer.read(p, p + 1) for p in positions])
     payload = render(layer, data, len(positions), fmt)
     account(ctx, sp, [payload], len(positions))
     return payload
 
 
-def fetch_batch(ctx, sp, session, words: list[bytes], fmt: bytes, limit: int):
+def fetch_batch(ctx, sp, session, words: list[bytes], fmt: bytes):
     start, end = parse_range(words, 3, 6)
     layers = session.num_layers
     if len(words) == 6:
@@ -206,12 +264,16 @@ def fetch_batch(ctx, sp, session, words: list[bytes], fmt: bytes, limit: int):
         layers = min(asked, layers) if asked else layers
     if layers == 0:
         return None
+    check_blobs(sp, session, range(layers))
     rows = end - start
     reads: list = []
+    total = 0
     for index in range(layers):
         layer = session.layer(index)
-        empty = layer is None or layer.rows == 0
-        reads.append(None if empty else partial(render, layer, read_rows(layer, start, end, limit), rows, fmt))
+        empty = layer is None or layer.tokens == 0
+        reads.append(None if empty else partial(render, layer, read_rows(layer, index, start, end), rows, fmt))
+        total += 0 if empty else reply_bytes(layer, rows, fmt)
+    admit(ctx, total)
     jobs = [job for job in reads if job is not None]
     decoded = [job.args[0].spec.dim for job in jobs if not sent_as_stored(job.args[0], fmt)]
     if 4 * rows * sum(decoded) >= DEFER_MIN and can_defer(ctx):  # decoding in the pool, a layer a job
@@ -274,6 +336,7 @@ def v_restore(ctx, argv):
     sp = space(ctx)
     sid = arg(argv[1])
     session = sp.vstore.require(sid)
+    refuse_if_owned(ctx, sp, sid, "V.RESTORE")
     snap_id = strict_int(argv[2], 0, 1 << 62, "ERR V.RESTORE: unknown snap_id for this session")
     changed = sp.vstore.restore(session, snap_id)
     effects: list[list[bytes]] = []
@@ -300,6 +363,7 @@ def v_truncate(ctx, argv):
     """V.TRUNCATE sid layer tokens: forget a layer's rows at and past ``tokens`` (Pion's)."""
     sp = space(ctx)
     session = sp.vstore.require(arg(argv[1]))
+    refuse_if_owned(ctx, sp, session.sid, "V.TRUNCATE")
     layer_id = strict_int(argv[2], 0, MAX_LAYERS - 1, "ERR invalid layer_id")
     tokens = strict_int(argv[3], 0, MAX_TOKENS, "ERR invalid tokens")
     sp.vstore.truncate(session, layer_id, tokens)

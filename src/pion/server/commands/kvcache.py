@@ -93,6 +93,17 @@ def strict_int(raw: bytes | memoryview, lo: int, hi: int, error: str) -> int:
     return value
 
 
+def charge(ctx: Ctx, nbytes: int, what: str) -> None:
+    """Refuse (-OOM) ``nbytes`` more the server would hold for this client (a reply, a STATE
+    buffer, an export file) over ``maxmemory`` or the client's tenant quota."""
+    if replaying(ctx):
+        return
+    memory = ctx.server.engines.get("memory")
+    refusal = memory.admit(ctx.client, nbytes, what) if memory is not None else None
+    if refusal is not None:
+        raise refusal
+
+
 def info_text(rows: list[tuple[str, object]]) -> bytes:
     """``key:value\\r\\n`` lines (KV.PREFIX.INFO, V.INFO, STATE.INFO)."""
     return "".join(f"{key}:{value}\r\n" for key, value in rows).encode()
@@ -118,10 +129,7 @@ def arena_view(ctx: Ctx, blob) -> memoryview | None:
         return None
     if blob.__class__ is memoryview and arenas.ref_of(blob) is not None:
         return blob
-    try:
-        ref = arenas.put(blob)
-    except OSError as exc:
-        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
+    ref = arenas.put(blob)  # a full disk raises DiskWriteError: the dispatcher answers -MISCONF
     return arenas.view(ref)
 
 
@@ -133,11 +141,22 @@ def durable_arenas(ctx: Ctx, nbytes: int) -> ArenaStore | None:
 
 
 def write_reserved(arenas: ArenaStore, room, data, at: int = 0) -> int:
-    """``arenas.write_at`` for a worker job: a failed write answers as ``arena_view`` does."""
-    try:
-        return arenas.write_at(room, data, at)
-    except OSError as exc:
-        raise ReplyError(f"ERR could not write the blob arena: {exc}") from None
+    """``arenas.write_at`` for a worker job: a failed write (``DiskWriteError``) answers -MISCONF
+    through the dispatcher's error boundary, as ``arena_view`` does."""
+    return arenas.write_at(room, data, at)
+
+
+def clean_stale_exports(server) -> None:
+    """Start-up: delete the V.EXPORT files a previous server on this data directory left behind
+    (after a kill -9 they stay in shared memory until someone removes them)."""
+    import logging
+
+    from pion.kvcache.export import clean_stale
+
+    line = clean_stale(server.settings.dir)
+    if line is not None:
+        log = logging.getLogger("pion.server")
+        (log.info if line.startswith("removed") else log.warning)("V.EXPORT: %s", line)
 
 
 def install(server) -> KVEngine:
@@ -154,6 +173,17 @@ def install(server) -> KVEngine:
     hooks = getattr(server, "resetstat_hooks", None)
     if hooks is not None:
         hooks.append(lambda srv: srv.engines["kvcache"].ledger.reset())
+    startup = getattr(server, "startup_hooks", None)
+    if startup is not None:
+        startup.append(clean_stale_exports)
+    cron = getattr(server, "cron_hooks", None)
+    if cron is not None:
+        from pion.server.commands.kv_stage import abort_idle
+
+        cron.append(abort_idle)  # staged stores whose writer went quiet
+    arenas = server.engines.get("arenas")
+    if arenas is not None:  # mapped rows are checked against their crc before use
+        kv.check_blobs_with(arenas.blob_ok)
     persistence = server.engines.get("persistence")
     if persistence is not None:
         from pion.server.persistence import SnapshotExtension

@@ -260,38 +260,6 @@ def lolwut(ctx: Ctx, argv: list[bytes]):
     return Verbatim(PAWN.lstrip("\n") + f"\nPion ver. {__version__} - Redis ver. {REDIS_VERSION}\n")
 
 
-# -- ROLE, REPLICAOF: Pion is always a master without replicas ----------------------------------------
-
-
-@command("ROLE", 1, "noscript loading stale fast", categories="@admin @fast @dangerous", group="server", since="2.8.12")
-def role(ctx: Ctx, argv: list[bytes]):
-    """ROLE
-
-    A master at replication offset 0 with no replicas: Pion has no replication.
-    """
-    return [b"master", 0, []]
-
-
-@command("REPLICAOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="5.0.0")
-def replicaof(ctx: Ctx, argv: list[bytes]):
-    """REPLICAOF host port | NO ONE
-
-    NO ONE is a no-op (Pion is already a master); following a master is refused with the reason.
-    """
-    if argv[1].upper() == b"NO" and argv[2].upper() == b"ONE":
-        return OK
-    raise ReplyError(f"ERR {argv[0].decode(errors='replace').upper()} is not supported by Pion: it has no replication")
-
-
-@command("SLAVEOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="1.0.0")
-def slaveof(ctx: Ctx, argv: list[bytes]):
-    """SLAVEOF host port | NO ONE
-
-    The old name of REPLICAOF.
-    """
-    return replicaof(ctx, argv)
-
-
 # -- MODULE: Pion loads no Redis modules ------------------------------------------------------------------
 
 MODULE_HELP = [

@@ -223,7 +223,11 @@ class Runner:
             return ReplyError(READONLY)
         client = run.client
         if server.guard is not None:
-            refusal = server.guard(client, spec, argv)  # type: ignore[arg-type]
+            client.in_script = True  # ACL refusals and the ACL LOG say it came from a script
+            try:
+                refusal = server.guard(client, spec, argv)  # type: ignore[arg-type]
+            finally:
+                client.in_script = False
             if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
                 return refusal
         if "write" in flags:
