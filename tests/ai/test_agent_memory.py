@@ -57,6 +57,11 @@ def test_duplicates_are_not_stored_twice_and_refresh_recency(ai):
     near = ai.execute_command(M, "ADD", "s", "user", "My cat is called Tom!", "DEDUP", "0.95", "WITHID")
     assert near == first  # near-duplicate merging only when asked for
     assert stats(ai)["memories"] == 3 and stats(ai)["dedups"] == 2
+    other_user = ai.execute_command(M, "ADD", "s", "user", "My cat is called Tom", "META", '{"user_id": "u2"}', "WITHID")
+    assert other_user != first  # another user's identical memory is theirs, not a duplicate of this one
+    given = ai.execute_command(M, "ADDMANY", "s", "user", "My cat is called Tom", '{"id": "a"}',
+                               "s", "user", "My cat is called Tom", '{"id": "b"}')
+    assert given == [b"a", b"b"]  # a given id is stored as given, never folded into another memory
 
 
 def test_addmany_embeds_a_batch_and_returns_ids(ai):

@@ -15,7 +15,7 @@ GRAPH_TOOLS = {"create_entities", "create_relations", "add_observations", "delet
                "delete_relations", "read_graph", "search_nodes", "open_nodes"}
 MEMORY_TOOLS = {"create_long_term_memories", "search_long_term_memory", "memory_prompt", "set_working_memory",
                 "get_working_memory", "delete_long_term_memories", "get_long_term_memory", "edit_long_term_memory",
-                "get_current_datetime"}
+                "get_current_datetime", "compact_long_term_memories"}
 OTHER_TOOLS = {"semantic_cache_get", "semantic_cache_set", "kv_get", "kv_mget", "kv_set", "kv_delete", "kv_incr"}
 
 
@@ -151,6 +151,29 @@ def test_every_tool_over_streamable_http(pion_url):
 
     with http_server(pion_url) as endpoint:
         asyncio.run(main(endpoint))
+
+
+def test_compaction_keeps_the_newest_of_duplicates_and_an_empty_text_lists_newest_first(pion_url):
+    async def main():
+        async with stdio_session(pion_url) as session:
+            await call(session, "create_long_term_memories", {"memories": [
+                {"id": "old", "text": "User likes  green tea", "user_id": "u"},
+                {"id": "new", "text": "user likes green tea", "user_id": "u"},
+                {"id": "other-user", "text": "user likes green tea", "user_id": "v"},
+                {"id": "near", "text": "user likes green tea a lot", "user_id": "u"},
+                {"id": "far", "text": "the invoice is due on friday", "user_id": "u"}]})
+            listed = await call(session, "search_long_term_memory", {"text": "", "limit": 10})
+            assert [m["id"] for m in listed["memories"]] == ["far", "near", "other-user", "new", "old"]
+            only_hash = await call(session, "compact_long_term_memories", {"compact_semantic_duplicates": False})
+            assert only_hash == {"status": "ok", "deleted": 1, "remaining": 4}  # "old": same text as "new"
+            assert "cosine distance" in await call_error(session, "compact_long_term_memories",
+                                                         {"vector_distance_threshold": 3})
+            near = await call(session, "compact_long_term_memories", {"vector_distance_threshold": 0.5, "user_id": "u"})
+            assert near["deleted"] == 1  # "new" is within 0.5 of the newer "near"; "other-user" is another user's
+            left = await call(session, "search_long_term_memory", {"text": "", "limit": 10})
+            assert sorted(m["id"] for m in left["memories"]) == ["far", "near", "other-user"]
+
+    asyncio.run(main())
 
 
 def test_a_bad_url_fails_fast_with_the_reason(tmp_path):

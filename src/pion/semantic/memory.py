@@ -7,7 +7,7 @@ Tag fields hold SHA-1 tokens of the values (``token``), not the values: session 
 topics may contain commas, spaces or capitals, and a token matches exactly that string.
 
 Deduplication: a memory whose normalised content (case-folded, whitespace collapsed) equals one
-already stored for the same session, role and namespace is not stored again; the existing one's
+already stored for the same session, role, namespace and user (``user_id``) is not stored again; the existing one's
 ``updated`` time is refreshed instead (recency), and its id is the answer. ``DEDUP sim``
 additionally treats a memory at least ``sim`` similar to a stored one of the session as a
 duplicate (off by default: "phone 555-1234" and "phone 555-1235" are 0.98 similar).
@@ -67,8 +67,9 @@ def normalized(content: str) -> str:
     return " ".join(content.casefold().split())
 
 
-def content_hash(session: str, role: str, namespace: str, content: str) -> str:
-    return hashlib.sha256("\0".join((session, role, namespace, normalized(content))).encode()).hexdigest()[:32]
+def content_hash(session: str, role: str, namespace: str, content: str, user: str = "") -> str:
+    parts = (session, role, namespace, normalized(content)) + ((user,) if user else ())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def new_id(now_ms: int) -> str:
@@ -141,7 +142,7 @@ def memory_fields(item: NewMemory, memory_id: str, vector: np.ndarray, now_ms: i
     out = [b"session", item.session.encode(), b"role", item.role.encode(), b"content", item.content.encode(),
            b"id", memory_id.encode(), b"created", str(now_ms).encode(), b"updated", str(now_ms).encode(),
            b"s", token(item.session).encode(), b"r", token(item.role).encode(),
-           b"h", content_hash(item.session, item.role, meta.namespace, item.content).encode(),
+           b"h", content_hash(item.session, item.role, meta.namespace, item.content, meta.user).encode(),
            b"v", vector_blob(vector)]
     if meta.raw:
         out += [b"meta", json.dumps(meta.raw, separators=(",", ":"), ensure_ascii=False).encode()]
@@ -161,7 +162,7 @@ def memory_fields(item: NewMemory, memory_id: str, vector: np.ndarray, now_ms: i
 def find_duplicate(index: Any, item: NewMemory, vector: np.ndarray, dedup_sim: float | None) -> int | None:
     """The doc id of a stored duplicate of ``item`` (exact normalised content; or, with
     ``dedup_sim``, a memory of the session at least that similar), else None."""
-    digest = content_hash(item.session, item.role, item.meta.namespace, item.content)
+    digest = content_hash(item.session, item.role, item.meta.namespace, item.content, item.meta.user)
     same = index.tags["h"].values.get(digest)
     if same:
         return min(same)

@@ -157,6 +157,47 @@ class LongTermMemory:
         return {"total": len(hits), "memories": [record(h) for h in page],
                 "next_offset": offset + limit if len(hits) > offset + limit else None}
 
+    def compact(self, *, namespace: str | None = None, user_id: str | None = None, session_id: str | None = None,
+                limit: int = 1000, vector_distance_threshold: float = 0.12, compact_hash_duplicates: bool = True,
+                compact_semantic_duplicates: bool = True) -> dict[str, Any]:
+        """agent-memory-server's compaction without its LLM merge: among the newest ``limit``
+        memories in scope, of each group with the same text (case and spacing aside) or within
+        ``vector_distance_threshold`` of each other (cosine distance) in the same namespace, user
+        and session, the newest is kept and the others are deleted."""
+        if not 0 <= vector_distance_threshold <= 2:
+            raise FilterError("vector_distance_threshold is a cosine distance: 0..2")
+        session = session_id or "*"
+        newest = self.memory.recall(session, "", k=max(1, min(limit, 10_000)), recency=1.0, roles=MEMORY_TYPES,
+                                    namespace=namespace, user=user_id)
+        scope = {h["id"]: h for h in newest}
+        doomed: set[str] = set()
+
+        def group(hit: dict[str, Any]) -> tuple:
+            meta = hit.get("meta") or {}
+            return meta.get("namespace"), meta.get("user_id"), hit.get("session")
+
+        if compact_hash_duplicates:
+            seen: set[tuple] = set()
+            for hit in newest:  # newest first: the first of a text is the one kept
+                key = (*group(hit), " ".join(hit["content"].lower().split()))
+                if key in seen:
+                    doomed.add(hit["id"])
+                seen.add(key)
+        if compact_semantic_duplicates:
+            for hit in newest:
+                if hit["id"] in doomed:
+                    continue
+                meta = hit.get("meta") or {}
+                near = self.memory.recall(hit.get("session") or session, hit["content"], k=20, recency=0.0,
+                                          threshold=1.0 - vector_distance_threshold, roles=MEMORY_TYPES,
+                                          namespace=meta.get("namespace"), user=meta.get("user_id"))
+                for other in near:
+                    older = other["id"] in scope and scope[other["id"]]["created"] <= hit["created"]
+                    if other["id"] != hit["id"] and older and group(scope[other["id"]]) == group(hit):
+                        doomed.add(other["id"])
+        deleted = self.memory.forget(*sorted(doomed))
+        return {"status": "ok", "deleted": deleted, "remaining": len(newest) - deleted}
+
     def delete(self, memory_ids: list[str]) -> dict[str, Any]:
         return {"status": "ok", "deleted": self.memory.forget(*memory_ids)}
 

@@ -260,6 +260,19 @@ def register_memory_tools(server: Any, backend: Backend) -> None:
                           event_date=event_date)
 
     @server.tool()
+    async def compact_long_term_memories(namespace: str | None = None, user_id: str | None = None,
+                                         session_id: str | None = None, limit: int = 1000,
+                                         vector_distance_threshold: float = 0.12, compact_hash_duplicates: bool = True,
+                                         compact_semantic_duplicates: bool = True) -> dict[str, Any]:
+        """Compact long-term memories: of memories with the same text, or within
+        vector_distance_threshold (cosine distance) of each other, in the same namespace, user and
+        session, keep the newest and delete the rest (no LLM merge)."""
+        return await _run(longterm.compact, namespace=namespace, user_id=user_id, session_id=session_id, limit=limit,
+                          vector_distance_threshold=vector_distance_threshold,
+                          compact_hash_duplicates=compact_hash_duplicates,
+                          compact_semantic_duplicates=compact_semantic_duplicates)
+
+    @server.tool()
     async def delete_long_term_memories(memory_ids: list[str]) -> dict[str, Any]:
         """Delete long-term memories by their IDs."""
         return await _run(longterm.delete, memory_ids)

@@ -89,9 +89,9 @@ def _store(ctx: Ctx, items: list[memory.NewMemory], vectors: np.ndarray, dedup: 
     ids: list[str] = []
     batch: dict[str, str] = {}
     for item, vector in zip(items, vectors, strict=True):
-        digest = memory.content_hash(item.session, item.role, item.meta.namespace, item.content)
+        digest = memory.content_hash(item.session, item.role, item.meta.namespace, item.content, item.meta.user)
         dup = None if item.memory_id else memory.find_duplicate(index, item, vector, dedup)
-        if dup is not None or digest in batch:
+        if item.memory_id is None and (dup is not None or digest in batch):  # a given id is never deduplicated
             memory_id = batch.get(digest) or field_text(getattr(live_value(ctx, index.docs[dup]), "fields", {}), b"id")
             writes.append([b"HSET", memory.PREFIX + memory_id.encode(), b"updated", str(now).encode()])
             _count(ctx, "dedups")
