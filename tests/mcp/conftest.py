@@ -87,3 +87,21 @@ async def call_error(session: Any, name: str, arguments: dict[str, Any]) -> str:
 def pion_url(make_server):
     srv = make_server(embed_provider="hash")
     return f"pion://127.0.0.1:{srv.port}"
+
+
+@pytest.fixture(scope="module")
+def minilm_server(tmp_path_factory):
+    from tests.support.servers import ThreadServer, make_settings
+
+    srv = ThreadServer(make_settings(tmp_path_factory.mktemp("minilm"), embed_provider="minilm")).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def minilm(minilm_server):
+    from pion.client.agent_memory import connect
+
+    client = connect(f"pion://127.0.0.1:{minilm_server.port}")
+    yield client
+    client.close()
