@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.ai.conftest import minilm_server  # noqa: F401 - the packaged model's server, one per module
 from tests.support.servers import free_port, wait_for_port
 
 
@@ -89,17 +90,8 @@ def pion_url(make_server):
     return f"pion://127.0.0.1:{srv.port}"
 
 
-@pytest.fixture(scope="module")
-def minilm_server(tmp_path_factory):
-    from tests.support.servers import ThreadServer, make_settings
-
-    srv = ThreadServer(make_settings(tmp_path_factory.mktemp("minilm"), embed_provider="minilm")).start()
-    yield srv
-    srv.stop()
-
-
 @pytest.fixture
-def minilm(minilm_server):
+def minilm(minilm_server):  # noqa: F811 - the fixture imported above
     from pion.client.agent_memory import connect
 
     client = connect(f"pion://127.0.0.1:{minilm_server.port}")

@@ -38,6 +38,15 @@ class OwnedIndex:
     def find(self, engine: SearchEngine, db: Any) -> SearchIndex | None:
         return engine.resolve(db.id, self.name)
 
+    def current(self, engine: SearchEngine, db: Any) -> SearchIndex | None:
+        """The index, if this database has one, with every write so far indexed (reads and
+        deletes never create it)."""
+        engine.catch_up()
+        index = self.find(engine, db)
+        if index is not None and engine.scanning(index):
+            engine.complete_scan(index)
+        return index
+
     def width(self, index: SearchIndex) -> int:
         return int(index.vectors["v"].params.dim)
 

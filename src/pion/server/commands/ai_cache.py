@@ -41,12 +41,7 @@ def _index(ctx: Ctx, dim: int):
 
 def _existing(ctx: Ctx):
     """The cache's index if this database has one (reads and deletes never create it)."""
-    eng = search_engine(ctx)
-    eng.catch_up()
-    index = cache.OWNED.find(eng, ctx.db)
-    if index is not None and eng.scanning(index):
-        eng.complete_scan(index)
-    return index
+    return cache.OWNED.current(search_engine(ctx), ctx.db)
 
 
 def _threshold(ctx: Ctx, opts: dict[bytes, Any]) -> float:

@@ -184,12 +184,7 @@ def _recall_query(argv: list[bytes]) -> memory.RecallQuery:
 
 def _memory_index(ctx: Ctx):
     """This database's memory index (reads never create it)."""
-    eng = search_engine(ctx)
-    eng.catch_up()
-    index = memory.OWNED.find(eng, ctx.db)
-    if index is not None and eng.scanning(index):
-        eng.complete_scan(index)
-    return index
+    return memory.OWNED.current(search_engine(ctx), ctx.db)
 
 
 @command("AI.MEMORY|RECALL", -4, f"readonly {_EMBEDS}", categories=f"@read {_CATS}", group="pion", since="0.1.0")
@@ -242,7 +237,10 @@ def memory_get(ctx: Ctx, argv: list[bytes]):
 def memory_forget(ctx: Ctx, argv: list[bytes]):
     """AI.MEMORY FORGET id [id ...]: delete memories by id; the number deleted."""
     keys = [memory.PREFIX + bytes(raw) for raw in dict.fromkeys(bytes(a) for a in argv[2:])]
-    keys = [key for key in keys if live_value(ctx, key) is not None]
+    return _delete(ctx, [key for key in keys if live_value(ctx, key) is not None])
+
+
+def _delete(ctx: Ctx, keys: list[bytes]) -> int:
     if keys:
         run_writes(ctx, [[b"DEL", *keys]])
         _count(ctx, "forgets", len(keys))
@@ -254,11 +252,7 @@ def memory_forget_session(ctx: Ctx, argv: list[bytes]):
     """AI.MEMORY FORGET_SESSION session: delete every memory of the session; the number deleted."""
     session = _name(argv[2], "session", MAX_SESSION_BYTES)
     index = _memory_index(ctx)
-    keys = [index.docs[d] for d in memory.session_docs(index, session)] if index is not None else []
-    if keys:
-        run_writes(ctx, [[b"DEL", *keys]])
-        _count(ctx, "forgets", len(keys))
-    return len(keys)
+    return _delete(ctx, [index.docs[d] for d in memory.session_docs(index, session)] if index is not None else [])
 
 
 @command("AI.MEMORY|STATS", 2, "readonly fast", categories=f"@read {_CATS}", group="pion", since="0.1.0")
