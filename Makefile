@@ -50,8 +50,9 @@ demo: $(VENV)/.demo
 	$(VENV)/bin/pion demo
 
 lint: venv-dev
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 	$(VENV)/bin/lint-imports
+	$(PY) tools/import_cycles.py src pion
 
 test: venv-dev apt lint node-client
 	$(PY) -m pytest -m "not slow" -q

@@ -17,8 +17,8 @@ from typing import Any
 
 from pion import __version__
 from pion.config import Settings
-from pion.protocol.errors import ReplyError
 from pion.protocol.resp import encode
+from pion.server.admission import Admission
 from pion.server.blocking import BlockingManager
 from pion.server.client import Client
 from pion.server.commands import load_table
@@ -30,7 +30,7 @@ from pion.server.journal import Journal
 from pion.server.latency import LatencyMonitor, install_latency
 from pion.server.pause import ClientPause
 from pion.server.pubsub import PubSubHub
-from pion.server.registry import CommandSpec
+from pion.server.redaction import monitor_argv
 from pion.server.slowlog import SlowLog
 from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
@@ -64,8 +64,8 @@ class Server:
         self.tracking = Tracking(self)
         #: MONITOR lines waiting for the replies of the commands they show: (writer, line)
         self._monitor_lines: list[tuple[Any, str]] = []
-        #: extra checks before a command runs (auth/ACL, memory, write refusal); returns an error or None
-        self.guard: Callable[[Client, CommandSpec, list[bytes]], ReplyError | None] | None = None
+        #: whether a command may run now (auth, ACL, memory, durability, loading, busy): one place
+        self.admission = Admission(self)
         self.loading = False
         #: log records replayed at the last load (KV.PREFIX.INFO wal_replayed)
         self.replayed_records = 0
@@ -254,8 +254,6 @@ class Server:
     def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
         """Queue a MONITOR line; it leaves after the reply of the command it shows (Redis writes
         both in the same beforeSleep, the writer's first): ``_deliver_monitor_lines``."""
-        from pion.server.monitor_view import monitor_argv
-
         argv = monitor_argv(argv)  # AUTH, HELLO AUTH, MIGRATE AUTH, CONFIG SET requirepass: redacted
         line = "%.6f [%d %s] %s" % (
             time.time(),

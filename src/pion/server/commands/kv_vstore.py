@@ -25,8 +25,8 @@ from pion.server.commands.kvcache import (
     arg,
     charge,
     durable_arenas,
-    engine,
     info_text,
+    ledger,
     space,
     strict_int,
     write_reserved,
@@ -201,7 +201,7 @@ def check_blobs(sp, session, layers) -> None:
 
 
 def account(ctx, sp, payloads: list, rows: int) -> None:
-    engine(ctx).ledger.bump("kvprefix_bytes_served", sum(len(p) for p in payloads if p is not None))
+    ledger(ctx).bump("kvprefix_bytes_served", sum(len(p) for p in payloads if p is not None))
     sp.vstore.total_fetches += rows
 
 
