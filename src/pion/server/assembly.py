@@ -5,7 +5,9 @@ anything is locked or opened; durability takes the data-directory lock and puts 
 the arenas and the memory guard in place (its recovery is the first start-up hook, so the
 keyspace is full before any listener opens); security (users, tenants, TLS) next, since tenants
 count their memory through the journal; then scripting, the K/V engine, the MoE expert tier and
-search, which register snapshot extensions with durability. Shutdown runs the hooks in the same order after the listeners closed (``Server.stop``).
+search, which register snapshot extensions with durability; the metrics endpoint last (it opens
+after recovery and reads every part). Shutdown runs the hooks in the same order, after the
+listeners closed (``Server.stop``).
 Admission (``pion.server.admission``) is handed the security, memory and durability parts here.
 """
 
@@ -19,7 +21,7 @@ from pion.server.commands.kvcache import clean_stale_exports, engine_of
 
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
-    from pion.server import persistence, security
+    from pion.server import metrics, persistence, security
     from pion.server.commands import moe_experts, search_admin
     from pion.server.scripting import engine as scripting
 
@@ -31,6 +33,7 @@ def make_server(settings: Settings) -> Server:
     install_kvcache(server)
     moe_experts.install(server)
     search_admin.install(server)
+    metrics.install(server)
     return server
 
 
