@@ -17,7 +17,6 @@ from typing import Any
 
 from pion import __version__
 from pion.config import Settings
-from pion.protocol.resp import encode
 from pion.server.admission import Admission
 from pion.server.blocking import BlockingManager
 from pion.server.client import Client
@@ -415,7 +414,3 @@ def _quote(arg: bytes) -> str:
             out.append("\\x%02x" % byte)
     out.append('"')
     return "".join(out)
-
-
-def encode_for(client: Client, reply: Any) -> bytes:
-    return encode(reply, client.proto)

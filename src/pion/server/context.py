@@ -3,7 +3,7 @@ propagation API through which a write tells the log what its deterministic effec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pion.server.app import Server
@@ -62,6 +62,3 @@ class Ctx:
         """Blocking commands answer at once inside MULTI and scripts, as in Redis."""
         client = self.client
         return client.conn is not None and not client.in_script and client.multi is None and not client.executing
-
-    def reply_later(self) -> Any:
-        return None
