@@ -219,10 +219,8 @@ class Dispatcher:
             server.tracking.after_command(client, spec, argv)
         if crashed:
             pass  # its own argv would crash the replay the same way: not logged (docs/durability.md)
-        elif ctx.rewritten:
-            self.pending.extend((db_index, effect) for effect in ctx.effects or ())
-        elif server.dirty != dirty_before and "write" in spec.flags:
-            self.pending.append((db_index, argv))
+        else:
+            self._collect(ctx, db_index, argv, dirty_before, "write" in spec.flags)
         ctx.effects, ctx.rewritten = outer
         if reply.__class__ is BlockRequest:
             reply.argv = argv
@@ -272,6 +270,14 @@ class Dispatcher:
         if self.server.blocking.ready:
             self.server.blocking.serve_ready()
 
+    def _collect(self, ctx: Any, db_id: int, argv: list[bytes], dirty_before: int, is_write: bool = True) -> None:
+        """The one effect capture: what a command changed becomes log records (its rewrites, else
+        its own argv when it made the server dirty), queued for ``finish_command``."""
+        if ctx.rewritten:
+            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
+        elif is_write and self.server.dirty != dirty_before:
+            self.pending.append((db_id, argv))
+
     def run_retry(self, client: Client, request: BlockRequest) -> Any:
         """Retry a blocked client's command in its own context; effects are logged for it."""
         ctx = client.ctx
@@ -296,10 +302,7 @@ class Dispatcher:
             request.usec += int((time.perf_counter() - start) * 1_000_000)
         if reply is NOT_READY:
             return reply
-        if ctx.rewritten:
-            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
-        elif self.server.dirty != dirty_before:
-            self.pending.append((db_id, request.argv))
+        self._collect(ctx, db_id, request.argv, dirty_before)
         if self.pending:
             effects, self.pending = self.pending, []
             seq = self.server.journal.append(effects)
@@ -325,11 +328,7 @@ class Dispatcher:
             ctx.effects, ctx.rewritten, dirty_before = None, False, self.server.dirty
         finally:
             self.depth -= 1
-        db_id = client.dbs[client.db_index].id
-        if ctx.rewritten:
-            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
-        elif self.server.dirty != dirty_before:
-            self.pending.append((db_id, request.argv))
+        self._collect(ctx, client.dbs[client.db_index].id, request.argv, dirty_before)
         self.finish_command(client)
         return reply
 
