@@ -3,6 +3,7 @@ parser; off by default; loopback by default; bad requests answered, not crashed 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import urllib.error
 import urllib.request
@@ -10,11 +11,14 @@ import urllib.request
 import numpy as np
 import pytest
 import redis
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.servers import ThreadServer, free_port, make_settings
 
 from pion.config import ConfigError
+from pion.server.component import Component
 from pion.server.errors import StartupError
+from pion.server.run import make_server
 
 
 @pytest.fixture
@@ -146,3 +150,41 @@ def test_the_grafana_dashboard_queries_only_series_a_scrape_has(served):
                for name in re.findall(r"pion_\w+", target["expr"])}
     assert len(queried) >= 10
     assert queried <= names, queried - names
+
+
+def test_components_start_stop_cron_and_add_their_metrics(tmp_path):
+    events: list[str] = []
+
+    class Probe(Component):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def start(self) -> None:
+            events.append(f"start {self.name}")
+
+        async def stop(self) -> None:
+            events.append(f"stop {self.name}")
+
+        def cron(self) -> None:
+            if f"cron {self.name}" not in events:
+                events.append(f"cron {self.name}")
+
+        def metrics(self):
+            yield GaugeMetricFamily(f"probe_{self.name}", "a test component's gauge", value=7)
+
+    server = make_server(make_settings(tmp_path, metrics_port=free_port()))
+    server.add_component(Probe("a"))  # after the metrics endpoint: started after it, stopped before
+    server.add_component(Probe("b"))
+
+    async def run() -> dict:
+        await server.start()
+        try:
+            server.cron_once()
+            return {f.name: f for f in text_string_to_metric_families(server.engines["metrics"].render().decode())}
+        finally:
+            await server.stop()
+
+    families = asyncio.run(run())
+    assert events == ["start a", "start b", "cron a", "cron b", "stop b", "stop a"]
+    assert sample(families, "probe_a", "probe_a") == 7 and sample(families, "probe_b", "probe_b") == 7
+    assert "pion_commands" in families or "pion_connected_clients" in families

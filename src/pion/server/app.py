@@ -21,6 +21,7 @@ from pion.server.admission import Admission
 from pion.server.blocking import BlockingManager
 from pion.server.client import Client
 from pion.server.commands import load_table
+from pion.server.component import Component
 from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
@@ -102,6 +103,8 @@ class Server:
         self.reset_hooks: list[Callable[[Database, str], Any]] = []
         #: objects by name for the engines (kv cache, durability) to find each other
         self.engines: dict[str, Any] = {}
+        #: parts built on the component protocol (pion.server.component), in start order
+        self.components: list[Component] = []
         #: tenant name -> its own databases (ids unique server-wide, see Database.id)
         self.tenant_dbs: dict[str, list[Database]] = {}
         self._servers: list[asyncio.AbstractServer] = []
@@ -136,6 +139,10 @@ class Server:
         dispatcher = getattr(self, "dispatcher", None)
         if dispatcher is not None:
             dispatcher.apply_settings(value)
+
+    def add_component(self, component: Component) -> None:
+        """Started after the start-up hooks (recovery), stopped in reverse order at shutdown."""
+        self.components.append(component)
 
     def _make_replay_client(self) -> Client:
         client = Client(0, self)
@@ -291,6 +298,8 @@ class Server:
             result = hook(self)
             if asyncio.iscoroutine(result):
                 await result
+        for component in self.components:
+            await component.start()
         loop = asyncio.get_running_loop()
         settings = self.settings
         if settings.port:
@@ -346,6 +355,11 @@ class Server:
         for client in list(self.clients.values()):
             if client.conn is not None and client.conn.transport is not None:
                 client.conn.transport.close()
+        for component in reversed(self.components):
+            try:
+                await component.stop()
+            except Exception:  # one part failing to stop must not keep the log from its flush
+                log.exception("stopping %s failed", component.name)
         for hook in self.shutdown_hooks:
             result = hook(self)
             if asyncio.iscoroutine(result):
@@ -392,6 +406,8 @@ class Server:
                     client.conn.flush()
         for hook in self.cron_hooks:
             hook(self)
+        for component in self.components:
+            component.cron()
 
     active_expire_enabled = True
 

@@ -4,7 +4,8 @@ The exposition is ``prometheus_client``'s own (``generate_latest`` over a regist
 collector). Nothing is counted twice: at each scrape the collector reads the counters the server
 already keeps for INFO, PION.STATS and LATENCY HISTOGRAM (``Dispatcher.stats``, the command
 histograms of ``pion.server.latency``, the K/V engine's ledgers, the journal's fsync histogram),
-so metrics cost the command path nothing. The endpoint is served on the event loop, as every
+plus what each component's ``metrics()`` yields (``pion.server.component``), so metrics cost the
+command path nothing. The endpoint is served on the event loop, as every
 reader of that state must be; a scrape of a few hundred series takes a fraction of a millisecond.
 
 Nothing protects the endpoint: it shows command names, counts and sizes (no keys, no values),
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from pion.server.component import Component
 from pion.server.errors import StartupError
 from pion.server.security import is_loopback
 
@@ -70,6 +72,8 @@ class ServerCollector:
         yield from self._keyspace(CounterMetricFamily, GaugeMetricFamily)
         yield from self._kvcache(CounterMetricFamily, GaugeMetricFamily)
         yield from self._wal(CounterMetricFamily, GaugeMetricFamily)
+        for component in server.components:
+            yield from component.metrics()
 
     def _commands(self, counter: Any) -> Iterator[Any]:
         calls = counter("pion_commands", "commands run, by name", labels=["command"])
@@ -168,8 +172,10 @@ def _histogram(name: str, documentation: str, labels: list[str], histograms: dic
     return family
 
 
-class MetricsEndpoint:
-    """The HTTP listener of ``/metrics``, on the event loop (start before, stop after the others)."""
+class MetricsEndpoint(Component):
+    """The HTTP listener of ``/metrics``, on the event loop: a component (started after recovery)."""
+
+    name = "metrics"
 
     def __init__(self, server: Server, host: str, port: int) -> None:
         client = _require_client()
@@ -251,13 +257,5 @@ def install(server: Server) -> MetricsEndpoint | None:
         log.warning("metrics on %s: no password protects /metrics (command names, counts, sizes)",
                     settings.metrics_bind)
     server.engines["metrics"] = endpoint
-
-    async def startup(srv: Server) -> None:
-        await endpoint.start()
-
-    async def shutdown(srv: Server) -> None:
-        await endpoint.stop()
-
-    server.startup_hooks.append(startup)
-    server.shutdown_hooks.append(shutdown)
+    server.add_component(endpoint)
     return endpoint
