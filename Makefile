@@ -53,6 +53,7 @@ lint: venv-dev
 	$(VENV)/bin/ruff check src tests benchmarks tools
 	$(VENV)/bin/lint-imports
 	$(PY) tools/import_cycles.py src pion
+	$(VENV)/bin/mypy
 
 test: venv-dev apt lint node-client
 	$(PY) -m pytest -m "not slow" -q

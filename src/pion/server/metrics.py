@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pion.server.component import Component
 from pion.server.errors import StartupError
 from pion.server.security import is_loopback
+from pion.server.wal_journal import WalJournal
 
 if TYPE_CHECKING:
     from pion.server.app import Server
@@ -148,14 +149,13 @@ class ServerCollector:
 
     def _wal(self, counter: Any, gauge: Any) -> Iterator[Any]:
         journal = self.server.journal
-        fsync = getattr(journal, "fsync_latency", None)
-        if fsync is None:
+        if not isinstance(journal, WalJournal):
             return  # appendonly no: there is no log
         yield counter("pion_wal_fsyncs", "log fsyncs (group commit: fewer than records)", value=journal.fsyncs)
         yield counter("pion_wal_write_failures", "failed log or arena writes", value=journal.write_failures)
         yield gauge("pion_wal_bytes", "bytes of the current log", value=journal.log_bytes)
         yield _histogram("pion_wal_fsync_duration_seconds", "how long each log fsync took", [],
-                         {"": fsync}, FSYNC_BUCKETS)
+                         {"": journal.fsync_latency}, FSYNC_BUCKETS)
 
 
 def _histogram(name: str, documentation: str, labels: list[str], histograms: dict[str, Histogram],
@@ -184,7 +184,7 @@ class MetricsEndpoint(Component):
         self.host, self.port = host, port
         self.content_type = client.CONTENT_TYPE_LATEST
         self._generate = client.generate_latest
-        self._listener: asyncio.AbstractServer | None = None
+        self._listener: asyncio.Server | None = None
         self.scrapes = 0
 
     def render(self) -> bytes:
