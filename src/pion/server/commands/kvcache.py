@@ -44,19 +44,18 @@ def ledger(ctx: Ctx) -> Ledger:
 
 
 def replaying(ctx: Ctx) -> bool:
-    return bool(ctx.server.loading) or ctx.client is ctx.server.replay_client
+    """``ctx.replaying`` (kept for the K/V families' call sites)."""
+    return ctx.replaying
 
 
 def write_seq(ctx: Ctx) -> int:
-    """The journal sequence this command's record will get (0 while replaying: already durable)."""
-    return 0 if replaying(ctx) else ctx.server.journal.seq + 1
+    """``ctx.write_seq()``: the journal sequence this command's record will get."""
+    return ctx.write_seq()
 
 
 def hold_until_durable(ctx: Ctx, seq: int) -> None:
-    """Keep this client's reply back until the journal has made ``seq`` durable."""
-    conn = ctx.client.conn
-    if conn is not None and seq > ctx.server.journal.durable_seq:
-        conn.pending_seq = max(conn.pending_seq, seq)
+    """``ctx.hold_until_durable(seq)``: the reply waits until ``seq`` is durable."""
+    ctx.hold_until_durable(seq)
 
 
 def make_room(ctx: Ctx, sp: KVSpace, incoming: int, protect: bytes) -> list[list[bytes]]:
