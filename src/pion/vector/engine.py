@@ -137,6 +137,10 @@ class SearchEngine:
     def memory_bytes(self) -> int:
         return sum(i.memory_bytes() for i in self.indexes.values())
 
+    def memory_bytes_where(self, owns_db: Callable[[int], bool]) -> int:
+        """The bytes of the indexes over databases ``owns_db`` accepts (a tenant's, for its quota)."""
+        return sum(i.memory_bytes() for (db_id, _), i in self.indexes.items() if owns_db(db_id))
+
     def hnsw_backlog(self) -> int:
         total = 0
         for index in self.indexes.values():
