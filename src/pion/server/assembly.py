@@ -4,8 +4,8 @@ The start order is written here, top to bottom: security checks refuse an unsafe
 anything is locked or opened; durability takes the data-directory lock and puts the journal,
 the arenas and the memory guard in place (its recovery is the first start-up hook, so the
 keyspace is full before any listener opens); security (users, tenants, TLS) next, since tenants
-count their memory through the journal; then scripting, the K/V engine, the MoE expert tier and
-search, which register snapshot extensions with durability; the metrics endpoint last (it opens
+count their memory through the journal; then scripting, the K/V engine, the MoE expert tier,
+search, embeddings and agent memory, which register snapshot extensions with durability; the metrics endpoint last (it opens
 after recovery and reads every part). Shutdown runs the hooks in the same order, after the
 listeners closed (``Server.stop``).
 Admission (``pion.server.admission``) is handed the security, memory and durability parts here.
@@ -22,7 +22,7 @@ from pion.server.commands.kvcache import clean_stale_exports, engine_of
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
     from pion.server import metrics, persistence, security
-    from pion.server.commands import moe_experts, search_admin
+    from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
     from pion.server.scripting import engine as scripting
 
     tenant_specs = security.check_startup(settings)
@@ -33,6 +33,9 @@ def make_server(settings: Settings) -> Server:
     install_kvcache(server)
     moe_experts.install(server)
     search_admin.install(server)
+    ai_embed.install(server)  # embeddings (AI.EMBED, semantic cache, agent memory): model on first use
+    ai_memory.install(server)  # the semantic cache's and agent memory's own indexes, after a restart
+    search_embed.install(server)  # FT vector fields the server fills from a text field (EMBED)
     metrics.install(server)
     return server
 

@@ -371,6 +371,20 @@ class SearchEngine:
             self.catch_up()
             self.rebuild_pending = rebuild
 
+    def complete_scan(self, index: SearchIndex) -> None:
+        """Finish ``index``'s pending scan now, inline (a Pion-owned index must not answer half built)."""
+        for scan in self._scans:
+            if scan.index is index and not scan.cancelled:
+                covers = index.definition.covers
+                db = scan.db  # type: ignore[attr-defined]
+                for key in scan.keys[scan.pos:]:
+                    if covers(key):
+                        index.index_key(key, self.values(db, key))
+                scan.pos = index.scan_done = len(scan.keys)
+                scan.cancelled = True
+                index.indexing = False
+                self.stats["scans_done"] += 1
+
     def scanning(self, index: SearchIndex) -> bool:
         return any(scan.index is index and not scan.cancelled for scan in self._scans)
 
