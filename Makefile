@@ -52,8 +52,10 @@ demo: $(VENV)/.demo
 	$(VENV)/bin/pion demo
 
 lint: venv-dev
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 	$(VENV)/bin/lint-imports
+	$(PY) tools/import_cycles.py src pion
+	$(VENV)/bin/mypy
 
 test: venv-dev apt lint node-client
 	$(PY) -m pytest -m "not slow" -q

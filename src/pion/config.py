@@ -98,6 +98,9 @@ class Settings:
     breadcrumbs: bool = True
     #: one warning when RSS passes this share of the machine's memory (over 100: never)
     rss_warn_pct: int = 70
+    # Prometheus metrics (docs/metrics.md): the HTTP port of /metrics (0 = off) and its address
+    metrics_port: int = 0
+    metrics_bind: str = "127.0.0.1"
     # misc
     enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
@@ -135,6 +138,8 @@ class Settings:
         _check(self.attention_fa_window >= 0, "attention-fa-window must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
         _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
+        _check(0 <= self.metrics_port <= 65535, f"metrics-port must be 0..65535, got {self.metrics_port}")
+        _check(bool(self.metrics_bind.strip()), "metrics-bind must be an address")
         _check(self.rss_warn_pct >= 1, f"rss-warn-pct must be >= 1, got {self.rss_warn_pct}")
         _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
 
@@ -270,6 +275,8 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "status-file": ("status_file", str, str),
     "breadcrumbs": ("breadcrumbs", parse_bool, format_bool),
     "rss-warn-pct": ("rss_warn_pct", parse_int_value, str),
+    "metrics-port": ("metrics_port", parse_int_value, str),
+    "metrics-bind": ("metrics_bind", str, str),
     "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),

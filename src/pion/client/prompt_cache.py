@@ -261,7 +261,7 @@ class PionPromptCache:
 
     def enable_stage2(self, model=None, *, sparse: dict | None = None, lane: str = "server"):
         """Let the server compute attention over stored prefixes (``pion.client.stage2``); the ``Stage2``."""
-        from pion.client.stage2 import enable_stage2
+        from pion.client.adapters import enable_stage2
 
         return enable_stage2(self, model, sparse=sparse, lane=lane)
 

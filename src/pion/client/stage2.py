@@ -1,6 +1,6 @@
 """Stage 2 for a model: the prefix part of every attention call is computed by the server.
 
-``PionPromptCache.enable_stage2(model)`` (or ``enable_stage2(prompt_cache)``) returns a
+``PionPromptCache.enable_stage2(model)`` (or ``pion.client.adapters.enable_stage2(prompt_cache)``) returns a
 ``Stage2``. ``stage2.cache_for(prefix_ids)`` makes sure the prefix is stored (a Stage-1 store:
 the same rows serve both stages) and returns a runtime cache that holds only the suffix; the
 runtime's attention, re-routed by the adapter, sends each layer's query rows and the live
@@ -193,24 +193,3 @@ class Stage2:
                                                         "selector": SELECTOR_NAMES[self.sparse.selector]},
             "attend_ms_total": round(self.ms["attend_ms_total"], 3),
         }
-
-
-def enable_stage2(prompt_cache, model=None, *, sparse: dict | None = None, lane: str = "server"):
-    """Route ``model``'s attention over stored prefixes to Stage 2; returns the runtime's ``Stage2``.
-
-    ``model`` defaults to the prompt cache's own. transformers models get an attention
-    implementation registered with ``AttentionInterface``; mlx-lm models a patched SDPA.
-    """
-    model = prompt_cache.adapter.model if model is None else model
-    if model is not prompt_cache.adapter.model:
-        raise ValueError("enable_stage2: the model must be the prompt cache's own (its fingerprint names the prefixes)")
-    runtime = prompt_cache.adapter.runtime
-    if runtime == "hf":
-        from pion.client.adapters.stage2_hf import HFStage2
-
-        return HFStage2(prompt_cache, sparse=sparse, lane=lane)
-    if runtime == "mlx":
-        from pion.client.adapters.stage2_mlx import MLXStage2
-
-        return MLXStage2(prompt_cache, sparse=sparse, lane=lane)
-    raise NotImplementedError(f"Stage 2 has no integration for the {runtime!r} runtime")

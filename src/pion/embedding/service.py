@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from pion.embedding.providers import EmbeddingError, make_provider, parse_spec
+from pion.embedding.factory import make_provider
+from pion.embedding.providers import EmbeddingError, parse_spec
 
 log = logging.getLogger("pion.embedding")
 

@@ -269,12 +269,14 @@ def _check_manifest_codecs(manifest: dict, sessions: list[Session | None], spec:
 
 
 class KVEngine:
-    """What the server wires in as ``server.engines["kvcache"]``: the spaces and the ledger."""
+    """What the server wires in as ``server.engines["kvcache"]``: the spaces and their ledgers,
+    one of each per tenant (b"" is the server's own)."""
 
     def __init__(self) -> None:
         self.default = KVSpace()
         self.spaces: dict[bytes, KVSpace] = {b"": self.default}
         self.ledger = Ledger()
+        self.ledgers: dict[bytes, Ledger] = {b"": self.ledger}
         #: where every space's V.EXPORT directory lives (made at the first export)
         self.export_base: ExportBase | None = None
         self.blob_ok: BlobCheck | None = None
@@ -298,6 +300,18 @@ class KVEngine:
         if self.export_base is not None:
             self.export_base.close()
             self.export_base = None
+
+    def ledger_of(self, tenant: bytes = b"") -> Ledger:
+        """A tenant's PION.STATS counters (its own, as its space is)."""
+        found = self.ledgers.get(tenant)
+        if found is None:
+            found = self.ledgers[tenant] = Ledger()
+        return found
+
+    def reset_ledgers(self) -> None:
+        """CONFIG RESETSTAT: every ledger back to zero."""
+        for ledger in self.ledgers.values():
+            ledger.reset()
 
     def space(self, tenant: bytes = b"") -> KVSpace:
         found = self.spaces.get(tenant)

@@ -17,11 +17,11 @@ from typing import Any
 
 from pion import __version__
 from pion.config import Settings
-from pion.protocol.errors import ReplyError
-from pion.protocol.resp import encode
+from pion.server.admission import Admission
 from pion.server.blocking import BlockingManager
 from pion.server.client import Client
 from pion.server.commands import load_table
+from pion.server.component import Component
 from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
@@ -30,7 +30,7 @@ from pion.server.journal import Journal
 from pion.server.latency import LatencyMonitor, install_latency
 from pion.server.pause import ClientPause
 from pion.server.pubsub import PubSubHub
-from pion.server.registry import CommandSpec
+from pion.server.redaction import monitor_argv
 from pion.server.slowlog import SlowLog
 from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
@@ -64,8 +64,8 @@ class Server:
         self.tracking = Tracking(self)
         #: MONITOR lines waiting for the replies of the commands they show: (writer, line)
         self._monitor_lines: list[tuple[Any, str]] = []
-        #: extra checks before a command runs (auth/ACL, memory, write refusal); returns an error or None
-        self.guard: Callable[[Client, CommandSpec, list[bytes]], ReplyError | None] | None = None
+        #: whether a command may run now (auth, ACL, memory, durability, loading, busy): one place
+        self.admission = Admission(self)
         self.loading = False
         #: log records replayed at the last load (KV.PREFIX.INFO wal_replayed)
         self.replayed_records = 0
@@ -103,6 +103,8 @@ class Server:
         self.reset_hooks: list[Callable[[Database, str], Any]] = []
         #: objects by name for the engines (kv cache, durability) to find each other
         self.engines: dict[str, Any] = {}
+        #: parts built on the component protocol (pion.server.component), in start order
+        self.components: list[Component] = []
         #: tenant name -> its own databases (ids unique server-wide, see Database.id)
         self.tenant_dbs: dict[str, list[Database]] = {}
         self._servers: list[asyncio.AbstractServer] = []
@@ -137,6 +139,10 @@ class Server:
         dispatcher = getattr(self, "dispatcher", None)
         if dispatcher is not None:
             dispatcher.apply_settings(value)
+
+    def add_component(self, component: Component) -> None:
+        """Started after the start-up hooks (recovery), stopped in reverse order at shutdown."""
+        self.components.append(component)
 
     def _make_replay_client(self) -> Client:
         client = Client(0, self)
@@ -254,8 +260,6 @@ class Server:
     def feed_monitors(self, client: Client, argv: list[bytes]) -> None:
         """Queue a MONITOR line; it leaves after the reply of the command it shows (Redis writes
         both in the same beforeSleep, the writer's first): ``_deliver_monitor_lines``."""
-        from pion.server.monitor_view import monitor_argv
-
         argv = monitor_argv(argv)  # AUTH, HELLO AUTH, MIGRATE AUTH, CONFIG SET requirepass: redacted
         line = "%.6f [%d %s] %s" % (
             time.time(),
@@ -294,6 +298,8 @@ class Server:
             result = hook(self)
             if asyncio.iscoroutine(result):
                 await result
+        for component in self.components:
+            await component.start()
         loop = asyncio.get_running_loop()
         settings = self.settings
         if settings.port:
@@ -349,6 +355,11 @@ class Server:
         for client in list(self.clients.values()):
             if client.conn is not None and client.conn.transport is not None:
                 client.conn.transport.close()
+        for component in reversed(self.components):
+            try:
+                await component.stop()
+            except Exception:  # one part failing to stop must not keep the log from its flush
+                log.exception("stopping %s failed", component.name)
         for hook in self.shutdown_hooks:
             result = hook(self)
             if asyncio.iscoroutine(result):
@@ -395,6 +406,8 @@ class Server:
                     client.conn.flush()
         for hook in self.cron_hooks:
             hook(self)
+        for component in self.components:
+            component.cron()
 
     active_expire_enabled = True
 
@@ -417,7 +430,3 @@ def _quote(arg: bytes) -> str:
             out.append("\\x%02x" % byte)
     out.append('"')
     return "".join(out)
-
-
-def encode_for(client: Client, reply: Any) -> bytes:
-    return encode(reply, client.proto)

@@ -70,10 +70,6 @@ def parse_timeout(raw: bytes) -> float:
     return value
 
 
-def lower(raw: bytes) -> bytes:
-    return raw.lower()
-
-
 class ArgCursor:
     """A cursor over options (mini-redis's ``Parse``): ``next``, ``next_int``, ``peek_option``."""
 

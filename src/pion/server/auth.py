@@ -1,6 +1,7 @@
 """Authentication: the users (the default user of ``requirepass`` and the ``--tenant`` users),
-AUTH/HELLO credential checks, the cost of a failed guess, the ACL log, redaction of
-credentials in what the server shows, and the checks that refuse an unsafe start.
+AUTH/HELLO credential checks, the cost of a failed guess and the ACL log. What the server shows
+of credentials is ``pion.server.redaction``; the checks that refuse an unsafe start and the
+wiring of users, tenants and TLS are ``pion.server.security``.
 
 A failed AUTH holds the connection's replies for a delay that doubles with each recent failure
 from the same connection or address (25 ms up to 2 s), queued behind the address's other pending
@@ -14,7 +15,6 @@ SHA-256 digests (what ACL GETUSER shows) and compared in constant time; they are
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import time
 from collections import OrderedDict
@@ -40,9 +40,6 @@ FAIL_WINDOW = 60.0
 QUEUE_MAX = 10.0
 QUEUE_FULL = "ERR too many failed AUTH attempts from this address; try again in {:.0f} s"
 MAX_TRACKED_HOSTS = 10000
-#: CONFIG SET parameters whose values are credentials (redacted in SLOWLOG and MONITOR)
-SENSITIVE_PARAMS = {b"requirepass", b"masterauth", b"tls-key-file-pass", b"tls-client-key-file-pass"}
-REDACTED = b"(redacted)"
 NO_PASSWORD_ERR = ("ERR AUTH <password> called without any password configured for the default user. "
                    "Are you sure your configuration is correct?")
 
@@ -244,124 +241,3 @@ class AclLog:
 def _int_setting(settings: Settings, name: str, default: int) -> int:
     raw = dict(settings.extra).get(name, "")
     return int(raw) if raw.lstrip("-").isdigit() else default
-
-
-# -- redaction ----------------------------------------------------------------------------------
-
-
-def redacted(argv: list[bytes]) -> list[bytes]:
-    """``argv`` with credential values hidden: CONFIG SET of a password parameter."""
-    if len(argv) >= 4 and argv[0].lower() == b"config" and argv[1].lower() == b"set":
-        shown = list(argv)
-        for i in range(2, len(argv) - 1, 2):
-            if argv[i].lower() in SENSITIVE_PARAMS:
-                shown[i + 1] = REDACTED
-        return shown
-    return argv
-
-
-# -- refusing an unsafe start ----------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    """True for loopback bind addresses; raises ValueError for one that does not parse."""
-    bare = host.lstrip("-")
-    if bare == "localhost":
-        return True
-    if bare in ("*", "::*"):
-        return False
-    return ipaddress.ip_address(bare).is_loopback
-
-
-def check_bind(settings: Settings) -> str | None:
-    """Why this bind is refused at start, or None: bad addresses, or exposure without a password."""
-    exposed = []
-    for host in settings.bind or ("127.0.0.1",):
-        try:
-            if not is_loopback(host):
-                exposed.append(host)
-        except ValueError:
-            return f"bind: '{host}' is not a valid IPv4 or IPv6 address"
-    listening = settings.port or settings.tls_port
-    if exposed and listening and settings.protected_mode and not settings.requirepass:
-        return (
-            f"refusing to listen on {', '.join(exposed)} without a password: anyone who can reach it could "
-            "read, change or delete all data. Set a password (--requirepass-file PATH, the PION_REQUIREPASS "
-            "environment variable, or --requirepass), or bind to 127.0.0.1; on a network you trust "
-            "completely, start with --protected-mode no."
-        )
-    return None
-
-
-# -- wiring ------------------------------------------------------------------------------------------
-
-
-def check_startup(settings: Settings) -> list[Any]:
-    """Refuse a start that is unsafe or misconfigured (before the data directory is locked);
-    returns the tenant specs. Raises ``StartupError`` with what to do instead."""
-    from pion.config import ConfigError
-    from pion.server.run import StartupError
-    from pion.server.tenants import load_specs
-    from pion.server.tls import TLSConfigError, make_context
-
-    refusal = check_bind(settings)
-    if refusal is not None:
-        raise StartupError(refusal)
-    try:
-        specs = load_specs(settings)
-        if settings.tls_port:
-            make_context(settings)
-    except (ConfigError, TLSConfigError) as exc:
-        raise StartupError(str(exc)) from None
-    except OSError as exc:
-        raise StartupError(f"cannot read {exc.filename or 'a file'}: {exc.strerror or exc}") from None
-    return specs
-
-
-def install(server: Server, specs: list[Any]) -> Users:
-    """Users, tenants, the tenant guard (NOPERM, quota) and TLS reloads, onto a built server."""
-    from pion.server import tenants, tls
-    from pion.server.acl_check import refusal as acl_refusal
-
-    users = users_of(server)
-    engine = tenants.install(server, specs)
-    previous = server.guard
-
-    def guard(client: Client, spec: Any, argv: list[bytes]) -> ReplyError | None:
-        denied = acl_refusal(users, client, spec, argv)
-        if denied is not None:
-            return denied
-        if client.tenant is not None:
-            if tenants.tenant_denied(spec):
-                return tenants.nopermission(client, spec)
-            refusal = engine.quota_refusal(client, spec, argv)
-            if refusal is not None:
-                return refusal
-        return previous(client, spec, argv) if previous is not None else None
-
-    server.guard = guard
-    path = dict(server.settings.extra).get("aclfile", "")
-    if path:
-        from pion.server.run import StartupError
-
-        error = users.table.load_file(path)
-        if error is not None:
-            raise StartupError(f"Aborting startup because of ACL errors: {error}")
-    if server.settings.tls_port:
-        server.engines["tls"] = tls.make_context(server.settings)
-    server.config_hooks.append(tls.config_changed)
-    server.config_checks.append(_config_changed)  # before any listener is bound
-    return users
-
-
-def _config_changed(server: Server, old: Settings, new: Settings) -> str | None:
-    """CONFIG SET must not leave the server exposed: the same rules as at start."""
-    if new.requirepass != old.requirepass and server.tenant_dbs and not new.requirepass:
-        return "tenants need requirepass (the admin password); it cannot be removed while tenants exist"
-    if (new.bind, new.requirepass, new.protected_mode) != (old.bind, old.requirepass, old.protected_mode):
-        refused = check_bind(new)
-        if refused is not None:
-            return refused
-    if new.requirepass != old.requirepass:
-        users_of(server).set_default_password(new.requirepass)
-    return None

@@ -30,6 +30,7 @@ from pion.server.client import Client
 from pion.server.conn_errors import note_broken, note_preauth_error
 from pion.server.context import Ctx
 from pion.server.dispatch import BLOCKED
+from pion.server.flow_control import HELD, READ_AHEAD, WRITES, FlowControl
 
 if TYPE_CHECKING:
     from pion.server.app import Server
@@ -60,7 +61,8 @@ class Connection(asyncio.BufferedProtocol):
         #: a command of this client is finishing in the worker pool (pion.server.deferred): run
         #: nothing more from its pipeline until it has answered
         self.deferred = False
-        self.paused_by_writes = False
+        #: why reading is paused (WRITES, HELD, READ_AHEAD): pion.server.flow_control
+        self.flow = FlowControl()
         self.close_after_flush = False
         #: loop time until which replies are held and reading is paused (failed AUTH), 0 if none
         self.held_until = 0.0
@@ -76,6 +78,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.flow.transport = transport
         server = self.server
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -159,20 +162,16 @@ class Connection(asyncio.BufferedProtocol):
         self.process()
 
     def pause_writing(self) -> None:
-        self.paused_by_writes = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self.flow.pause(WRITES)
 
     def resume_writing(self) -> None:
-        self.paused_by_writes = False
+        self.flow.resume(WRITES)
         self.server.held_output.pop(self, None)
         if self.transport is not None and not self.transport.is_closing() and not self.held_until:
-            if not self.deferred:
-                self.transport.resume_reading()
             self._unstall()
 
     def _unstall(self) -> None:
-        if self.stalled and not self.paused_by_writes and not self.waiting_durable:
+        if self.stalled and not self.flow.is_paused(WRITES) and not self.waiting_durable:
             self.stalled = False
             asyncio.get_running_loop().call_soon(self._resume)
 
@@ -215,7 +214,7 @@ class Connection(asyncio.BufferedProtocol):
                 tracking.send_pending()
             if self.out_size > HIGH_WATER:
                 self.flush()
-                if self.paused_by_writes or self.waiting_durable:
+                if self.flow.is_paused(WRITES) or self.waiting_durable:
                     self.stalled = True  # bounded memory: leave the rest unread until replies drain
                     break
         self.flush()
@@ -250,15 +249,13 @@ class Connection(asyncio.BufferedProtocol):
     def _read_ahead(self) -> None:
         """While the pipeline waits, parse the next command as its bytes arrive (a large argument
         lands in its own buffer); once it is complete stop reading: the kernel buffers the rest."""
-        if self.reader.read_ahead() and self.transport is not None:
-            self.transport.pause_reading()
+        if self.reader.read_ahead():
+            self.flow.pause(READ_AHEAD)
 
     def undefer(self, reply: Any) -> None:
         """The deferred command answered: send its reply, read again, go on with the pipeline."""
         self.deferred = False
-        transport = self.transport
-        if transport is not None and not transport.is_closing() and not self.paused_by_writes and not self.held_until:
-            transport.resume_reading()
+        self.flow.resume(READ_AHEAD)
         self.resume_with(reply)
 
     def resume_with(self, reply: Any) -> None:
@@ -280,16 +277,14 @@ class Connection(asyncio.BufferedProtocol):
         if self._hold_timer is not None:
             self._hold_timer.cancel()
         self._hold_timer = loop.call_at(self.held_until, self._release)
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self.flow.pause(HELD)
 
     def _release(self) -> None:
         self.held_until = 0.0
         self._hold_timer = None
+        self.flow.resume(HELD)
         if self.transport is None or self.transport.is_closing():
             return
-        if not self.paused_by_writes and not self.deferred:
-            self.transport.resume_reading()
         self.flush()
         self._unstall()  # a pipeline stalled by write pressure meanwhile goes on too
         self._resume()

@@ -3,7 +3,7 @@ propagation API through which a write tells the log what its deterministic effec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pion.server.app import Server
@@ -48,6 +48,21 @@ class Ctx:
         self.effects = []
         self.rewritten = True
 
+    @property
+    def replaying(self) -> bool:
+        """The command is the log's, replayed at start or by DEBUG RELOAD: already durable."""
+        return bool(self.server.loading) or self.client is self.server.replay_client
+
+    def write_seq(self) -> int:
+        """The journal sequence this command's record will get (0 while replaying: already durable)."""
+        return 0 if self.replaying else self.server.journal.seq + 1
+
+    def hold_until_durable(self, seq: int) -> None:
+        """Keep this client's reply back until the journal has made ``seq`` durable."""
+        conn = self.client.conn
+        if conn is not None and seq > self.server.journal.durable_seq:
+            conn.pending_seq = max(conn.pending_seq, seq)
+
     def dirty(self, count: int = 1) -> None:
         """Count a change to the keyspace (drives logging, save rules and INFO)."""
         self.server.dirty += count
@@ -62,6 +77,3 @@ class Ctx:
         """Blocking commands answer at once inside MULTI and scripts, as in Redis."""
         client = self.client
         return client.conn is not None and not client.in_script and client.multi is None and not client.executing
-
-    def reply_later(self) -> Any:
-        return None

@@ -1,7 +1,7 @@
 """The dispatcher: one place that turns an argv into a reply.
 
-It looks the command up, checks arity, auth, MULTI queueing, the RESP2 subscribed-mode subset,
-loading, write refusal and memory, runs the handler, counts stats, parks blocking commands
+It looks the command up, checks arity, asks admission (``pion.server.admission``: auth, ACL,
+memory, durability, loading, busy, in Redis's order), queues under MULTI, runs the handler, counts stats, parks blocking commands
 and deferred ones (``pion.server.deferred``: work in the thread pool, finished later on the loop),
 and hands the write's effects to the journal as one record per top-level command.
 """
@@ -35,10 +35,6 @@ _LOGGED_LIMIT = 1000
 _MULTI_PASS = {b"multi", b"exec", b"discard", b"watch", b"quit", b"reset"}
 #: shown to MONITOR before they run, so the commands a script runs follow it (Redis's evalCommand)
 _MONITOR_FIRST = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
-_SUBSCRIBED_RESP2 = {
-    b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ssubscribe",
-    b"sunsubscribe", b"ping", b"quit", b"reset",
-}
 
 
 class Dispatcher:
@@ -135,7 +131,7 @@ class Dispatcher:
             self._count_rejected(argv)
             self.count_error(spec)
             return spec
-        refusal = self._refusal(client, spec, argv)
+        refusal = server.admission.refusal(client, spec, argv)  # Redis's order, in one place
         if refusal is not None:
             if client.multi is not None:
                 if spec.name == "exec":
@@ -181,28 +177,6 @@ class Dispatcher:
         if self.server.monitors and "admin" not in spec.flags:
             self.server.feed_monitors(client, argv)
 
-    def _refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
-        flags = spec.flags
-        server = self.server
-        if not client.authenticated and "no_auth" not in flags:
-            return ReplyError(errors.NOAUTH)
-        if client.proto == 2 and client.subscription_count and argv[0].lower() not in _SUBSCRIBED_RESP2:
-            return ReplyError(
-                f"ERR Can't execute '{spec.full_name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
-                "PING / QUIT / RESET are allowed in this context"
-            )
-        if client.multi is not None and "no_multi" in flags:
-            return ReplyError("ERR Command not allowed inside a transaction")
-        if server.loading and "loading" not in flags:
-            return ReplyError(errors.LOADING)
-        if self.busy is not None:
-            refusal = self.busy(client, spec, argv)
-            if refusal is not None:
-                return refusal
-        if server.guard is not None:
-            return server.guard(client, spec, argv)
-        return None
-
     # -- running -----------------------------------------------------------------------
 
     def call(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> Any:
@@ -245,10 +219,8 @@ class Dispatcher:
             server.tracking.after_command(client, spec, argv)
         if crashed:
             pass  # its own argv would crash the replay the same way: not logged (docs/durability.md)
-        elif ctx.rewritten:
-            self.pending.extend((db_index, effect) for effect in ctx.effects or ())
-        elif server.dirty != dirty_before and "write" in spec.flags:
-            self.pending.append((db_index, argv))
+        else:
+            self._collect(ctx, db_index, argv, dirty_before, "write" in spec.flags)
         ctx.effects, ctx.rewritten = outer
         if reply.__class__ is BlockRequest:
             reply.argv = argv
@@ -298,6 +270,14 @@ class Dispatcher:
         if self.server.blocking.ready:
             self.server.blocking.serve_ready()
 
+    def _collect(self, ctx: Any, db_id: int, argv: list[bytes], dirty_before: int, is_write: bool = True) -> None:
+        """The one effect capture: what a command changed becomes log records (its rewrites, else
+        its own argv when it made the server dirty), queued for ``finish_command``."""
+        if ctx.rewritten:
+            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
+        elif is_write and self.server.dirty != dirty_before:
+            self.pending.append((db_id, argv))
+
     def run_retry(self, client: Client, request: BlockRequest) -> Any:
         """Retry a blocked client's command in its own context; effects are logged for it."""
         ctx = client.ctx
@@ -322,10 +302,7 @@ class Dispatcher:
             request.usec += int((time.perf_counter() - start) * 1_000_000)
         if reply is NOT_READY:
             return reply
-        if ctx.rewritten:
-            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
-        elif self.server.dirty != dirty_before:
-            self.pending.append((db_id, request.argv))
+        self._collect(ctx, db_id, request.argv, dirty_before)
         if self.pending:
             effects, self.pending = self.pending, []
             seq = self.server.journal.append(effects)
@@ -351,11 +328,7 @@ class Dispatcher:
             ctx.effects, ctx.rewritten, dirty_before = None, False, self.server.dirty
         finally:
             self.depth -= 1
-        db_id = client.dbs[client.db_index].id
-        if ctx.rewritten:
-            self.pending.extend((db_id, effect) for effect in ctx.effects or ())
-        elif self.server.dirty != dirty_before:
-            self.pending.append((db_id, request.argv))
+        self._collect(ctx, client.dbs[client.db_index].id, request.argv, dirty_before)
         self.finish_command(client)
         return reply
 

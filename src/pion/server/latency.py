@@ -28,13 +28,16 @@ _SLOTS = 64 * 16
 
 
 class Histogram:
-    __slots__ = ("counts", "total")
+    __slots__ = ("counts", "total", "sum_ns")
 
     def __init__(self) -> None:
         self.counts = [0] * _SLOTS
         self.total = 0
+        #: nanoseconds of every call, unclamped (a Prometheus histogram's ``_sum``)
+        self.sum_ns = 0
 
     def record(self, ns: int) -> None:
+        self.sum_ns += ns
         ns = min(max(ns, 1), MAX_NS)
         bits = ns.bit_length()
         self.counts[(bits << 4) | ((ns >> (bits - 5)) & 15) if bits > 4 else ns] += 1
@@ -49,6 +52,19 @@ class Histogram:
             if count and seen >= wanted:
                 return _bucket_top(index)
         return 0
+
+    def at_most(self, bounds_ns: list[int]) -> list[int]:
+        """Calls that took at most each of the ascending ``bounds_ns`` (a bucket counts at its top),
+        then every call: Prometheus's cumulative ``le`` buckets, ``+Inf`` last."""
+        out, seen, index = [], 0, 0
+        counts = list(self.counts)  # one copy: another thread (the WAL writer) may be recording
+        for bound in bounds_ns:
+            while index < _SLOTS and _bucket_top(index) <= bound:
+                seen += counts[index]
+                index += 1
+            out.append(seen)
+        out.append(seen + sum(counts[index:]))
+        return out
 
     def cumulative(self) -> dict[int, int]:
         """Microseconds -> calls that took at most that long, at 1024 ns * 2^k, until all counted."""

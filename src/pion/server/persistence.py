@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.server.bgsave import SaveJob
+from pion.server.errors import StartupError
 from pion.server.memory_guard import MemoryManager
 from pion.server.status import DataDirLock, DirLockedError, breadcrumbs, last_command
 from pion.server.wal_journal import ObservedJournal, WalJournal
@@ -31,8 +32,6 @@ from pion.storage.snapshot import FILENAME, SnapshotError, SnapshotReader
 if TYPE_CHECKING:
     from pion.config import Settings
     from pion.server.app import Server
-    from pion.server.client import Client
-    from pion.server.registry import CommandSpec
 
 log = logging.getLogger("pion.persistence")
 
@@ -237,17 +236,14 @@ class Persistence:
 
     # -- the guard --------------------------------------------------------------------------------
 
-    def guard(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
-        flags = spec.flags
-        if spec.name == "exec" and client.multi:  # EXEC counts as what it queued (Redis's mstate.cmd_flags)
-            flags = flags.union(*(queued.flags for queued, _ in client.multi))
-        if "write" in flags or spec.name == "ping":
+    def write_refusal(self, name: str, flags: frozenset[str]) -> ReplyError | None:
+        """-MISCONF for a write (or PING) while the log cannot be written or, with save rules and
+        ``stop-writes-on-bgsave-error``, the last snapshot failed (``pion.server.admission``)."""
+        if "write" in flags or name == "ping":
             if self.journal.write_error() is not None:
                 return ReplyError(errors.MISCONF)
             if not self.last_save_ok and _rules(self.server.settings) and _stop_writes(self.server.settings):
                 return ReplyError(errors.MISCONF_SNAPSHOT)
-        if self.server.settings.maxmemory:
-            return self.memory.check(flags)
         return None
 
     # -- status and INFO ----------------------------------------------------------------------------
@@ -384,7 +380,6 @@ def _arena_size(settings: Settings) -> int:
 def install(server: Server) -> Persistence:
     """Wire durability onto a server (make_server). Raises StartupError for a locked directory."""
     from pion.server.persistence_hooks import wire
-    from pion.server.run import StartupError
 
     owner = Persistence(server)
     try:

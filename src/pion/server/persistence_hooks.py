@@ -1,4 +1,4 @@
-"""The server hooks durability installs: recovery at startup, shutdown, the guard, DEBUG RELOAD.
+"""The server hooks durability installs: recovery at startup, shutdown, admission, DEBUG RELOAD.
 
 Recovery replays the log through the same command code as live traffic
 (``dispatcher.replay``). A blob argument arrives as a ``memoryview`` of its mapped arena for
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
+from pion.server.errors import StartupError
 from pion.storage.arena import ArenaError, BlobRef, snapshot_scope
 from pion.storage.recovery import RecoveryError, recover
 from pion.storage.serialize import PayloadError, load_value
@@ -29,16 +30,8 @@ log = logging.getLogger("pion.persistence")
 def wire(server: Server, owner: Persistence) -> None:
     server.engines["persistence"] = owner
     server.engines["memory"] = owner.memory
-    previous = server.guard
-
-    def guard(client: Any, spec: Any, argv: list[bytes]) -> ReplyError | None:
-        if previous is not None:
-            refusal = previous(client, spec, argv)
-            if refusal is not None:
-                return refusal
-        return owner.guard(client, spec, argv)
-
-    server.guard = guard
+    server.admission.durability = owner
+    server.admission.memory = owner.memory
     server.info_sections["persistence"] = owner.info
     server.debug_hooks["reload"] = lambda ctx, argv: debug_reload(owner, argv)
     server.debug_hooks["loadaof"] = lambda ctx, argv: debug_loadaof(owner)
@@ -71,8 +64,6 @@ def wire(server: Server, owner: Persistence) -> None:
 
 def load(owner: Persistence) -> None:
     """Snapshot then log into the (empty) keyspace; raises StartupError when it cannot."""
-    from pion.server.run import StartupError
-
     server = owner.server
     replayer = Replayer(owner)
     server.loading = True

@@ -1,4 +1,4 @@
-"""Build a Server from Settings and run it on uvloop until SIGTERM/SIGINT."""
+"""Build a Server from Settings (``pion.server.assembly``) and run it on uvloop until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -6,59 +6,12 @@ import asyncio
 import logging
 
 from pion.config import Settings
-from pion.server.app import Server
+from pion.server.assembly import make_server
+from pion.server.errors import StartupError
+
+__all__ = ["StartupError", "make_server", "run_server"]
 
 log = logging.getLogger("pion.server")
-
-
-class StartupError(Exception):
-    """The server refuses to start (a bad setting, a locked or corrupt data dir); the message says why."""
-
-
-def make_server(settings: Settings) -> Server:
-    """The one place that wires the engines onto a core server."""
-    # security first: refuse an exposed or misconfigured start before anything is locked or opened
-    from pion.server.auth import check_startup
-    from pion.server.auth import install as install_security
-
-    tenant_specs = check_startup(settings)
-    server = Server(settings)
-    # durability first: the data-dir lock, arenas, the log (appendonly), recovery as the first
-    # startup hook (before listening), snapshots, maxmemory; other engines find it in engines
-    from pion.server.persistence import install as install_persistence
-
-    install_persistence(server)
-    # users and tenants (their databases, guard, snapshot extension), TLS
-    install_security(server, tenant_specs)
-    # Lua scripting: its function libraries are a snapshot extension
-    from pion.server.scripting.engine import install as install_scripting
-
-    install_scripting(server)
-    # the K/V engine last: it registers a snapshot extension with the persistence engine, if any
-    from pion.server.commands.kvcache import install as install_kvcache
-
-    install_kvcache(server)
-    # the MoE expert tier, with --moe-cache
-    from pion.server.commands.moe_experts import install as install_moe
-
-    install_moe(server)
-    # search (FT.*) over the keyspace: key hooks, background scans, its snapshot extension
-    from pion.server.commands.search_admin import install as install_search
-
-    install_search(server)
-    # embeddings (AI.EMBED, the semantic cache, agent memory): the model loads on first use
-    from pion.server.commands.ai_embed import install as install_embedding
-
-    install_embedding(server)
-    # the semantic cache's and agent memory's own indexes come back after a restart
-    from pion.server.commands.ai_memory import install as install_memory
-
-    install_memory(server)
-    # FT indexes whose vector fields the server fills from a text field (VECTOR ... EMBED field)
-    from pion.server.commands.search_embed import install as install_auto_embed
-
-    install_auto_embed(server)
-    return server
 
 
 def run_server(settings: Settings) -> int:

@@ -6,14 +6,14 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from pion.server.redaction import slowlog_argv
+
 if TYPE_CHECKING:
     from pion.server.app import Server
     from pion.server.client import Client
 
 MAX_ARGS = 32
 MAX_ARG_LEN = 128
-#: commands whose arguments are credentials: logged with their arguments redacted
-REDACTED = {b"auth", b"hello", b"migrate", b"acl"}
 
 
 class SlowLog:
@@ -41,11 +41,7 @@ class SlowLog:
 
 
 def _shown_args(argv: list[bytes]) -> list[bytes]:
-    from pion.server.auth import redacted
-
-    argv = redacted(argv)  # CONFIG SET requirepass ...: the value is a credential
-    if argv[0].lower() in REDACTED:
-        return [argv[0]] + [b"(redacted)"] * (len(argv) - 1)
+    argv = slowlog_argv(argv)  # AUTH, CONFIG SET requirepass ...: credentials hidden
     shown = []
     for i, arg in enumerate(argv):
         if i == MAX_ARGS - 1 and len(argv) > MAX_ARGS:

@@ -150,31 +150,15 @@ def nopermission(client: Client, spec: CommandSpec) -> ReplyError:
 # -- the engine ----------------------------------------------------------------------------------
 
 
-class TenantKV:
-    """A tenant's view of the K/V engine: its own space and its own PION.STATS ledger."""
-
-    def __init__(self, server: Server, name: str) -> None:
-        from pion.kvcache.stats import Ledger
-
-        self.server = server
-        self.key = name.encode()
-        self.ledger = Ledger()
-
-    def space(self, tenant: bytes = b"") -> Any:
-        from pion.server.commands.kvcache import engine_of
-
-        return engine_of(self.server).space(self.key)
-
-
 class Tenants:
-    """``server.engines["tenants"]``: the tenants' databases, quotas and K/V views."""
+    """``server.engines["tenants"]``: the tenants' databases and quotas (their K/V spaces and
+    ledgers are the K/V engine's, by tenant name)."""
 
     def __init__(self, server: Server, specs: list[TenantSpec]) -> None:
         self.server = server
         self.specs = {spec.name: spec for spec in specs}
         self.by_owner = {owner_of(spec.name): spec.name for spec in specs}
         self.accounting: dict[str, Accounting] = {}
-        self.kv: dict[str, TenantKV] = {}
         #: other engines' per-tenant bytes (an index, a cache): ``source(tenant name) -> bytes``
         self.usage_sources: list[Callable[[str], int]] = []
         users = users_of(server)
@@ -182,7 +166,6 @@ class Tenants:
             server.tenant_dbs[spec.name] = [
                 server._make_db(i, tenant_db_id(spec.name, i)) for i in range(server.settings.databases)]
             self.accounting[spec.name] = Accounting(server.settings.databases)
-            self.kv[spec.name] = TenantKV(server, spec.name)
             users.add_tenant(spec.name, spec.digest, spec.quota, tenant_rules(server.table).encode().split())
 
     # -- quota ---------------------------------------------------------------------------------
@@ -321,17 +304,6 @@ def visible_clients(ctx: Ctx) -> dict[int, Client]:
     if tenant is None:
         return clients
     return {cid: c for cid, c in clients.items() if c.tenant == tenant}
-
-
-def kv_view(ctx: Ctx) -> TenantKV:
-    """The K/V view of the client's tenant (made on first use for a tenant set by other means)."""
-    server, name = ctx.server, ctx.client.tenant
-    engine = server.engines.get("tenants")
-    views = engine.kv if engine is not None else server.engines.setdefault("tenant_kv_views", {})
-    view = views.get(name)
-    if view is None:
-        view = views[name] = TenantKV(server, name)  # type: ignore[arg-type]
-    return view
 
 
 def tenant_info(ctx: Ctx, names: list[str]) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pion.protocol import errors
 from pion.protocol.resp import encode_error
 from pion.server.journal import Journal
+from pion.server.latency import Histogram
 from pion.storage import wal
 from pion.storage.arena import ArenaStore, BlobRef
 from pion.storage.faults import DiskWriteError
@@ -90,6 +91,8 @@ class WalJournal(ObservedJournal):
         #: writer-thread counters: batches written and fsyncs done (group commit: fsyncs < records)
         self.batches = 0
         self.fsyncs = 0
+        #: how long each log fsync took (the writer thread records, /metrics reads)
+        self.fsync_latency = Histogram()
         # shared with the writer thread
         self._cv = threading.Condition()
         self._queue: list[tuple[int, int, bytes]] = []
@@ -349,7 +352,9 @@ class WalJournal(ObservedJournal):
             self._writer.synced_size = self._writer.size
             self._unsynced = []
         if sync and self._writer is not None and self._unsynced:
+            started = time.perf_counter_ns()
             self._writer.sync()
+            self.fsync_latency.record(time.perf_counter_ns() - started)
             self.fsyncs += 1
             self._last_sync = now
             self._unsynced = []

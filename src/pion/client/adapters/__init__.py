@@ -12,43 +12,9 @@ the model's module did not already import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from pion.client.adapters.layout import CacheLayout, heads_major, require
 
-
-@dataclass(frozen=True)
-class CacheLayout:
-    """Which cache slots hold K/V and which hold recurrent state, and their shapes."""
-
-    runtime: str
-    n_slots: int
-    #: slot index of each attention layer, in V-store layer order
-    attn: tuple[int, ...]
-    #: slot index of each recurrent-state layer
-    state: tuple[int, ...]
-    #: per attention layer: (n_kv_heads, k_head_dim, v_head_dim)
-    heads: tuple[tuple[int, int, int], ...]
-    #: K/V dtype as numpy names it ("float32", "float16", "bfloat16")
-    dtype: str
-    extra: dict = field(default_factory=dict, compare=False)
-
-    @property
-    def k_dims(self) -> list[int]:
-        return [h * dk for h, dk, _ in self.heads]
-
-    @property
-    def v_dims(self) -> list[int]:
-        return [h * dv for h, _, dv in self.heads]
-
-    def describe(self) -> dict:
-        """The JSON form written into manifests."""
-        return {"runtime": self.runtime, "n_slots": self.n_slots, "attn": list(self.attn),
-                "state": list(self.state), "heads": [list(h) for h in self.heads], "dtype": self.dtype}
-
-
-def heads_major(rows, heads: int, dim: int):
-    """``(n, heads*dim)`` numpy rows as a ``[1, heads, n, dim]`` view (no copy): the runtimes'
-    K/V layout, and ``V.EXPORT``'s."""
-    return rows.reshape(rows.shape[0], heads, dim).transpose(1, 0, 2)[None]
+__all__ = ["CacheLayout", "adapter_for", "enable_stage2", "heads_major", "require"]
 
 
 def adapter_for(model, **options):
@@ -71,13 +37,22 @@ def adapter_for(model, **options):
     )
 
 
-def require(module_name: str, extra: str):
-    """Import a runtime module, or raise ImportError naming the extra that installs it."""
-    import importlib
+def enable_stage2(prompt_cache, model=None, *, sparse: dict | None = None, lane: str = "server"):
+    """Route ``model``'s attention over stored prefixes to Stage 2; returns the runtime's ``Stage2``.
 
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(
-            f"{module_name} is not installed; install it with: pip install 'pion[{extra}]'"
-        ) from exc
+    ``model`` defaults to the prompt cache's own. transformers models get an attention
+    implementation registered with ``AttentionInterface``; mlx-lm models a patched SDPA.
+    """
+    model = prompt_cache.adapter.model if model is None else model
+    if model is not prompt_cache.adapter.model:
+        raise ValueError("enable_stage2: the model must be the prompt cache's own (its fingerprint names the prefixes)")
+    runtime = prompt_cache.adapter.runtime
+    if runtime == "hf":
+        from pion.client.adapters.stage2_hf import HFStage2
+
+        return HFStage2(prompt_cache, sparse=sparse, lane=lane)
+    if runtime == "mlx":
+        from pion.client.adapters.stage2_mlx import MLXStage2
+
+        return MLXStage2(prompt_cache, sparse=sparse, lane=lane)
+    raise NotImplementedError(f"Stage 2 has no integration for the {runtime!r} runtime")

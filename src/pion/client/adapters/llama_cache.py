@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pion.client import transfer
-from pion.client.adapters import require
+from pion.client.adapters.layout import require
 from pion.client.adapters.llama_cpp import LAYOUT, SCHEMA, LlamaCppAdapter, token_rows
 from pion.client.blocks import block_hashes, chain_seed, hash_blob, token_blob
 from pion.client.client import DEFAULT_URL, PionClient

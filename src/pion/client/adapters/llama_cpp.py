@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from pion.client.adapters import CacheLayout, require
+from pion.client.adapters.layout import CacheLayout, require
 from pion.client.state_blob import pack_state, unpack_state
 
 RUNTIME = "llama.cpp"

@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from pion.client.adapters import CacheLayout, heads_major, require
+from pion.client.adapters.layout import CacheLayout, heads_major, require
 from pion.client.fingerprint import cached, digest
 from pion.client.namespace import config_hash
 from pion.client.state_blob import pack_state, unpack_state

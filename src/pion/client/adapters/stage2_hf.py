@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pion.client.adapters import require
+from pion.client.adapters.layout import require
 from pion.client.stage2 import Stage2
 
 IMPLEMENTATION = "pion_stage2"

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from pion.client.adapters import require
+from pion.client.adapters.layout import require
 from pion.client.stage2 import Stage2
 
 _original = None

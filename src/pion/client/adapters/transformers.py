@@ -16,7 +16,7 @@ import json
 
 import numpy as np
 
-from pion.client.adapters import CacheLayout, require
+from pion.client.adapters.layout import CacheLayout, require
 from pion.client.fingerprint import cached, digest
 from pion.client.namespace import config_hash
 from pion.client.state_blob import pack_state, unpack_state

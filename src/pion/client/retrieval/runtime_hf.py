@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from pion.client.retrieval.rope import RotationRefused
-from pion.client.retrieval.runtime import RuntimeShim, StopForward
+from pion.client.retrieval.shim import RuntimeShim, StopForward
 
 
 class HfRuntime(RuntimeShim):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from pion.client.retrieval.rope import RotationRefused
-from pion.client.retrieval.runtime import RuntimeShim, StopForward
+from pion.client.retrieval.shim import RuntimeShim, StopForward
 
 
 class MlxRuntime(RuntimeShim):

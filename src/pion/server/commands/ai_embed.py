@@ -54,7 +54,7 @@ def install(server: Any) -> Embedder:
     try:
         embedder = Embedder(embed_config(server.settings))
     except ValueError as exc:
-        from pion.server.run import StartupError
+        from pion.server.errors import StartupError
 
         raise StartupError(str(exc)) from None
     server.engines["embedding"] = embedder

@@ -23,9 +23,9 @@ from pion.server.commands.kv_vstore import UNIFORM_NAMES
 from pion.server.commands.kvcache import (
     arg,
     check_ns,
-    engine,
     hold_until_durable,
     info_text,
+    ledger,
     replaying,
     space,
     strict_int,
@@ -157,10 +157,10 @@ def kv_prefix_lookup(ctx, argv):
     ns = check_ns(argv[1])
     tokens, prefill_ms = parse_lookup_options(argv)
     sp = space(ctx)
-    ledger = engine(ctx).ledger
+    stats = ledger(ctx)
     complete, seq = sp.completeness(ns)
     if not complete:
-        ledger.miss()
+        stats.miss()
         return Status("MISS")
     if tokens is not None:
         credit_us = 1000 * prefill_ms if prefill_ms else None
@@ -168,7 +168,7 @@ def kv_prefix_lookup(ctx, argv):
         credit_us = 1000 * prefill_ms
     else:
         credit_us = sp.registry.get(ns).prefill_us if sp.registry.get(ns) is not None else None
-    ledger.hit(sp.hit_tokens(ns) if tokens is None else tokens, credit_us)
+    stats.hit(sp.hit_tokens(ns) if tokens is None else tokens, credit_us)
     sp.touch(ns)
     hold_until_durable(ctx, seq)
     return Status("HIT")

@@ -16,8 +16,8 @@ from pion.server.commands.kvcache import (
     arena_view,
     arg,
     charge,
-    engine,
     info_text,
+    ledger,
     log_with,
     make_room,
     space,
@@ -161,11 +161,11 @@ def state_info(ctx, argv):
 @command("PION.STATS", -1, "readonly fast", categories="@read @pion", group="pion", since="0.1.0")
 def pion_stats(ctx, argv):
     """PION.STATS [RESET]: the 16 value-receipt fields (a map in RESP3), or +OK after zeroing them."""
-    ledger = engine(ctx).ledger
+    stats = ledger(ctx)
     if len(argv) > 1 and arg(argv[1]).upper() == b"RESET":
-        ledger.reset()
+        stats.reset()
         return OK
-    return ledger.fields(int(time.time() - ctx.server.start_time))
+    return stats.fields(int(time.time() - ctx.server.start_time))
 
 
 def info_section(server) -> dict[str, object]:

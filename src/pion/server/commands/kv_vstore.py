@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from functools import partial
 
-from pion.codecs import CodecError
+from pion.codecs import CODECS, CodecError
 from pion.kvcache.batch import encode_jobs, encode_now, job_count, render, sent_as_stored
 from pion.kvcache.integrity import drop_damaged
 from pion.kvcache.layer import Layer, LayerSpec
@@ -25,8 +25,8 @@ from pion.server.commands.kvcache import (
     arg,
     charge,
     durable_arenas,
-    engine,
     info_text,
+    ledger,
     space,
     strict_int,
     write_reserved,
@@ -34,7 +34,12 @@ from pion.server.commands.kvcache import (
 from pion.server.deferred import WORKERS, Deferred, can_defer
 from pion.server.registry import command
 
-UNIFORM_NAMES = "int8|turbo4|turbo3|turbo2|fp16|fp8|mlx4g32|fp32|bf16"
+#: the reference's own codecs, in the order its error texts list them
+_REFERENCE_ORDER = ("int8", "turbo4", "turbo3", "turbo2", "fp16", "fp8", "mlx4g32")
+#: every uniform codec (one format for all layers), from ``codecs.CODECS``: the reference's first,
+#: in its order, then ours in registry order (a new codec is accepted and listed without an edit here)
+UNIFORM_NAMES = "|".join(sorted(CODECS, key=lambda name: (
+    _REFERENCE_ORDER.index(name) if name in _REFERENCE_ORDER else len(_REFERENCE_ORDER) + list(CODECS).index(name))))
 FETCH_FORMATS = (b"F32", b"F16", b"NATIVE", b"RAW")
 MAX_IDS = 1024
 #: a store or fetch moving at least this many bytes through a codec runs in the worker pool
@@ -201,7 +206,7 @@ def check_blobs(sp, session, layers) -> None:
 
 
 def account(ctx, sp, payloads: list, rows: int) -> None:
-    engine(ctx).ledger.bump("kvprefix_bytes_served", sum(len(p) for p in payloads if p is not None))
+    ledger(ctx).bump("kvprefix_bytes_served", sum(len(p) for p in payloads if p is not None))
     sp.vstore.total_fetches += rows
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pion.kvcache import KVEngine, KVSpace
+from pion.kvcache.stats import Ledger
 from pion.protocol.errors import ReplyError
 
 if TYPE_CHECKING:
@@ -26,35 +27,35 @@ def engine_of(server) -> KVEngine:
     return found
 
 
-def engine(ctx: Ctx) -> KVEngine:
-    """The K/V engine, or a tenant's view of it: its own space and its own PION.STATS ledger."""
-    if ctx.client.tenant is not None:
-        from pion.server.tenants import kv_view
-
-        return kv_view(ctx)  # type: ignore[return-value]
-    return engine_of(ctx.server)
+def tenant_key(ctx: Ctx) -> bytes:
+    """The client's tenant as the engine names its space and ledger (b"": the default one)."""
+    tenant = ctx.client.tenant
+    return tenant.encode() if tenant else b""
 
 
 def space(ctx: Ctx) -> KVSpace:
     """The client's space: the tenant's own (``client.tenant``), else the server's default one."""
-    tenant = getattr(ctx.client, "tenant", None) or b""
-    return engine(ctx).space(tenant.encode() if isinstance(tenant, str) else tenant)
+    return engine_of(ctx.server).space(tenant_key(ctx))
+
+
+def ledger(ctx: Ctx) -> Ledger:
+    """The client's PION.STATS ledger: the tenant's own, else the server's."""
+    return engine_of(ctx.server).ledger_of(tenant_key(ctx))
 
 
 def replaying(ctx: Ctx) -> bool:
-    return bool(ctx.server.loading) or ctx.client is ctx.server.replay_client
+    """``ctx.replaying`` (kept for the K/V families' call sites)."""
+    return ctx.replaying
 
 
 def write_seq(ctx: Ctx) -> int:
-    """The journal sequence this command's record will get (0 while replaying: already durable)."""
-    return 0 if replaying(ctx) else ctx.server.journal.seq + 1
+    """``ctx.write_seq()``: the journal sequence this command's record will get."""
+    return ctx.write_seq()
 
 
 def hold_until_durable(ctx: Ctx, seq: int) -> None:
-    """Keep this client's reply back until the journal has made ``seq`` durable."""
-    conn = ctx.client.conn
-    if conn is not None and seq > ctx.server.journal.durable_seq:
-        conn.pending_seq = max(conn.pending_seq, seq)
+    """``ctx.hold_until_durable(seq)``: the reply waits until ``seq`` is durable."""
+    ctx.hold_until_durable(seq)
 
 
 def make_room(ctx: Ctx, sp: KVSpace, incoming: int, protect: bytes) -> list[list[bytes]]:
@@ -157,40 +158,3 @@ def clean_stale_exports(server) -> None:
     if line is not None:
         log = logging.getLogger("pion.server")
         (log.info if line.startswith("removed") else log.warning)("V.EXPORT: %s", line)
-
-
-def install(server) -> KVEngine:
-    """Wire the K/V engine onto a server: the engine, INFO ``# Pion``, CONFIG RESETSTAT, snapshots."""
-    from pion.kvcache import persist
-    from pion.server.commands.kv_substrates import info_section
-
-    kv = server.engines.get("kvcache")
-    if kv is None:
-        kv = server.engines["kvcache"] = KVEngine()
-    sections = getattr(server, "info_sections", None)
-    if sections is not None:
-        sections["pion"] = info_section
-    hooks = getattr(server, "resetstat_hooks", None)
-    if hooks is not None:
-        hooks.append(lambda srv: srv.engines["kvcache"].ledger.reset())
-    startup = getattr(server, "startup_hooks", None)
-    if startup is not None:
-        startup.append(clean_stale_exports)
-    cron = getattr(server, "cron_hooks", None)
-    if cron is not None:
-        from pion.server.commands.kv_stage import abort_idle
-
-        cron.append(abort_idle)  # staged stores whose writer went quiet
-    arenas = server.engines.get("arenas")
-    if arenas is not None:  # mapped rows are checked against their crc before use
-        kv.check_blobs_with(arenas.blob_ok)
-    persistence = server.engines.get("persistence")
-    if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
-
-        persistence.snapshot_extensions.append(SnapshotExtension(
-            name="kvcache",
-            dump=lambda: persist.dump(server.engines["kvcache"]),
-            load=lambda data: persist.load(server.engines["kvcache"], data),
-        ))
-    return kv

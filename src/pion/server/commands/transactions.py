@@ -59,7 +59,7 @@ def exec_(ctx: Ctx, argv: list[bytes]):
     client.executing = True
     try:
         for spec, args in queued:
-            refusal = server.guard(client, spec, args) if server.guard is not None else None
+            refusal = server.admission.command_refusal(client, spec, args)
             replies.append(refusal if refusal is not None else server.dispatcher.call(client, spec, args))
             if refusal is None:
                 server.dispatcher.monitor(client, spec, args)

@@ -229,7 +229,7 @@ class Runner:
             return ReplyError(f"ERR {exc}")
 
     def call(self, run: ScriptRun, argv: list[bytes]) -> Any:
-        """redis.call: the dispatcher's lookup, the script refusals, the guard, then the command."""
+        """redis.call: the dispatcher's lookup, the script refusals, admission, then the command."""
         server = self.server
         dispatcher = server.dispatcher
         spec = dispatcher.lookup(argv)
@@ -241,14 +241,13 @@ class Runner:
         if run.read_only and ("write" in flags or "may_replicate" in flags):
             return ReplyError(READONLY)
         client = run.client
-        if server.guard is not None:
-            client.in_script = True  # ACL refusals and the ACL LOG say it came from a script
-            try:
-                refusal = server.guard(client, spec, argv)  # type: ignore[arg-type]
-            finally:
-                client.in_script = False
-            if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
-                return refusal
+        client.in_script = True  # ACL refusals and the ACL LOG say it came from a script
+        try:
+            refusal = server.admission.command_refusal(client, spec, argv)  # type: ignore[arg-type]
+        finally:
+            client.in_script = False
+        if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
+            return refusal
         if "write" in flags:
             run.wrote = True
         proto = client.proto

@@ -126,14 +126,12 @@ class ScriptingEngine:
             return
         if ro:
             raise ReplyError(RO_WITH_WRITES)
-        guard = self.server.guard
-        if guard is None:
-            return
         spec = ctx.server.table.get(b"eval")
         if spec is None:
             return
         extra = {"write"} if "allow-oom" in flags else {"write", "denyoom"}
-        refusal = guard(ctx.client, dataclasses.replace(spec, flags=spec.flags | extra), [b"eval"])
+        refusal = self.server.admission.command_refusal(
+            ctx.client, dataclasses.replace(spec, flags=spec.flags | extra), [b"eval"])
         if refusal is not None:
             raise refusal
 

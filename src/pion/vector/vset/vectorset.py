@@ -75,10 +75,10 @@ class VectorSet:
         return len(self.index)
 
     def dup(self) -> VectorSet:
-        """An independent copy (COPY), through the stored form."""
-        from pion.vector.vset import persist
+        """An independent copy (COPY), through the stored form (the codec ``persist`` registers)."""
+        from pion.storage.serialize import dump_value, load_value
 
-        return persist.load(persist.dump(self))
+        return load_value(dump_value(self))
 
     def unit(self, vec: np.ndarray, projected: bool = False) -> tuple[np.ndarray, float]:
         """A query or new vector as stored: projected when the set has REDUCE (unless it already

@@ -1,0 +1,127 @@
+"""Security as one component: the users (``auth.Users``), the tenants, TLS, and the checks that
+refuse an unsafe start or an unsafe CONFIG SET.
+
+``check_startup`` runs before anything is locked or opened; ``install`` builds the ``Security``
+part the assembler hands to admission (``pion.server.admission``), which asks it
+``refusal(client, spec, argv)``: the ACL (NOPERM), then a tenant's command limits and quota.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol.errors import ReplyError
+from pion.server import tenants, tls
+from pion.server.acl_check import refusal as acl_refusal
+from pion.server.auth import Users, users_of
+from pion.server.errors import StartupError
+
+if TYPE_CHECKING:
+    from pion.config import Settings
+    from pion.server.app import Server
+    from pion.server.client import Client
+    from pion.server.registry import CommandSpec
+
+
+class Security:
+    """The users and the tenants: what admission asks before a command runs."""
+
+    def __init__(self, users: Users, tenant_engine: tenants.Tenants) -> None:
+        self.users = users
+        self.tenants = tenant_engine
+
+    def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
+        """NOPERM from the ACL, then a tenant's forbidden commands and its quota (-OOM)."""
+        denied = acl_refusal(self.users, client, spec, argv)
+        if denied is not None:
+            return denied
+        if client.tenant is not None:
+            if tenants.tenant_denied(spec):
+                return tenants.nopermission(client, spec)
+            return self.tenants.quota_refusal(client, spec, argv)
+        return None
+
+
+# -- refusing an unsafe start ----------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    """True for loopback bind addresses; raises ValueError for one that does not parse."""
+    bare = host.lstrip("-")
+    if bare == "localhost":
+        return True
+    if bare in ("*", "::*"):
+        return False
+    return ipaddress.ip_address(bare).is_loopback
+
+
+def check_bind(settings: Settings) -> str | None:
+    """Why this bind is refused at start, or None: bad addresses, or exposure without a password."""
+    exposed = []
+    for host in settings.bind or ("127.0.0.1",):
+        try:
+            if not is_loopback(host):
+                exposed.append(host)
+        except ValueError:
+            return f"bind: '{host}' is not a valid IPv4 or IPv6 address"
+    listening = settings.port or settings.tls_port
+    if exposed and listening and settings.protected_mode and not settings.requirepass:
+        return (
+            f"refusing to listen on {', '.join(exposed)} without a password: anyone who can reach it could "
+            "read, change or delete all data. Set a password (--requirepass-file PATH, the PION_REQUIREPASS "
+            "environment variable, or --requirepass), or bind to 127.0.0.1; on a network you trust "
+            "completely, start with --protected-mode no."
+        )
+    return None
+
+
+def check_startup(settings: Settings) -> list[Any]:
+    """Refuse a start that is unsafe or misconfigured (before the data directory is locked);
+    returns the tenant specs. Raises ``StartupError`` with what to do instead."""
+    from pion.config import ConfigError
+
+    refusal = check_bind(settings)
+    if refusal is not None:
+        raise StartupError(refusal)
+    try:
+        specs = tenants.load_specs(settings)
+        if settings.tls_port:
+            tls.make_context(settings)
+    except (ConfigError, tls.TLSConfigError) as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        raise StartupError(f"cannot read {exc.filename or 'a file'}: {exc.strerror or exc}") from None
+    return specs
+
+
+# -- wiring ------------------------------------------------------------------------------------------
+
+
+def install(server: Server, specs: list[Any]) -> Security:
+    """Users, tenants, the ACL file and TLS reloads, onto a built server."""
+    users = users_of(server)
+    part = Security(users, tenants.install(server, specs))
+    path = dict(server.settings.extra).get("aclfile", "")
+    if path:
+        error = users.table.load_file(path)
+        if error is not None:
+            raise StartupError(f"Aborting startup because of ACL errors: {error}")
+    if server.settings.tls_port:
+        server.engines["tls"] = tls.make_context(server.settings)
+    server.config_hooks.append(tls.config_changed)
+    server.config_checks.append(_config_changed)  # before any listener is bound
+    return part
+
+
+def _config_changed(server: Server, old: Settings, new: Settings) -> str | None:
+    """CONFIG SET must not leave the server exposed: the same rules as at start."""
+    if new.requirepass != old.requirepass and server.tenant_dbs and not new.requirepass:
+        return "tenants need requirepass (the admin password); it cannot be removed while tenants exist"
+    if (new.bind, new.requirepass, new.protected_mode) != (old.bind, old.requirepass, old.protected_mode):
+        refused = check_bind(new)
+        if refused is not None:
+            return refused
+    if new.requirepass != old.requirepass:
+        users_of(server).set_default_password(new.requirepass)
+    return None
