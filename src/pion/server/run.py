@@ -28,6 +28,10 @@ def make_server(settings: Settings) -> Server:
     from pion.server.persistence import install as install_persistence
 
     install_persistence(server)
+    # cluster-enabled yes: the slot check joins the guard (after ACL, before memory), as in Redis
+    from pion.server.cluster import install as install_cluster
+
+    install_cluster(server)
     # users and tenants (their databases, guard, snapshot extension), TLS
     install_security(server, tenant_specs)
     # Lua scripting: its function libraries are a snapshot extension
