@@ -4,6 +4,7 @@ and CLUSTER MEET as an operator would, and waited on until every node agrees."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,11 +18,17 @@ SLOTS = 16384
 
 
 def cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is valid too."""
+    """A free port whose cluster bus port (port + 10000) is valid and free too."""
     while True:
         port = free_port()
-        if port + 10000 < 65536:
-            return port
+        if port + 10000 >= 65536:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
 
 
 def slot_ranges(count: int) -> list[tuple[int, int]]:
