@@ -58,6 +58,8 @@ def test_warm_equals_cold_and_prefixes_spread_over_nodes(cluster):
     assert all(ns.startswith("{") and ns.endswith("}") for ns in namespaces)
     owners = {pc.client.nodes.owner[key_slot(ns)] for ns in namespaces}
     assert len(owners) >= 2  # spread by namespace slot
+    if cluster.scheme == "pion":  # any PionClient method taking a namespace runs on its node
+        assert all(pc.client.kv_lookup(ns) for ns in namespaces)
     pc.close()
 
 

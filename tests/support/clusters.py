@@ -5,7 +5,6 @@ and CLUSTER MEET as an operator would, and waited on until every node agrees."""
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -73,7 +72,19 @@ def pion_settings(datadir: Path, **extra: str):
     return settings_from_pairs(pairs, base=make_settings(datadir))
 
 
-class PionThreadCluster:
+class _Nodes:
+    nodes: list
+
+    @property
+    def ports(self) -> list[int]:
+        return [n.port for n in self.nodes]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+class PionThreadCluster(_Nodes):
     """N Pion nodes in threads of this process."""
 
     def __init__(self, root: Path, count: int, **extra: str) -> None:
@@ -84,16 +95,8 @@ class PionThreadCluster:
             self.nodes.append(ThreadServer(pion_settings(datadir, port=str(cluster_port()), **extra)).start())
         join(self.ports, password=extra.get("requirepass"))
 
-    @property
-    def ports(self) -> list[int]:
-        return [n.port for n in self.nodes]
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-
-class PionProcessCluster:
+class PionProcessCluster(_Nodes):
     """N ``pion-server --cluster-enabled yes`` processes (for kill -9)."""
 
     def __init__(self, root: Path, count: int, *extra: str) -> None:
@@ -103,16 +106,8 @@ class PionProcessCluster:
             node.start()
         join(self.ports)
 
-    @property
-    def ports(self) -> list[int]:
-        return [n.port for n in self.nodes]
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-
-class RedisCluster:
+class RedisCluster(_Nodes):
     """N real redis-server nodes (``--cluster-enabled yes``), no persistence. Full coverage is not
     required, so the nodes left keep serving their slots when one is killed (no replicas)."""
 
@@ -125,10 +120,6 @@ class RedisCluster:
             node.start()
         join(self.ports)
 
-    @property
-    def ports(self) -> list[int]:
-        return [n.port for n in self.nodes]
-
     def kill9(self, index: int) -> None:
         proc = self.nodes[index].proc
         if proc is not None and proc.poll() is None:
@@ -139,7 +130,3 @@ class RedisCluster:
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 node.stop()
-
-
-def redis_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["redis-cli", *args], capture_output=True, text=True, timeout=timeout)

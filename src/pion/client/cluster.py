@@ -212,6 +212,17 @@ class PionClusterClient:
     def close(self) -> None:
         self.nodes.close()
 
+    def __getattr__(self, name: str):
+        """Any other ``PionClient`` method whose first argument is a namespace or session id
+        (``kv_lookup``, ``kv_blocks``, ``v_fetch_range``, ...) runs on the node owning it."""
+        if name.startswith("_") or not callable(getattr(PionClient, name, None)):
+            raise AttributeError(name)
+
+        def routed(key, *args, **kwargs):
+            return self._on_node(key, lambda client: getattr(client, name)(key, *args, **kwargs))
+
+        return routed
+
 
 def _first_key(commands: list[Sequence]):
     for command in commands:

@@ -53,6 +53,7 @@ class ClusterEngine:
         self.state.require_full_coverage = extra.get("cluster-require-full-coverage", "yes") == "yes"
         self.router = Router(self.state)
         self.poller = PeerPoller(server, self.state)
+        self._pokes: set = set()
 
     def message_stats(self) -> dict[str, int]:
         return {"cluster_stats_messages_sent": 0, "cluster_stats_messages_received": 0}
@@ -63,7 +64,9 @@ class ClusterEngine:
 
         poller = self.poller
         if poller.task is not None:
-            asyncio.get_running_loop().create_task(poller.poll_once())
+            task = asyncio.get_running_loop().create_task(poller.poll_once())
+            self._pokes.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(self._pokes.discard)
 
     def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]):
         return self.router.refusal(client, spec, argv)

@@ -60,6 +60,8 @@ class PeerPoller:
         self.task: asyncio.Task | None = None
         #: a change that must reach the config file (saved once per round)
         self.changed = False
+        #: one round at a time (a MEET pokes a round while the periodic one may be running)
+        self.round = asyncio.Lock()
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -84,6 +86,10 @@ class PeerPoller:
             await asyncio.sleep(POLL_INTERVAL)
 
     async def poll_once(self) -> None:
+        async with self.round:
+            await self._round()
+
+    async def _round(self) -> None:
         peers = [n for n in self.state.nodes.values() if not n.myself]
         await asyncio.gather(*(self._poll(node) for node in peers))
         for key in [k for k in self.links if k not in {self._key(n) for n in self.state.nodes.values()}]:

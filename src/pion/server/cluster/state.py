@@ -166,9 +166,8 @@ class ClusterState:
     # -- the config file ---------------------------------------------------------------------
 
     def node_line(self, node: Node) -> str:
-        now_ms = int(time.time() * 1000)
         parts = [node.id, node.address, node.flag_text(), "-", str(node.ping_sent),
-                 str(0 if node.myself else node.pong_recv or now_ms), str(node.epoch),
+                 str(0 if node.myself else node.pong_recv), str(node.epoch),
                  "disconnected" if node.unreachable and not node.myself else "connected"]
         parts += [f"{a}-{b}" if a != b else str(a) for a, b in slot_ranges(node.slots)]
         if node.myself:
