@@ -30,7 +30,8 @@ _NO_ATTEND = "Pion computes ATTEND.* on the CPU with numpy (no GPU kernels, no f
 _NO_MODEL = "Pion runs no model: the client prefills and ships K/V (use the client adapters)"
 _NO_EMBED = "embeddings are not built yet (Pion runs no model; embed in the client)"
 _ONE_LOOP = "Pion serves every client from one event loop (no worker processes or threads to configure)"
-_NO_CLUSTER = "cluster mode is not supported (use a Redis/Valkey Cluster for scale-out, docs/client.md)"
+_NO_CLUSTER = ("the reference's cluster flags are not supported: use Redis's --cluster-enabled yes with CLUSTER "
+               "ADDSLOTSRANGE/MEET (no gossip, no replicas; docs/scale-out.md)")
 _NO_WAL_CAP = "Pion's log has no segment cap: snapshots (save rules, BGREWRITEAOF) truncate it"
 _NO_VECTOR = "vector dimensions are set per index or key (FT.CREATE ... DIM n, VADD ... VALUES n)"
 #: reference flags Pion cannot honour: refused at start with the reason, never silently ignored

@@ -31,6 +31,7 @@ from pion.client.local_lane import EXPORT_DTYPE, can_export, export_args, is_loc
 from pion.client.manifest import build_manifest, encode_manifest, mismatch, parse_manifest
 from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_hash
 from pion.client.rows import check_schema, make_schema
+from pion.client.tiers import open_client
 
 STAT_KEYS = ("hits", "misses", "partial_hits", "partial_tokens", "local_hits", "admission_skips",
              "manifest_mismatches", "namespace_conflicts", "replaced", "hybrid_partial_skips",
@@ -42,7 +43,9 @@ class PionPromptCache:
 
     Args:
         model: a transformers ``PreTrainedModel`` (PyTorch) or an mlx-lm model.
-        url: the server (``pion://host:1974``, ``pions://`` for TLS, ``unix:///path``).
+        url: the server (``pion://host:1974``, ``pions://`` for TLS, ``unix:///path``), or many:
+            ``pion+cluster://h1:p1,h2:p2`` (Pion cluster nodes) or ``redis+cluster://...`` (a Redis
+            or Valkey Cluster as the storage tier); docs/scale-out.md.
         vquant: codec of the stored K/V: ``"auto"`` (the model's own dtype, exact), or one of
             the K/V engine's codecs (``fp16 bf16 fp32 int8 fp8 turbo4 turbo3 turbo2 mlx4g32``).
         boundary_protect: N > 0 keeps K in fp16 everywhere and V in fp16 on the first and last
@@ -82,7 +85,12 @@ class PionPromptCache:
         self.adapter = adapter_for(model, **({"model_id": model_id} if model_id else {}))
         #: is glibc keeping freed memory for the next hit (see ``keep_freed_memory``)?
         self.allocator_tuned = allocator.keep_freed_memory() if keep_freed_memory else False
-        self.client = client or PionClient(url)
+        self.client = client or open_client(url)
+        #: a cluster client gives namespaces a hash tag (their keys then share one slot)
+        self._tag = getattr(self.client, "tag", None)
+        #: a Redis Cluster tier stores and fetches with plain Redis commands (pion.client.redis_tier)
+        self._store = getattr(self.client, "store_prefix", transfer.store)
+        self._fetch = getattr(self.client, "fetch_prefix", transfer.fetch)
         self.vquant = vquant.lower()
         self.boundary_protect = boundary_protect
         self.admission_threshold = admission_threshold
@@ -106,7 +114,7 @@ class PionPromptCache:
         self._bytes_fetched = 0
         if local_lane not in ("auto", True, False):
             raise ValueError("local_lane must be 'auto', True or False")
-        wanted = is_local(self.client.url) if local_lane == "auto" else bool(local_lane)
+        wanted = (is_local(self.client.url) and self._tag is None) if local_lane == "auto" else bool(local_lane)
         #: is the local lane on? (it turns itself off for good when the server's files are out of reach)
         self.local_lane = wanted and can_export(layout)
         #: why the last manifest check failed (for logs and tests)
@@ -119,7 +127,12 @@ class PionPromptCache:
 
     def namespace(self, token_ids) -> str:
         """The namespace this model and codec schema give to exactly these tokens."""
-        return prefix_namespace(self.fp_hash, self.schema_tag, [int(t) for t in token_ids])
+        ns = prefix_namespace(self.fp_hash, self.schema_tag, [int(t) for t in token_ids])
+        return self._tag(ns) if self._tag is not None else ns
+
+    def _given(self, namespace: str | None) -> str | None:
+        """A caller's namespace, with a hash tag on a cluster."""
+        return self._tag(namespace) if namespace and self._tag is not None else namespace
 
     def get_or_prefill(self, prefix_ids, namespace: str | None = None, *, replace: bool = False):
         """The runtime's cache holding ``prefix_ids``: fetched on a hit, prefilled (and stored) on a miss.
@@ -132,6 +145,7 @@ class PionPromptCache:
         ids = [int(t) for t in prefix_ids]
         if not ids:
             raise ValueError("prefix_ids is empty")
+        namespace = self._given(namespace)
         ns = namespace or self.namespace(ids)
         cache, outcome = self._try_fetch(ns, ids, len(ids), exact=True)
         if cache is not None:
@@ -184,7 +198,7 @@ class PionPromptCache:
         """Store ``cache`` (holding exactly ``prefix_ids``) under its namespace; False if the server
         failed or refused (the namespace holds another prefix and ``replace`` is False)."""
         ids = [int(t) for t in prefix_ids]
-        ns = namespace or self.namespace(ids)
+        ns = self._given(namespace) or self.namespace(ids)
         started = time.perf_counter()
         try:
             kv, states = self.adapter.export(cache)
@@ -194,7 +208,7 @@ class PionPromptCache:
                                       codecs=self.schema, token_ids=ids, block_size=self.block_size)
             layout = self.adapter.layout
             after = [export_args(*transfer.sides(ns), len(ids), layout)] if self.local_lane else []
-            replies = transfer.store(self.client, ns, ids, kv, states, self.schema, encode_manifest(manifest),
+            replies = self._store(self.client, ns, ids, kv, states, self.schema, encode_manifest(manifest),
                                      self.block_size, prefill_ms, after=after, seed=self.chain_seed, replace=replace)
             if replies and isinstance(replies[0], PionError):
                 self._lane_off(f"the server refused V.EXPORT ({replies[0]})")
@@ -242,7 +256,7 @@ class PionPromptCache:
 
     def drop(self, prefix_ids=None, namespace: str | None = None) -> bool:
         """Remove a stored prefix (K/V and recurrent state)."""
-        ns = namespace or self.namespace(prefix_ids)
+        ns = self._given(namespace) or self.namespace(prefix_ids)
         dropped = self.client.kv_drop(ns) > 0
         for slot in self.adapter.layout.state:
             self.client.ssm_drop(ns, slot)
@@ -282,8 +296,8 @@ class PionPromptCache:
                 found = self._fetch_local(ns, ids, n_tokens, exact, generation)
                 if found is not None:
                     return found
-            got = transfer.fetch(self.client, ns, n_tokens, self.adapter.layout, partial=not exact,
-                                 generation=generation)
+            got = self._fetch(self.client, ns, n_tokens, self.adapter.layout, partial=not exact,
+                              generation=generation)
             if got is None:
                 return None, "miss"
             if not self._verify(ns, got.manifest, ids, n_tokens, exact):

@@ -5,6 +5,7 @@ The order a client sees when several refusals apply (each line is one check, fir
 1. NOAUTH: not authenticated and the command is not ``no_auth``;
 2. a ``no_multi`` command inside MULTI;
 3. security: the ACL (NOPERM), a tenant's forbidden commands, its quota (-OOM);
+   then, on a cluster node, the slot check (-MOVED, -ASK, -CROSSSLOT, -TRYAGAIN, -CLUSTERDOWN);
 4. memory: evict under ``maxmemory``, -OOM for a ``denyoom`` command when nothing could go;
 5. durability: -MISCONF for a write (and PING) after a failed log write or, with save rules
    and ``stop-writes-on-bgsave-error``, a failed snapshot;
@@ -26,6 +27,7 @@ from pion.protocol.errors import ReplyError
 if TYPE_CHECKING:
     from pion.server.app import Server
     from pion.server.client import Client
+    from pion.server.cluster import ClusterEngine
     from pion.server.memory_guard import MemoryManager
     from pion.server.persistence import Persistence
     from pion.server.registry import CommandSpec
@@ -46,6 +48,7 @@ class Admission:
         self.security: Security | None = None
         self.memory: MemoryManager | None = None
         self.durability: Persistence | None = None
+        self.cluster: ClusterEngine | None = None
 
     def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
         """Why the command a client sent may not run now, or None (Redis's order; module doc)."""
@@ -54,7 +57,7 @@ class Admission:
             return ReplyError(errors.NOAUTH)
         if client.multi is not None and "no_multi" in flags:
             return ReplyError("ERR Command not allowed inside a transaction")
-        refusal = self.command_refusal(client, spec, argv)
+        refusal = self.command_refusal(client, spec, argv, route=True)
         if refusal is not None:
             return refusal
         if client.proto == 2 and client.subscription_count and argv[0].lower() not in SUBSCRIBED_RESP2:
@@ -69,10 +72,17 @@ class Admission:
             return busy(client, spec, argv)
         return None
 
-    def command_refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
-        """Security, memory and durability (3-5), also asked for each command EXEC or a script runs."""
+    def command_refusal(self, client: Client, spec: CommandSpec, argv: list[bytes],
+                        route: bool = False) -> ReplyError | None:
+        """Security, memory and durability (3-5), also asked for each command EXEC or a script runs;
+        ``route``: a command a client sent, which a cluster node may redirect (Redis's order:
+        after the ACL, before memory)."""
         if self.security is not None:
             refusal = self.security.refusal(client, spec, argv)
+            if refusal is not None:
+                return refusal
+        if route and self.cluster is not None:
+            refusal = self.cluster.refusal(client, spec, argv)
             if refusal is not None:
                 return refusal
         flags = spec.flags

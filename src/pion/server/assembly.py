@@ -21,13 +21,14 @@ from pion.server.commands.kvcache import clean_stale_exports, engine_of
 
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
-    from pion.server import metrics, persistence, security
+    from pion.server import cluster, metrics, persistence, security
     from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
     from pion.server.scripting import engine as scripting
 
     tenant_specs = security.check_startup(settings)
     server = Server(settings)
     persistence.install(server)
+    cluster.install(server)  # cluster-enabled yes: a node that redirects by slot (admission asks it)
     server.admission.security = security.install(server, tenant_specs)
     scripting.install(server)
     install_kvcache(server)

@@ -1,13 +1,15 @@
-"""Cluster commands on a server that is not a cluster node: CLUSTER <subcommand>, READONLY,
-READWRITE and ASKING, each refused as a Redis 7 server with ``cluster-enabled no`` refuses them.
+"""Cluster commands: CLUSTER <subcommand>, READONLY, READWRITE and ASKING.
 
-They exist so that COMMAND lists what Redis lists and so that clients probing for a cluster
-(``CLUSTER INFO``, ``CLUSTER SLOTS``) get the answer they know how to read.
+With ``cluster-enabled yes`` they run on the node's cluster engine (``pion.server.cluster``);
+otherwise each is refused as a Redis 7 server with ``cluster-enabled no`` refuses them, so that
+COMMAND lists what Redis lists and clients probing for a cluster (``CLUSTER INFO``, ``CLUSTER
+SLOTS``) get the answer they know how to read.
 """
 
 from __future__ import annotations
 
 from pion.protocol.errors import ReplyError
+from pion.protocol.resp import OK
 from pion.server.context import Ctx
 from pion.server.registry import command
 
@@ -47,11 +49,16 @@ SUBCOMMANDS = {
 
 
 def cluster_disabled(ctx: Ctx, argv: list[bytes]):
-    """CLUSTER <subcommand> [argument ...] -- refused: cluster support is disabled
+    """CLUSTER <subcommand> [argument ...] -- the cluster topology and resharding commands
 
-    This server is not a cluster node.
+    Refused unless this server is a cluster node (``cluster-enabled yes``).
     """
-    raise ReplyError(DISABLED)
+    engine = ctx.server.engines.get("cluster")
+    if engine is None:
+        raise ReplyError(DISABLED)
+    from pion.server.cluster import admin
+
+    return admin.run(engine, ctx, argv)
 
 
 for _name, (_arity, _flags, _cats) in SUBCOMMANDS.items():
@@ -63,8 +70,31 @@ for _name, (_arity, _flags, _cats) in SUBCOMMANDS.items():
 @command("READWRITE", 1, "loading stale fast", categories="@fast @connection", group="cluster", since="3.0.0")
 @command("ASKING", 1, "fast", categories="@fast @connection", group="cluster", since="3.0.0")
 def cluster_connection(ctx: Ctx, argv: list[bytes]):
-    """READONLY | READWRITE | ASKING -- refused: cluster support is disabled
+    """READONLY | READWRITE | ASKING -- per-connection cluster flags
 
-    They only mean something on a cluster node.
+    ASKING lets the next command run on a slot this node is importing; READONLY/READWRITE are
+    accepted (there are no replicas to read from). Refused unless this is a cluster node.
     """
-    raise ReplyError(DISABLED)
+    if ctx.server.engines.get("cluster") is None:
+        raise ReplyError(DISABLED)
+    flags = ctx.client.flags
+    word = argv[0].lower()
+    if word == b"asking":
+        flags.add("asking")
+    elif word == b"readonly":
+        flags.add("readonly")
+    else:
+        flags.discard("readonly")
+    return OK
+
+
+@command("RESTORE-ASKING", -4, "write denyoom asking", keys=(1, 1, 1), categories="@keyspace @write @slow @dangerous",
+         group="server", since="3.0.0")
+def restore_asking(ctx: Ctx, argv: list[bytes]):
+    """RESTORE-ASKING key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]
+
+    RESTORE as MIGRATE sends it to a cluster node: it runs on a slot the node is importing.
+    """
+    from pion.server.commands.objects import restore
+
+    return restore(ctx, argv)

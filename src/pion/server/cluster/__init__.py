@@ -1,0 +1,84 @@
+"""Redis Cluster's client protocol on a Pion node (``cluster-enabled yes``).
+
+A node owns slot ranges and redirects the rest (``pion.server.cluster.router``), answers the
+CLUSTER topology and resharding commands (``admin``), keeps its view in ``cluster-config-file``
+(``state``) and learns the other nodes by polling them over their client ports (``peers``):
+no cluster bus, no replicas, no failover (docs/scale-out.md says what that means).
+
+``install`` runs in ``make_server`` when the setting is on: the slot check becomes one step of
+admission (``pion.server.admission``), INFO gets its ``cluster`` section and the poller starts with the listeners.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from pion.server.cluster.router import Router
+from pion.server.cluster.state import ClusterState
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+    from pion.server.client import Client
+    from pion.server.registry import CommandSpec
+
+
+def enabled(settings: Any) -> bool:
+    return dict(settings.extra).get("cluster-enabled", "no") == "yes"
+
+
+def _my_address(settings: Any) -> tuple[str, int]:
+    extra = dict(settings.extra)
+    host = extra.get("cluster-announce-ip", "")
+    if not host:
+        binds = [b for b in settings.bind if b not in ("*", "0.0.0.0", "::", "-::*")] if settings.bind else []
+        host = binds[0].lstrip("-") if binds else "127.0.0.1"
+    port = int(extra.get("cluster-announce-port", "0") or 0) or settings.port
+    return host, port
+
+
+class ClusterEngine:
+    """``server.engines["cluster"]``: the state, the router and the peer poller."""
+
+    def __init__(self, server: Server) -> None:
+        from pion.server.cluster.peers import PeerPoller
+
+        settings = server.settings
+        extra = dict(settings.extra)
+        path = extra.get("cluster-config-file", "nodes.conf") or "nodes.conf"
+        if not os.path.isabs(path):
+            path = os.path.join(settings.dir, path)
+        host, port = _my_address(settings)
+        self.state = ClusterState(path, host, port)
+        self.state.require_full_coverage = extra.get("cluster-require-full-coverage", "yes") == "yes"
+        self.router = Router(self.state)
+        self.poller = PeerPoller(server, self.state)
+        self._pokes: set = set()
+
+    def message_stats(self) -> dict[str, int]:
+        return {"cluster_stats_messages_sent": 0, "cluster_stats_messages_received": 0}
+
+    def poke(self) -> None:
+        """A node was met: poll now rather than at the next round."""
+        import asyncio
+
+        poller = self.poller
+        if poller.task is not None:
+            task = asyncio.get_running_loop().create_task(poller.poll_once())
+            self._pokes.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(self._pokes.discard)
+
+    def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]):
+        return self.router.refusal(client, spec, argv)
+
+
+def install(server: Server) -> ClusterEngine | None:
+    """Make this server a cluster node when ``cluster-enabled yes``; None otherwise."""
+    if not enabled(server.settings):
+        return None
+    engine = server.engines["cluster"] = ClusterEngine(server)
+    server.admission.cluster = engine  # the slot check: after the ACL, before memory
+    server.info_sections["cluster"] = lambda _server: {"cluster_enabled": 1}
+    server.startup_hooks.append(lambda _server: engine.poller.start())
+    server.shutdown_hooks.append(lambda _server: engine.poller.stop())
+    return engine
