@@ -17,6 +17,7 @@ cache (``_verify``), so a stale pointer or a foreign prefix is a miss, never a w
 
 from __future__ import annotations
 
+import secrets
 from collections import defaultdict
 
 import numpy as np
@@ -74,7 +75,10 @@ class RedisClusterStore:
                      replace: bool = False) -> list:
         from pion.client.blocks import block_hashes, token_blob
 
-        fields: list = ["tokens", token_blob(ids), "block_size", block_size]
+        # a fresh id per stored entry (Pion's KV.PREFIX.GENERATION): a partial hit checks that the
+        # entry it fetches is the one MATCH compared the tokens of, not a replacement stored between
+        fields: list = ["tokens", token_blob(ids), "block_size", block_size,
+                        "generation", secrets.randbits(62) + 1]
         for layer, (k_rows, v_rows) in enumerate(kv):
             fields += [f"k{layer}", bytes(encode_layer(k_rows, schema["k"][layer])),
                        f"v{layer}", bytes(encode_layer(v_rows, schema["v"][layer]))]
@@ -102,15 +106,18 @@ class RedisClusterStore:
 
     def fetch_prefix(self, _client, ns: str, n_tokens: int, layout, partial: bool = False,
                      form: str = "range", generation: int | None = None) -> Fetched | None:
-        # ``generation`` guards Pion's multi-command fetch against a store landing between its
-        # replies; here the whole prefix (manifest, tokens, rows) is one hash read by one HMGET,
-        # which Redis runs atomically, so no other prompt's rows can be mixed in
+        # the whole prefix (manifest, tokens, rows) is one hash read by one HMGET, which Redis runs
+        # atomically, so no other prompt's rows are mixed in; ``generation`` (from kv_match_tokens)
+        # makes an entry replaced since the MATCH a miss
         n_layers = len(layout.attn)
         fields = ["manifest", "tokens", *(f"k{i}" for i in range(n_layers)), *(f"v{i}" for i in range(n_layers)),
                   *(f"s{s}" for s in layout.state)]
-        (values,) = self._run(ns, [["HMGET", ns, *fields]])
+        (values,) = self._run(ns, [["HMGET", ns, "generation", *fields]])
         if isinstance(values, PionError):
             raise values
+        stored_generation, values = values[0], values[1:]
+        if generation is not None and int(stored_generation or 0) != generation:
+            return None
         manifest, tokens = values[0], values[1]
         if manifest is None or tokens is None or any(v is None for v in values[2:]):
             return None
@@ -126,7 +133,8 @@ class RedisClusterStore:
         return Fetched(bytes(manifest), rows[:n_layers], rows[n_layers:], states, nbytes)
 
     def kv_match_tokens(self, block_size: int, hash_blob: bytes, tokens: bytes, seed: bytes | None = None):
-        """``(namespace, tokens it shares with the prompt, block size, tokens it stores)`` or None."""
+        """``(namespace, tokens it shares with the prompt, block size, tokens it stores, generation)``
+        or None."""
         from pion.client.blocks import HASH_BYTES
 
         hashes = [hash_blob[i:i + HASH_BYTES] for i in range(0, len(hash_blob), HASH_BYTES)]
@@ -146,7 +154,7 @@ class RedisClusterStore:
         for index in sorted(found, reverse=True):
             ns = found[index].decode()
             try:
-                (values,) = self._run(ns, [["HMGET", ns, "tokens", "block_size"]])
+                (values,) = self._run(ns, [["HMGET", ns, "tokens", "block_size", "generation"]])
             except NodeDown:
                 continue
             if isinstance(values, PionError) or values[0] is None:
@@ -157,7 +165,7 @@ class RedisClusterStore:
             differ = np.flatnonzero(stored[:n] != prompt[:n])
             held = int(differ[0]) if differ.size else n
             if held > 0:
-                return ns, held, int(values[1] or block_size), len(stored)
+                return ns, held, int(values[1] or block_size), len(stored), int(values[2] or 0)
         return None
 
     def kv_drop(self, *namespaces) -> int:
