@@ -207,6 +207,9 @@ _SPECIAL = [
 PARAMS: dict[str, Param] = {}
 #: lower-case name or alias -> the parameter
 LOOKUP: dict[str, Param] = {}
+#: Pion's own start-up parameters: CONFIG SET accepts their current value (a no-op), refuses others
+PION_IMMUTABLE = frozenset(param.name for param in _PION_IMMUTABLE)
+
 for _param in _BOOLS + _STRINGS + _ENUMS + _INTS + _MEMORY + _TLS + _SPECIAL + _PION_IMMUTABLE:
     PARAMS[_param.name] = _param
     LOOKUP[_param.name] = _param

@@ -109,8 +109,8 @@ def config_set(ctx: Ctx, argv: list[bytes]):
         raise ReplyError(errors.SYNTAX)
     pairs = [(argv[i].decode("utf-8", "surrogateescape"), argv[i + 1].decode("utf-8", "surrogateescape"))
              for i in range(2, len(argv), 2)]
-    names = _check_names(pairs)
     server = ctx.server
+    names = _check_names(pairs, server.settings)
     old = server.settings
     new = _build_settings(old, names, pairs)
     for check in server.config_checks:  # refused before a socket is bound (a probe could connect)
@@ -134,15 +134,20 @@ def _failed(name: str, message: str) -> str:
     return f"ERR CONFIG SET failed (possibly related to argument '{name}') - {message}"
 
 
-def _check_names(pairs: list[tuple[str, str]]) -> list[str]:
-    """Canonical names; the first unknown, immutable, protected or repeated one is refused (Redis's order)."""
+def _check_names(pairs: list[tuple[str, str]], settings: Settings) -> list[str]:
+    """Canonical names; the first unknown, immutable, protected or repeated one is refused (Redis's order).
+
+    Pion's own start-up parameters (``config_table.PION_IMMUTABLE``, which Redis's tools do not know
+    to skip) accept their current value as a no-op, so a ``CONFIG GET *`` / ``CONFIG SET`` round
+    trip works; Redis's immutable parameters are refused whatever the value, as Redis does."""
     seen: set[str] = set()
-    for name, _ in pairs:
+    for name, value in pairs:
         canonical = find(name)
         if canonical is None:
             raise ReplyError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
         param = table.PARAMS.get(canonical)
-        if param is not None and param.flags & table.IMMUTABLE:
+        if param is not None and param.flags & table.IMMUTABLE and not (
+                canonical in table.PION_IMMUTABLE and _same_value(settings, canonical, param, value)):
             raise ReplyError(_failed(name, "can't set immutable config"))
         if param is not None and param.flags & table.PROTECTED:
             raise ReplyError(_failed(name, "can't set protected config"))
@@ -150,6 +155,14 @@ def _check_names(pairs: list[tuple[str, str]]) -> list[str]:
             raise ReplyError(_failed(name, "duplicate parameter"))
         seen.add(canonical)
     return [find(name) for name, _ in pairs]  # type: ignore[misc]
+
+
+def _same_value(settings: Settings, canonical: str, param, value: str) -> bool:
+    current = current_value(settings, canonical)
+    try:
+        return table.normalize(param, value, current) == current
+    except ConfigError:
+        return False
 
 
 def _build_settings(old: Settings, names: list[str], pairs: list[tuple[str, str]]) -> Settings:
