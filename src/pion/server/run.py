@@ -46,6 +46,10 @@ def make_server(settings: Settings) -> Server:
     from pion.server.commands.search_admin import install as install_search
 
     install_search(server)
+    # replication (docs/replication.md): feeds replicas from the journal, follows replicaof
+    from pion.server.replication import install as install_replication
+
+    install_replication(server)
     return server
 
 
