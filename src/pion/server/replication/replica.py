@@ -193,6 +193,8 @@ class ReplicaSide:
             mapping[ref] = arenas.put(data)
             arenas.take_recent()  # nothing logs these: do not keep the bytes alive
             del data
+        log.info("full resync payload received: %d bytes, %d blobs, in %.2f s", self.sync_total, count,
+                 time.time() - self.sync_started)
         while owner.job is not None:  # a save of this server's own is running: let it end
             await asyncio.sleep(0.05)
         keys = load_received(owner, path, mapping, before_save=lambda: self.repl.followed(replid, offset))
