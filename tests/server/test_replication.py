@@ -208,6 +208,9 @@ def test_three_servers_wait_counts_both_replicas_and_redis_py_reads_each(cluster
     rp.hset("h", "f", "v")
     assert rp.wait(2, 10_000) == 2
     assert rp.wait(3, 200) == 2  # only two exist: the timeout answers the count
+    rp.set("aof", "1")
+    assert rp.execute_command("WAITAOF", 1, 2, 10_000) == [1, 2]
+    assert rp.execute_command("WAITAOF", 0, 3, 100) == [1, 2]
     for client in clients:
         assert client.get("k:999") == b"999" and client.hget("h", "f") == b"v"
         assert client.dbsize() == rp.dbsize()

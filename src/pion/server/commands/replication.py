@@ -120,9 +120,11 @@ def wait(ctx: Ctx, argv: list[bytes]):
 def waitaof(ctx: Ctx, argv: list[bytes]):
     """WAITAOF numlocal numreplicas timeout
 
-    ``[local, 0]``: local is 1 once this connection's last write is fsynced to the log. With
-    ``appendfsync always`` that is true before the write was answered; with ``everysec`` it waits
-    up to a second; with ``no`` Pion never fsyncs by itself, so it waits for the timeout.
+    ``[local, replicas]``: local is 1 once this connection's last write is fsynced to the log
+    (with ``appendfsync always`` that is true before the write was answered; with ``everysec``
+    it waits up to a second; with ``no`` Pion never fsyncs by itself, so it waits for the
+    timeout); replicas counts those whose acknowledged offset covers every write logged before
+    (a replica acknowledges what is durable under its own appendfsync).
     """
     numlocal = parse_int(argv[1])
     if not 0 <= numlocal <= 1:
@@ -132,16 +134,27 @@ def waitaof(ctx: Ctx, argv: list[bytes]):
         raise ReplyError("ERR value is out of range, must be positive")
     ms = _timeout_ms(argv[3])
     server = ctx.server
+    repl = _repl(ctx)
+    if repl is not None and repl.is_replica:
+        raise ReplyError("ERR WAITAOF cannot be used with replica instances. Please also note that writes to "
+                         "replicas are just local and are not propagated.")
     if numlocal and not server.settings.appendonly:
         raise ReplyError("ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
     conn = ctx.client.conn
     target = conn.pending_seq if conn is not None else 0
-    synced = _synced(server, target)
-    if (synced >= numlocal and numreplicas == 0) or not ctx.can_block:
-        return [synced, 0]
-    request = BlockRequest(keys=[], timeout=ms / 1000.0, retry=_never, on_timeout=[synced, 0])
-    if not synced:
-        _poll_fsync(server, ctx.client, request, target, finish=numreplicas == 0)
+    primary = repl.primary if repl is not None else None
+    offset = primary.offset if primary is not None else 0
+
+    def counts() -> list[int]:
+        return [_synced(server, target), primary.count_acked(offset) if primary is not None else 0]
+
+    now = counts()
+    if (now[0] >= numlocal and now[1] >= numreplicas) or not ctx.can_block:
+        return now
+    request = BlockRequest(keys=[], timeout=ms / 1000.0, retry=_never, on_timeout=now)
+    if numreplicas and primary is not None and primary.links:
+        primary.append_command(b"REPLCONF", b"GETACK", b"*")
+    _poll(server, ctx.client, request, counts, numlocal, numreplicas)
     return request
 
 
@@ -151,20 +164,20 @@ def _synced(server: Any, seq: int) -> int:
     return int(getattr(journal, "synced_seq", journal.durable_seq) >= seq) if server.settings.appendonly else 0
 
 
-def _poll_fsync(server: Any, client: Any, request: BlockRequest, seq: int, finish: bool) -> None:
-    """Watch for the fsync that covers ``seq``: then answer ``[1, 0]`` (``finish``: nothing else
-    is awaited) or make it what the timeout answers (replicas were asked for: none will come)."""
+def _poll(server: Any, client: Any, request: BlockRequest, counts: Any, numlocal: int, numreplicas: int) -> None:
+    """Watch the local fsync and the replicas' acknowledgements: answer once both are enough;
+    until then the timeout answers the latest counts."""
     loop = asyncio.get_running_loop()
 
     def check() -> None:
         if client.blocked is not request:
             return  # timed out, unblocked or gone
-        if not _synced(server, seq):
-            loop.call_later(WAITAOF_POLL, check)
-        elif finish:
-            server.blocking.unblock(client, [1, 0])
-        else:
-            request.on_timeout = [1, 0]
+        now = counts()
+        if now[0] >= numlocal and now[1] >= numreplicas:
+            server.blocking.unblock(client, now)
+            return
+        request.on_timeout = now
+        loop.call_later(WAITAOF_POLL, check)
 
     loop.call_later(WAITAOF_POLL, check)
 
