@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pion.replication")
 
 READ_SIZE = 256 * 1024
+READ_PIECE = 4 * 1024 * 1024
 ACK_PERIOD = 1.0
 
 
@@ -122,7 +123,7 @@ class ReplicaSide:
         wanted = offset + 1 if replid else -1
         writer.write(_command([b"PSYNC", (replid or "?").encode(), str(wanted).encode()]))
         self.state = "sync"
-        line = await self._line(reader, timeout=None)
+        line = await self._line(reader, timeout=False)  # the primary answers once its snapshot is made
         if line.startswith(b"+FULLRESYNC"):
             _, new_id, new_offset = line.split()
             await self._full_sync(reader, new_id.decode(), int(new_offset))
@@ -152,9 +153,9 @@ class ReplicaSide:
                 return  # an older primary: Redis ignores the failure too
             raise HandshakeError(f"{argv[0].decode()} answered {text!r}")
 
-    async def _line(self, reader: asyncio.StreamReader, timeout: float | None = 60.0) -> bytes:
+    async def _line(self, reader: asyncio.StreamReader, timeout: bool = True) -> bytes:
         while True:
-            raw = await asyncio.wait_for(reader.readline(), timeout) if timeout else await reader.readline()
+            raw = await asyncio.wait_for(reader.readline(), self._timeout()) if timeout else await reader.readline()
             if not raw:
                 raise EOFError("the primary closed the connection")
             self.last_io = time.time()
@@ -202,18 +203,37 @@ class ReplicaSide:
         log.info("full resync from %s:%d done: %d keys, %d blobs, %d bytes in %.2f s, at offset %d",
                  self.host, self.port, keys, count, self.sync_total, time.time() - self.sync_started, offset)
 
-    async def _read(self, reader: asyncio.StreamReader, count: int) -> bytes:
-        data = await asyncio.wait_for(reader.readexactly(count), 60.0) if count else b""
+    async def _read(self, reader: asyncio.StreamReader, count: int) -> bytes | bytearray:
+        """``count`` bytes of the payload, in pieces of at most 4 MiB: the link is dropped when
+        one piece takes longer than repl-timeout (a stalled primary), however big the blob."""
+        timeout = self._timeout()
+        if count <= READ_PIECE:
+            data: bytes | bytearray = await asyncio.wait_for(reader.readexactly(count), timeout) if count else b""
+        else:
+            data = bytearray(count)
+            done = 0
+            while done < count:
+                part = await asyncio.wait_for(reader.readexactly(min(READ_PIECE, count - done)), timeout)
+                data[done:done + len(part)] = part
+                done += len(part)
+                self.last_io = time.time()
         self.sync_read += count
         self.last_io = time.time()
         return data
+
+    def _timeout(self) -> float:
+        try:
+            return float(dict(self.server.settings.extra).get("repl-timeout", "60"))
+        except ValueError:
+            return 60.0
 
     # -- the stream ---------------------------------------------------------------------------------
 
     async def _stream(self, reader: asyncio.StreamReader) -> None:
         parser = hiredis.Reader(notEnoughData=None)
         while True:
-            data = await reader.read(READ_SIZE)
+            # the primary PINGs every repl-ping-replica-period: silence for repl-timeout is a dead link
+            data = await asyncio.wait_for(reader.read(READ_SIZE), self._timeout())
             if not data:
                 raise EOFError("the primary closed the connection")
             self.last_io = time.time()
