@@ -248,3 +248,18 @@ def test_replicaof_in_the_config_file_and_as_a_flag(tmp_path):
     assert dict(build_settings(["--replicaof", "h", "7000"]).extra)["replicaof"] == "h 7000"
     assert "replicaof" not in dict(build_settings(["--replicaof", "no", "one"]).extra) or \
         dict(build_settings(["--replicaof", "no", "one"]).extra)["replicaof"] == ""
+
+
+def test_masteruser_authenticates_as_an_acl_user(cluster):
+    primary = cluster("a", "--requirepass", "s3cret")
+    rp = redis.Redis(port=primary.port, password="s3cret", socket_timeout=30)
+    assert rp.acl_setuser("repl", enabled=True, passwords=["+replpw"],
+                          commands=["+psync", "+replconf", "+ping", "+sync"])
+    rp.set("x", "1")
+    replica = cluster("b", "--replicaof", "127.0.0.1", str(primary.port), "--masteruser", "repl",
+                      "--masterauth", "replpw")
+    rr = redis.Redis(port=replica.port, socket_timeout=30)
+    wait_until(lambda: link_up(rr), what="the link as user repl")
+    rp.set("y", "2")
+    assert rp.wait(1, 10_000) == 1 and rr.get("x") == b"1" and rr.get("y") == b"2"
+    assert any("user=repl" in line for line in rp.execute_command("CLIENT", "LIST").decode().splitlines())
