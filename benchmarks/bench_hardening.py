@@ -3,7 +3,7 @@
     python benchmarks/bench_hardening.py [--only torn,frames,fetch,disk,memory,auth] [--baseline-src DIR]
 
 - torn: restart time after a crash tore a 60 MB log record (the tail scan that tells a torn
-  tail from corruption); with ``--baseline-src /work/main/src`` the same on that tree (and auth).
+  tail from corruption); with ``--baseline-src /work/main/src`` the same on that tree (and disk, auth).
 - frames: the longest PING round trip of another client while one sends ``*1 PING`` followed by
   ``*2147483647`` in one packet, the server's address-space growth, and the parse time of a
   frame of 1,048,576 one-byte arguments.
@@ -154,9 +154,10 @@ def disk_bytes(path: Path) -> int:
     return sum(os.stat(os.path.join(root, name)).st_blocks * 512 for root, _, files in os.walk(path) for name in files)
 
 
-def bench_disk(work: Path, seconds: float) -> None:
-    data = work / "disk"
-    srv = Server(data, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru", "--appendfsync", "everysec")
+def bench_disk(work: Path, seconds: float, src: str = SRC, label: str = "this") -> None:
+    data = work / f"disk-{label}"
+    srv = Server(data, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru", "--appendfsync", "everysec",
+                 src=src)
     r, value = srv.client, os.urandom(2 * 1024 * 1024)
     peak, written, start = 0, 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -165,7 +166,7 @@ def bench_disk(work: Path, seconds: float) -> None:
         if written % 20 == 0:
             peak = max(peak, disk_bytes(data))
     info = r.info("persistence")
-    emit(bench="disk_under_overwrites", seconds=seconds, written_mb=written * 2, peak_data_dir_mb=round(peak / 1e6),
+    emit(bench="disk_under_overwrites", tree=label, seconds=seconds, written_mb=written * 2, peak_data_dir_mb=round(peak / 1e6),
          rewrites=info["aof_rewrites"], snapshot_mb=round(info["pion_snapshot_bytes"] / 1e6))
     srv.stop()
 
@@ -220,7 +221,7 @@ def bench_auth(work: Path, seconds: float, src: str = SRC, label: str = "this") 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="torn,frames,fetch,disk,memory,auth")
-    parser.add_argument("--baseline-src", default="", help="another tree's src/ (main) for the torn record and auth")
+    parser.add_argument("--baseline-src", default="", help="another tree's src/ (main) for the torn record, disk use and auth")
     parser.add_argument("--disk-seconds", type=float, default=36.0)
     parser.add_argument("--auth-seconds", type=float, default=20.0)
     args = parser.parse_args(argv)
@@ -236,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_fetch(work)
     if "disk" in only:
         bench_disk(work, args.disk_seconds)
+        if args.baseline_src:
+            bench_disk(work, args.disk_seconds, args.baseline_src, "baseline")
     if "memory" in only:
         bench_memory(work)
     if "auth" in only:

@@ -6,6 +6,12 @@ result plus a table with the ratio Pion/Redis.
 
     python benchmarks/bench_resp.py              # full matrix (a few minutes)
     python benchmarks/bench_resp.py --smoke      # CI-sized
+    python benchmarks/bench_resp.py --shapes     # EVAL, redis-cli --pipe, -P 16: issue 21's shapes
+
+``--shapes`` runs each shape against Pion twice (``appendonly no``, then the default durable
+config) and against redis-server in the same run, and prints wall-clock ops/s and the server's
+own CPU time per operation (from /proc/PID/stat): on a shared machine the CPU time is the steadier
+number, the wall-clock one depends on what else runs.
 """
 
 from __future__ import annotations
@@ -44,6 +50,94 @@ def run_benchmark(port: int, tests: str, pipeline: int, size: int, requests: int
     return results
 
 
+EVAL_ONE = ("eval", "return redis.call('set',KEYS[1],'x')", "1", "key")
+EVAL_TEN = ("eval", "for i=1,10 do redis.call('incr',KEYS[1]) end return 1", "1", "counter")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, in seconds (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, ops: int, run) -> dict[str, float]:
+    """Run ``run()``; its wall-clock ops/s and the server's CPU microseconds per operation."""
+    cpu, start = cpu_seconds(pid), time.perf_counter()
+    run()
+    wall = time.perf_counter() - start
+    return {"ops_s": round(ops / wall), "cpu_us_op": round((cpu_seconds(pid) - cpu) * 1e6 / ops, 2)}
+
+
+def pipe_file(path: Path, commands: int) -> Path:
+    """``commands`` SETs in RESP, as ``redis-cli --pipe`` users feed a bulk load."""
+    with open(path, "wb") as out:
+        for i in range(commands):
+            key, value = b"key:%d" % i, b"value:%d" % i
+            out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(value), value))
+    return path
+
+
+def shapes(port: int, pid: int, requests: int, pipe: Path, pipe_commands: int) -> dict[str, dict[str, float]]:
+    """Issue 21's shapes against one server."""
+    bench = ["redis-benchmark", "-p", str(port), "-r", "10000"]
+
+    def rb(*args: str) -> None:
+        subprocess.run([*bench, *args], capture_output=True, timeout=900, check=True)
+
+    def load() -> None:
+        with open(pipe, "rb") as feed:
+            out = subprocess.run(["redis-cli", "-p", str(port), "--pipe"], stdin=feed, capture_output=True,
+                                 timeout=900, check=True, text=True).stdout
+        if f"replies: {pipe_commands}" not in out or "errors: 0" not in out:
+            raise RuntimeError(f"redis-cli --pipe: {out.strip()}")
+
+    subprocess.run(["redis-cli", "-p", str(port), "set", "counter", "0"], capture_output=True, check=True)
+    evals = max(requests // 5, 1000)
+    return {
+        "eval_1_call": measured(pid, evals, lambda: rb("-n", str(evals), "-c", "10", *EVAL_ONE)),
+        "eval_10_calls": measured(pid, evals // 4, lambda: rb("-n", str(evals // 4), "-c", "10", *EVAL_TEN)),
+        "set_P16": measured(pid, requests, lambda: rb("-n", str(requests), "-c", "50", "-P", "16", "-t", "set")),
+        "get_P16": measured(pid, requests, lambda: rb("-n", str(requests), "-c", "50", "-P", "16", "-t", "get")),
+        "set_P1": measured(pid, evals, lambda: rb("-n", str(evals), "-c", "10", "-t", "set")),
+        "pipe": measured(pid, pipe_commands, load),
+    }
+
+
+def run_shapes(args: argparse.Namespace, work: Path) -> int:
+    pipe = pipe_file(work / "pipe.resp", args.pipe_commands)
+    redis = RedisServer(work / "redis").start()
+    rows = []
+    try:
+        for config, flags in (("appendonly no", ["--appendonly", "no"]), ("durable default", [])):
+            load_before = os.getloadavg()
+            pion = ProcessServer(work / config.replace(" ", "-"), *flags, "--loglevel", "warning").start()
+            try:
+                ours = shapes(pion.port, pion.proc.pid, args.requests, pipe, args.pipe_commands)  # type: ignore[union-attr]
+            finally:
+                pion.stop()
+            redis.stop()
+            redis = RedisServer(work / "redis").start()  # a fresh baseline right after, same keys
+            theirs = shapes(redis.port, redis.proc.pid, args.requests, pipe, args.pipe_commands)  # type: ignore[union-attr]
+            for shape, mine in ours.items():
+                ref = theirs[shape]
+                row = {"shape": shape, "pion": config, **{f"pion_{k}": v for k, v in mine.items()},
+                       **{f"redis_{k}": v for k, v in ref.items()},
+                       "ratio_ops": round(mine["ops_s"] / ref["ops_s"], 3),
+                       "load": [round(x, 2) for x in load_before]}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        redis.stop()
+    print(f"\n{time.strftime('%Y-%m-%d')} {platform.machine()} {os.cpu_count()} cores; load before "
+          f"{os.getloadavg()[0]:.2f} after; --pipe of {args.pipe_commands} SETs")
+    print(f"{'shape':<14}{'pion config':<17}{'pion ops/s':>12}{'redis ops/s':>12}{'ratio':>7}"
+          f"{'pion cpu us':>12}{'redis cpu us':>13}")
+    for row in rows:
+        print(f"{row['shape']:<14}{row['pion']:<17}{row['pion_ops_s']:>12,}{row['redis_ops_s']:>12,}"
+              f"{row['ratio_ops']:>7.2f}{row['pion_cpu_us_op']:>12.2f}{row['redis_cpu_us_op']:>13.2f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI")
@@ -53,6 +147,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="3,1024,65536")
     parser.add_argument("--pipelines", default="1,16")
     parser.add_argument("--durable", action="store_true", help="Pion with its default durable log (appendfsync always)")
+    parser.add_argument("--shapes", action="store_true", help="EVAL, redis-cli --pipe and -P 16, both Pion configs")
+    parser.add_argument("--pipe-commands", type=int, default=200_000)
     args = parser.parse_args()
     if not shutil.which("redis-benchmark") or not shutil.which("redis-server"):
         print("needs redis-server and redis-benchmark (apt-get install redis-server redis-tools)", file=sys.stderr)
@@ -60,6 +156,13 @@ def main() -> int:
     if args.smoke:
         args.requests, args.sizes, args.tests = 2000, "3", "set,get"
     work = Path(tempfile.mkdtemp(prefix="bench-resp-"))
+    if args.shapes:
+        if args.smoke:
+            args.requests, args.pipe_commands = 2000, 2000
+        try:
+            return run_shapes(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     pion_flags = [] if args.durable else ["--appendonly", "no"]
     pion = ProcessServer(work / "pion", *pion_flags, "--loglevel", "warning").start()
     redis = RedisServer(work / "redis").start()

@@ -15,6 +15,7 @@ MAXMEMORY_POLICIES = (
     "allkeys-random", "volatile-random", "volatile-ttl",
 )
 LOGLEVELS = ("debug", "verbose", "notice", "warning", "nothing")
+EMBED_PROVIDERS = ("minilm", "all-minilm-l6-v2", "sentence-transformers", "st", "openai", "hash", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,21 @@ class Settings:
     # the byte budget of resident expert copies in MiB (0 = serve every fetch from the shards)
     moe_cache: str = ""
     moe_cache_mib: int = 1024
+    # embeddings (docs/embeddings.md): minilm (packaged all-MiniLM-L6-v2) | sentence-transformers:PATH |
+    # openai (embed-url, embed-model, embed-api-key) | hash[:DIM] (tests, not semantic) | none
+    embed_provider: str = "minilm"
+    embed_url: str = ""
+    embed_model: str = ""
+    #: from --embed-api-key-file or PION_EMBED_API_KEY; never shown by CONFIG GET
+    embed_api_key: str = ""
+    embed_dim: int = 0
+    embed_batch_size: int = 64
+    #: the model's CPU threads in its worker process; 0 = half the cores (at least 1)
+    embed_threads: int = 0
+    embed_timeout: int = 60
+    embed_preload: bool = False
+    #: AI.SEMANTIC_CACHE GET hits when cosine similarity >= this (docs/embeddings.md has the measurement)
+    semantic_cache_threshold: float = 0.85
     # Stage 2 (ATTEND.PREFIX.*): bytes of decoded prefixes and block summaries kept warm (0 = no cap)
     attention_warm_bytes: int = 1024**3
     # Stage 2: attend only the last N prefix tokens when a query does not say (0 = the whole prefix)
@@ -108,6 +124,13 @@ class Settings:
         _check(self.kv_maxmemory >= 0, "kv-maxmemory must be >= 0")
         _check(self.kv_export_maxbytes >= 0, "kv-export-maxbytes must be >= 0")
         _check(0 <= self.moe_cache_mib <= 1 << 30, "moe-cache-mib must be 0..1073741824")
+        _check(self.embed_provider.partition(":")[0].lower() in EMBED_PROVIDERS,
+               "embed-provider must be minilm, sentence-transformers:PATH, openai, hash[:DIM] or none")
+        _check(0 <= self.embed_dim <= 32768, "embed-dim must be 0..32768")
+        _check(1 <= self.embed_batch_size <= 4096, "embed-batch-size must be 1..4096")
+        _check(0 <= self.embed_threads <= 256, "embed-threads must be 0..256")
+        _check(1 <= self.embed_timeout <= 3600, "embed-timeout must be 1..3600 seconds")
+        _check(-1.0 <= self.semantic_cache_threshold <= 1.0, "semantic-cache-threshold must be a cosine similarity in -1..1")
         _check(self.attention_warm_bytes >= 0, "attention-warm-bytes must be >= 0")
         _check(self.attention_fa_window >= 0, "attention-fa-window must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
@@ -166,6 +189,16 @@ def parse_int_value(text: str) -> int:
         raise ConfigError(f"argument couldn't be parsed into an integer, got '{text}'") from None
 
 
+def parse_float_value(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"argument couldn't be parsed into a number, got '{text}'") from None
+    if value != value:
+        raise ConfigError("argument must be a number, got 'nan'")
+    return value
+
+
 def parse_octal(text: str) -> int:
     try:
         return int(text.strip(), 8)
@@ -220,6 +253,16 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "kv-export-maxbytes": ("kv_export_maxbytes", parse_memory, str),
     "moe-cache": ("moe_cache", str, str),
     "moe-cache-mib": ("moe_cache_mib", parse_int_value, str),
+    "embed-provider": ("embed_provider", str, str),
+    "embed-url": ("embed_url", str, str),
+    "embed-model": ("embed_model", str, str),
+    "embed-api-key": ("embed_api_key", str, str),
+    "embed-dim": ("embed_dim", parse_int_value, str),
+    "embed-batch-size": ("embed_batch_size", parse_int_value, str),
+    "embed-threads": ("embed_threads", parse_int_value, str),
+    "embed-timeout": ("embed_timeout", parse_int_value, str),
+    "embed-preload": ("embed_preload", parse_bool, format_bool),
+    "semantic-cache-threshold": ("semantic_cache_threshold", parse_float_value, repr),
     "attention-warm-bytes": ("attention_warm_bytes", parse_memory, str),
     "attention-fa-window": ("attention_fa_window", parse_int_value, str),
     "fa-window": ("attention_fa_window", parse_int_value, str),  # the reference's flag name

@@ -318,6 +318,65 @@ def test_an_explicit_namespace_reused_for_a_changed_prompt_warns_once_and_can_be
     assert pc.stats()["hits"] == 1 and same_cache(warm, cold_new)
 
 
+def interleave_after_manifest(pc, between):
+    """Make ``pc``'s next fetch pipeline run in two halves with ``between()`` in the middle: what
+    the server does when it serves other clients while ours waits (its replies backed up)."""
+    send = pc.client.pipeline_execute
+
+    def split(commands, **kwargs):
+        commands = list(commands)
+        if commands[0][0] != "KV.PREFIX.LOOKUP":
+            return send(commands, **kwargs)
+        pc.client.pipeline_execute = send  # once
+        cut = next(i for i, c in enumerate(commands) if c[0] == "KV.PREFIX.MANIFEST") + 1
+        head = send(commands[:cut], **kwargs)
+        between()
+        return head + send(commands[cut:], **kwargs)
+
+    pc.client.pipeline_execute = split
+
+
+@pytest.mark.parametrize("lane", [False, True], ids=["socket", "local-lane"])
+def test_a_prefix_replaced_while_a_reader_fetches_it_is_a_miss_never_a_mix(url, lane):
+    model = hf_llama()
+    reader, writer = PionPromptCache(model, url=url, local_lane=lane), PionPromptCache(model, url=url)
+    assert reader.local_lane is lane
+    old, new = prompt(24), prompt(24, offset=5)
+    cold_old, cold_new = reader.adapter.prefill(old), writer.adapter.prefill(new)
+    assert reader.put(old, cold_old, namespace="fixed")
+    interleave_after_manifest(reader, lambda: writer.put(new, cold_new, namespace="fixed", replace=True))
+    got = quietly(reader.get_or_prefill, old, namespace="fixed")  # read the old manifest, then the new rows
+    assert reader.stats()["hits"] == 0, "the reader loaded the replacement's rows under the old manifest"
+    assert same_cache(got, cold_old) and not same_cache(got, cold_new)
+    assert same_cache(writer.get_or_prefill(new, namespace="fixed"), cold_new) and writer.stats()["hits"] == 1
+
+
+def test_a_prefix_replaced_between_match_and_fetch_is_a_miss_never_another_prompt_s_head(url):
+    """MATCH compared the tokens; a partial hit's manifest cannot say which tokens its head holds,
+    so the fetch must read the entry MATCH answered (its generation), not whatever is there now."""
+    model = hf_llama()
+    reader, writer = PionPromptCache(model, url=url), PionPromptCache(model, url=url)
+    old, new = prompt(40), prompt(40, offset=9)
+    cold_old, cold_new = reader.adapter.prefill(old), writer.adapter.prefill(new)
+    assert reader.put(old, cold_old, namespace="fixed")
+    match = reader.client.kv_match_tokens
+
+    def then_replace(*args, **kwargs):
+        found = match(*args, **kwargs)
+        writer.put(new, cold_new, namespace="fixed", replace=True)
+        return found
+
+    reader.client.kv_match_tokens = then_replace
+    cache, rest = reader.fetch_nearest(old[:30])  # MATCH finds old's head in "fixed", then it is replaced
+    assert cache is None and rest == old[:30], "the reader took the replacement's rows as the old prompt's head"
+    assert reader.stats()["partial_hits"] == 0
+    reader.client.kv_match_tokens = match
+    cache, rest = reader.fetch_nearest(new[:30])
+    assert reader.stats()["partial_hits"] == 1 and rest == []
+    assert all(torch.equal(got.keys, full.keys[:, :, :30]) for got, full in zip(cache.layers, cold_new.layers,
+                                                                                 strict=True))
+
+
 # -- the portable prefix artifact -------------------------------------------------------------
 
 

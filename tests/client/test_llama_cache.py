@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from pion.client.adapters import llama_cache
-from pion.client.adapters.llama_cache import PionLlamaCache
+from pion.client.adapters.llama_cache import STAT_KEYS, PionLlamaCache
 from pion.client.adapters.llama_cpp import LlamaCppAdapter, load_smollm2_gguf
-from pion.client.prompt_cache import STAT_KEYS
+from pion.client.prompt_cache import STAT_KEYS as PROMPT_CACHE_KEYS
 from pion.client.real_model import gguf_path
 from tests.support.servers import ProcessServer
 
@@ -64,6 +64,8 @@ def test_a_state_stored_by_one_llama_is_loaded_by_another(url):
     stats = cache.stats()
     assert stats["partial_hits"] == 1 and stats["misses"] == 0 and stats["bytes_fetched"] > 1_000_000
     assert set(STAT_KEYS) <= set(stats) and stats["hit_rate"] == 1.0
+    # the counters both caches have are named alike (the prompt cache has more: staging, hybrids)
+    assert set(STAT_KEYS) <= set(PROMPT_CACHE_KEYS)
     # a different question shares the system prompt: the stored head is reused, the answer is the model's own
     plain = new_llama()
     assert complete(second, OTHER_QUESTION) == complete(plain, OTHER_QUESTION)

@@ -77,6 +77,32 @@ def scenario_transactions_scripts_flush(port):
     return out
 
 
+def scenario_script_declared_keys(port):
+    """A script that calls a read command is tracked on its declared keys; one that only writes
+    (or only PINGs) is not (Redis 7.0's unit/tracking "Tracking only occurs for scripts ...")."""
+    me, other = Raw(port), Raw(port)
+    out = [me.run("CLIENT", "TRACKING", "on"), other.run("MSET", "k2", "1", "k1", "1"),
+           me.run("EVAL", "redis.call('set', 'k3', 'bar')", "2", "k1", "k2"), other.run("MSET", "k2", "2", "k1", "2"),
+           me.read(), me.run("EVAL", "redis.call('get', 'k3')", "2", "k1", "k2"), other.run("MSET", "k2", "2", "k1", "2"),
+           me.read(), me.run("EVAL_RO", "redis.call('ping')", "2", "k1", "k2"), other.run("MSET", "k2", "2", "k1", "2"),
+           me.read(), me.run("EVAL_RO", "redis.call('get', 'k1')", "2", "k1", "k2"),
+           other.run("MSET", "k2", "3", "k1", "3"), me.read(), me.run("PING")]
+    me.close(), other.close()
+    return out
+
+
+def scenario_unblocked_client_reply_first(port):
+    """A woken BLMOVE's reply precedes the invalidation of the key it pushed to (Redis 7.0's
+    unit/tracking "Unblocked BLMOVE gets notification after response")."""
+    me, other = Raw(port), Raw(port)
+    out = [other.run("RPUSH", "l2", "a"), me.run("CLIENT", "TRACKING", "on"), me.run("LRANGE", "l2", "0", "-1")]
+    me.cmd("BLMOVE", "l1", "l2", "LEFT", "LEFT", "0")
+    time.sleep(0.2)
+    out += [other.run("RPUSH", "l1", "foo"), me.read(0.3)]
+    me.close(), other.close()
+    return out
+
+
 def scenario_noloop_optin_optout(port):
     me, other = Raw(port), Raw(port)
     out = [me.run("CLIENT", "TRACKING", "on", "NOLOOP"), me.run("GET", "a"), me.run("SET", "a", "1"),
@@ -156,7 +182,9 @@ def scenario_errors(port):
     return out
 
 
-SCENARIOS = [scenario_default, scenario_transactions_scripts_flush, scenario_noloop_optin_optout, scenario_bcast,
+SCENARIOS = [scenario_default, scenario_transactions_scripts_flush, scenario_script_declared_keys,
+             scenario_unblocked_client_reply_first,
+             scenario_noloop_optin_optout, scenario_bcast,
              scenario_resp2_redirect, scenario_broken_redirect, scenario_expiry, scenario_errors]
 
 
@@ -187,6 +215,38 @@ def test_eviction_invalidates(make_server):
     info = redis.Redis(port=srv.port).info("stats")
     assert info["evicted_keys"] > 0
     me.close(), other.close()
+
+
+def test_eviction_invalidation_precedes_the_reply(make_server):
+    """A key evicted to make room for a command is invalidated before that command's reply."""
+    srv = make_server(maxmemory=10**10, maxmemory_policy="volatile-random")
+    admin = redis.Redis(port=srv.port)
+    me = Raw(srv.port)
+    me.run("CLIENT", "TRACKING", "on")
+    used = admin.info("memory")["used_memory"]
+    admin.config_set("maxmemory", used + 100 * 1024)
+    me.run("SETEX", "volatile-key", "10000", "x"), me.run("GET", "volatile-key")
+    me.run("SETBIT", "big-key", "1600000", "0")
+    assert me.run("GETBIT", "big-key", "0") == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$12\r\nvolatile-key\r\n:0\r\n"
+    me.close()
+
+
+def test_lowered_table_limit_is_enforced_without_another_read(server):
+    """CONFIG SET tracking-table-max-keys takes effect in the cron (Redis's unit/tracking
+    "Tracking gets notification on tracking table key eviction" waits for it)."""
+    me, admin = Raw(server.port), redis.Redis(port=server.port)
+    try:
+        me.run("CLIENT", "TRACKING", "on"), me.run("MGET", "t1", "t2", "t3")
+        admin.config_set("tracking-table-max-keys", 1)
+        pushes = b""
+        for _ in range(20):
+            pushes += me.read(0.1)
+            if pushes.count(b"invalidate") == 2:
+                break
+        assert pushes.count(b"invalidate") == 2 and admin.info("stats")["tracking_total_keys"] == 1
+    finally:
+        admin.config_set("tracking-table-max-keys", 1000000)
+        me.close()
 
 
 def test_tenants_see_only_their_keys(make_server):

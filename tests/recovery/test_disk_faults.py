@@ -177,3 +177,48 @@ def test_full_tmpfs_big_values_misconf_then_recover_and_survive_kill9(tmp_path):
             assert r.strlen("big2") == BIG + 4 and r.strlen("big") == BIG and r.get("ok") == b"1"
         finally:
             server.stop()
+
+
+def _store_attention(r: redis.Redis) -> object:
+    side = np.ones((2, 512, 64), np.float32).tobytes()
+    return r.execute_command("ATTEND.PREFIX.STORE", "att", 0, 2, 512, 64, side, side)
+
+
+def _store_state(r: redis.Redis) -> object:
+    return r.execute_command("SSM.PREFIX.STORE", "ssm", 0, b"s" * 300_000)
+
+
+def _import_artifact(r: redis.Redis) -> object:
+    return r.execute_command("KV.PREFIX.IMPORT", _import_artifact.blob)
+
+
+@pytest.mark.parametrize(("store", "stored"), [
+    (_store_attention, lambda r: r.execute_command("ATTEND.PREFIX.LOOKUP", "att", 0) != b"MISS"),
+    (_store_state, lambda r: r.execute_command("SSM.PREFIX.FETCH", "ssm", 0) is not None),
+    (_import_artifact, lambda r: r.execute_command("KV.PREFIX.MANIFEST", "art") is not None),
+], ids=["attend-store", "ssm-store", "prefix-import"])
+def test_other_arena_writers_on_a_failing_disk_answer_misconf_and_store_nothing(node, store, stored):
+    """The same rule for every command that puts bytes in an arena (issue #13, item 1, same class)."""
+    from pion.codecs.artifact import Artifact, pack
+
+    rows = np.ones((64, 64), np.float16).tobytes()
+    _import_artifact.blob = pack(Artifact(
+        ns=b"art", kv_dim=64, vquant="fp16", manifest_raw=b'{"n_layers": 1, "token_count": 64}',
+        tokens=np.arange(64, dtype=np.uint32), k_codecs=["fp16"], v_codecs=["fp16"], rows=[(rows, rows)]))
+    r = node.client()
+    faults.arm("arena.write", "ENOSPC", count=-1)
+    with pytest.raises(redis.ResponseError, match="^MISCONF"):
+        store(r)
+    assert not stored(r) and write_status(r) == "err"
+    faults.disarm()
+    wait_for(lambda: _try(store, r), timeout=5)
+    node.restart()
+    assert stored(node.client())
+
+
+def _try(store, r: redis.Redis) -> bool:
+    try:
+        store(r)
+        return True
+    except redis.ResponseError:
+        return False

@@ -20,8 +20,9 @@ def node(tmp_path):
     srv.stop()
 
 
-def manifest_register(ns: str, manifest: str) -> list:
-    return ["KV.PREFIX.REGISTER", ns, 64, "fp16", "MANIFEST", manifest]
+def manifest_register(ns: str, manifest: str, token: str = "t1") -> list:
+    """A manifest is registered through a staged store (issue #12): REGISTER ... MANIFEST ... STAGE."""
+    return ["KV.PREFIX.REGISTER", ns, 64, "fp16", "MANIFEST", manifest, "STAGE", token]
 
 
 def test_a_deeply_nested_manifest_is_refused_and_the_connection_stays(node):
@@ -29,8 +30,9 @@ def test_a_deeply_nested_manifest_is_refused_and_the_connection_stays(node):
     with pytest.raises(redis.ResponseError, match="nested deeper than"):
         r.execute_command(*manifest_register("ns", NESTED))
     assert r.ping() is True
-    deep_but_fine = '{"a":' * 50 + "1" + "}" * 50
+    deep_but_fine = '{"n_layers": 1, "token_count": 1, "extra": ' + '{"a":' * 50 + "1" + "}" * 50 + "}"
     assert r.execute_command(*manifest_register("ns", deep_but_fine)) == b"OK"
+    assert r.execute_command("KV.PREFIX.ABORT", "ns", "t1") == 1
 
 
 def test_the_issue_transaction_is_all_or_nothing_and_survives_a_restart(node):
@@ -122,3 +124,23 @@ def test_a_bug_below_the_dispatcher_closes_only_that_connection(node, monkeypatc
     assert other.ping()
     assert sum("after an internal error" in rec.getMessage() for rec in caplog.records) <= 1
     assert not [rec for rec in caplog.records if rec.name == "asyncio"]
+
+
+def test_a_deeply_nested_artifact_is_refused_and_the_connection_stays(node):
+    """KV.PREFIX.IMPORT parses a caller's JSON three times (header, codec lists, manifest): each
+    with the depth limit, so a nested document is a clear error, not a RecursionError."""
+    import struct
+
+    import numpy as np
+
+    from pion.codecs.artifact import Artifact, pack
+
+    r = node.client()
+    header = NESTED.encode()
+    with pytest.raises(redis.ResponseError, match="header is not the expected JSON"):
+        r.execute_command("KV.PREFIX.IMPORT", struct.pack("<Q", len(header)) + header)
+    art = Artifact(ns=b"ns", kv_dim=64, vquant="fp16", manifest_raw=NESTED.encode(),
+                   tokens=np.zeros(1, np.uint32), k_codecs=["fp16"], v_codecs=["fp16"], rows=[(b"\0" * 128, b"\0" * 128)])
+    with pytest.raises(redis.ResponseError, match="manifest is not JSON"):
+        r.execute_command("KV.PREFIX.IMPORT", pack(art))
+    assert r.ping() is True and r.execute_command("KV.PREFIX.MANIFEST", "ns") is None

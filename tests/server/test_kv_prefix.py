@@ -289,21 +289,24 @@ def test_match_withtokens_answers_every_shared_token_across_block_sizes(r):
     store_prefix(r, "short", 10)
     longer = np.concatenate([tokens, [7, 7, 7]]).astype("<u4")
     hashes = b"".join(block_hashes(longer, 16, seed))
+    gen_p, gen_short = (r.execute_command("KV.PREFIX.GENERATION", ns) for ns in ("p", "short"))
+    assert 0 < gen_p != gen_short > 0
     # a stored prefix of 40 tokens serves all 40 of a longer request, not the 32 of whole blocks
     assert r.execute_command("KV.PREFIX.MATCH", 16, hashes, "TOKENS", longer.tobytes(), "WITHTOKENS") == \
-        [b"p", 2, 40, 16, 40]
+        [b"p", 2, 40, 16, 40, gen_p]
     # a client hashing with another block size finds it through SEED (the server hashes for 16)
     other = b"".join(block_hashes(longer, 8, seed))
-    assert r.execute_command("KV.PREFIX.MATCH", 8, other, "TOKENS", longer.tobytes(), "WITHTOKENS") == [None, 0, 0, 0, 0]
+    assert r.execute_command("KV.PREFIX.MATCH", 8, other, "TOKENS", longer.tobytes(), "WITHTOKENS") == \
+        [None, 0, 0, 0, 0, 0]
     assert r.execute_command("KV.PREFIX.MATCH", 8, other, "TOKENS", longer.tobytes(), "SEED", seed, "WITHTOKENS") == \
-        [b"p", 2, 40, 16, 40]
+        [b"p", 2, 40, 16, 40, gen_p]
     # a request shorter than the stored prefix gets its head; a prefix shorter than one block is found by SEED
     head = tokens[:35]
     assert r.execute_command("KV.PREFIX.MATCH", 16, b"".join(block_hashes(head, 16, seed)), "TOKENS", head.tobytes(),
-                             "SEED", seed, "WITHTOKENS") == [b"p", 2, 35, 16, 40]
+                             "SEED", seed, "WITHTOKENS") == [b"p", 2, 35, 16, 40, gen_p]
     small = np.concatenate([tokens[:10] + 100, [1, 2]]).astype("<u4")
     assert r.execute_command("KV.PREFIX.MATCH", 16, b"", "TOKENS", small.tobytes(), "SEED", seed, "WITHTOKENS") == \
-        [b"short", 0, 10, 16, 10]
+        [b"short", 0, 10, 16, 10, gen_short]
     assert err(r, "KV.PREFIX.MATCH", 16, b"", "WITHTOKENS") == "KV.PREFIX.MATCH WITHTOKENS needs TOKENS"
     assert err(r, "KV.PREFIX.MATCH", 16, b"", "SEED", b"x") == "SEED must be 16 bytes"
 

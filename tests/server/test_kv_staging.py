@@ -8,8 +8,10 @@ a refused REGISTER stages nothing, a publish is atomic, and all of it survives k
 from __future__ import annotations
 
 import json
+import socket
 import time
 
+import hiredis
 import numpy as np
 import pytest
 import redis
@@ -173,6 +175,73 @@ def test_replace_swaps_the_whole_prefix_at_publish(r):
     assert fetched(r, "ns", 6) == 2.0 and r.execute_command("SSM.PREFIX.FETCH", "ns", 0) == b"state-0-2"
     assert json.loads(r.execute_command("KV.PREFIX.MANIFEST", "ns"))["model"] == "b"
     assert info(r)["pinned_prefixes"] == "1"
+
+
+def test_the_generation_names_one_entry_and_every_publish_makes_a_new_one(r):
+    generation = lambda: r.execute_command("KV.PREFIX.GENERATION", "ns")  # noqa: E731
+    assert generation() == 0
+    pipeline(r, stage_commands("ns", manifest(tag="a"), "t1", 1.0))
+    first = generation()
+    assert first > 0
+    r.execute_command("KV.PREFIX.LOOKUP", "ns")
+    fetched(r, "ns")
+    assert pipeline(r, stage_commands("ns", manifest(tag="a"), "t2", 1.0))[-1] == b"OK"  # equal: the entry stays
+    assert generation() == first
+    pipeline(r, stage_commands("ns", manifest(tokens=4, tag="b"), "t3", 2.0, "REPLACE"))
+    replaced = generation()
+    assert replaced not in (0, first)
+    r.execute_command("KV.PREFIX.DROP", "ns")
+    assert generation() == 0
+    pipeline(r, stage_commands("ns", manifest(tag="a"), "t4", 1.0))  # the same content again: a new entry
+    assert generation() not in (0, first, replaced)
+
+
+def test_a_reader_whose_replies_back_up_sees_a_publish_mid_pipeline_and_the_generation_tells(server, r):
+    """Why readers check the generation: a pipeline is not a transaction. Once a client's unread
+    replies fill the socket, the server parks the rest of its pipeline and serves other clients."""
+    n, fetches = 4096, 64  # 64 replies of 512 KB: far more than the socket buffers hold (tcp_wmem's max: 4 MB here)
+    pipeline(r, stage_commands("ns", manifest(tokens=n, layers=1, tag="a"), "t1", 1.0))
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.connect(("127.0.0.1", server.port))
+    reader.settimeout(10)
+    commands = [["KV.PREFIX.GENERATION", "ns"], *[["V.FETCH", "ns_pk", 0, "RANGE", 0, n]] * fetches,
+                ["KV.PREFIX.GENERATION", "ns"]]
+    reader.sendall(b"".join(resp(c) for c in commands))
+    parser, replies = hiredis.Reader(), []
+
+    def read_until(count: int) -> None:
+        while len(replies) < count:
+            parser.feed(reader.recv(1 << 16))
+            while (reply := parser.gets()) is not False:
+                replies.append(reply)
+
+    read_until(2)  # the server has begun: the generation and the first rows
+    replacement = stage_commands("ns", manifest(tokens=n, layers=1, tag="b"), "t2", 2.0, "REPLACE")
+    assert pipeline(r, replacement)[-1] == b"OK"  # served while the reader's pipeline waits
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)  # now read the rest quickly
+    read_until(len(commands))
+    reader.close()
+    values = [float(np.frombuffer(raw, np.float32)[0]) for raw in replies[1:-1]]
+    assert values[0] == 1.0 and values[-1] == 2.0, "one pipeline read two prefixes"
+    assert replies[0] > 0 and replies[-1] > 0 and replies[0] != replies[-1]
+
+
+def test_attention_stores_cannot_rewrite_a_manifest_owned_prefix(r):
+    pipeline(r, stage_commands("ns", manifest(), "t1", 1.0))
+    cube = np.full((1, 4, DIM), 9.0, np.float32).tobytes()
+    assert "belongs to the prefix 'ns', registered with a manifest" in err(
+        r, "ATTEND.PREFIX.STORE", "ns", 0, 1, 4, DIM, cube, cube)
+    assert fetched(r, "ns") == 1.0 and r.execute_command("KV.PREFIX.LOOKUP", "ns") == b"HIT"
+    assert r.execute_command("ATTEND.PREFIX.STORE", "free", 0, 1, 4, DIM, cube, cube) == b"OK"
+
+
+def resp(command: list) -> bytes:
+    parts = [b"*%d\r\n" % len(command)]
+    for item in command:
+        data = item if isinstance(item, bytes) else str(item).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
 
 
 def test_a_staging_with_a_silent_writer_is_aborted(server, r, monkeypatch):

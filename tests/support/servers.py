@@ -68,7 +68,8 @@ class ThreadServer:
 
     def start(self) -> ThreadServer:
         self._thread.start()
-        self._ready.wait(30)
+        if not self._ready.wait(120):  # imports and start-up take over 30 s at load average 15+
+            raise TimeoutError("the server thread did not start within 120 s")
         if self._error is not None:
             raise self._error
         return self

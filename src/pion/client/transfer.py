@@ -8,9 +8,13 @@ TOKEN <token>``), then ``KV.PREFIX.PUBLISH``: the server makes the prefix readab
 once everything is in, or discards it (another prefix holds the namespace, a part is missing).
 A refused REGISTER makes every later write of the pipeline fail too: nothing lands anywhere.
 
-Fetch (one round trip): ``KV.PREFIX.LOOKUP``, ``KV.PREFIX.MANIFEST``, ``V.FETCH <ns>_pk BATCH
-... FMT RAW``, the same for ``_pv``, and each state blob. Rows come back encoded and are decoded
-here (the float codecs by a zero-copy view).
+Fetch (one round trip): ``KV.PREFIX.LOOKUP``, ``KV.PREFIX.GENERATION``, ``KV.PREFIX.MANIFEST``,
+``V.FETCH <ns>_pk BATCH ... FMT RAW``, the same for ``_pv``, each state blob, and
+``KV.PREFIX.GENERATION`` again. Rows come back encoded and are decoded here (the float codecs by
+a zero-copy view). A pipeline is not a transaction: the server may run other clients' commands
+between ours (it does whenever our replies back up). The two generations must be equal and
+non-zero, else the namespace's entry changed meanwhile (replaced, or evicted and stored again by
+another model) and the replies may mix two prefixes: a miss, never a mixed cache.
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ class Fetched(NamedTuple):
 
 
 def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = False,
-          form: str = "range") -> Fetched | None:
+          form: str = "range", generation: int | None = None) -> Fetched | None:
     """Manifest, encoded K and V rows ``[0, n_tokens)`` and state blobs of ``ns``; None on a miss.
 
     ``partial``: only the head of the prefix is used, so the server's receipt credits
@@ -96,20 +100,25 @@ def fetch(client: PionClient, ns: str, n_tokens: int, layout, partial: bool = Fa
     asks for each layer with its own ``V.FETCH ... RANGE`` (all in the same pipeline, so still
     one round trip), which lets the server start sending layer 0 while it renders the rest;
     ``"batch"`` asks with one ``V.FETCH ... BATCH`` per side (measured slower for large
-    prefixes: the whole side is rendered before the first byte leaves).
+    prefixes: the whole side is rendered before the first byte leaves). ``generation``: the entry
+    expected (what MATCH answered); another one is a miss.
     """
     n_layers = len(layout.attn)
     lookup = ["KV.PREFIX.LOOKUP", ns] + (["TOKENS", n_tokens] if partial else [])
-    commands: list[list] = [lookup, ["KV.PREFIX.MANIFEST", ns], *row_commands(ns, n_tokens, n_layers, form)]
+    asked = ["KV.PREFIX.GENERATION", ns]
+    commands: list[list] = [lookup, asked, ["KV.PREFIX.MANIFEST", ns],
+                            *row_commands(ns, n_tokens, n_layers, form)]
     commands += [["SSM.PREFIX.FETCH", ns, slot] for slot in layout.state]
-    replies = client.pipeline_execute(commands, fast=True)
-    hit, manifest = replies[0], replies[1]
+    replies = client.pipeline_execute([*commands, asked], fast=True)
+    hit, manifest = replies[0], replies[2]
     if isinstance(hit, PionError):
         raise hit
     if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
         return None
+    if not one_entry(replies[1], replies[-1], generation):
+        return None  # replaced, or dropped and stored again, while we read: the replies may mix two prefixes
     row_count = 0 if not n_layers else 2 if form == "batch" else 2 * n_layers
-    rows, state_raw = replies[2:2 + row_count], replies[2 + row_count:]
+    rows, state_raw = replies[3:3 + row_count], replies[3 + row_count:-1]
     if any(isinstance(r, PionError) or r is None for r in (*rows, *state_raw)):
         return None  # dropped or evicted between LOOKUP and FETCH: a miss
     k_raw, v_raw = (rows[0], rows[1]) if form == "batch" and n_layers else (rows[:n_layers], rows[n_layers:])
@@ -125,23 +134,36 @@ class Exported(NamedTuple):
 
 
 def fetch_export(client: PionClient, ns: str, n_tokens: int, layout, export: list,
-                 partial: bool = False) -> Exported | None:
+                 partial: bool = False, generation: int | None = None) -> Exported | None:
     """The local lane's round trip: LOOKUP, MANIFEST, ``export`` (a V.EXPORT) and the state
     blobs; None on a miss. The rows stay on the server's disk for the caller to map."""
     lookup = ["KV.PREFIX.LOOKUP", ns] + (["TOKENS", n_tokens] if partial else [])
-    commands = [lookup, ["KV.PREFIX.MANIFEST", ns], export, *[["SSM.PREFIX.FETCH", ns, s] for s in layout.state]]
+    asked = ["KV.PREFIX.GENERATION", ns]
+    commands = [lookup, asked, ["KV.PREFIX.MANIFEST", ns], export, *[["SSM.PREFIX.FETCH", ns, s] for s in layout.state],
+                asked]
     replies = client.pipeline_execute(commands)
-    hit, manifest, path, state_raw = replies[0], replies[1], replies[2], replies[3:]
+    hit, manifest, path, state_raw = replies[0], replies[2], replies[3], replies[4:-1]
     if isinstance(hit, PionError):
         raise hit
     if _text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
         return None
+    if not one_entry(replies[1], replies[-1], generation):
+        return None  # the entry changed while we read (see ``fetch``)
     if any(isinstance(r, PionError) or r is None for r in state_raw):
         return None  # dropped or evicted meanwhile: a miss
     if isinstance(path, PionError) and "session not found" in str(path):
         return None
     path = path if isinstance(path, PionError) else _text(path)
     return Exported(bytes(manifest), path, dict(zip(layout.state, state_raw, strict=True)))
+
+
+def one_entry(first, last, expected: int | None = None) -> bool:
+    """Did every reply between two ``KV.PREFIX.GENERATION`` replies come from one entry (the
+    ``expected`` one, when given)?"""
+    for reply in (first, last):
+        if isinstance(reply, PionError):
+            raise reply
+    return isinstance(first, int) and first != 0 and first == last and expected in (None, first)
 
 
 def row_commands(ns: str, n_tokens: int, n_layers: int, form: str) -> list[list]:

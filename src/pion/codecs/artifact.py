@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pion.protocol.json_input import loads_bounded
+
 FORMAT = "pion-prefix-artifact"
 VERSION = "1"
 ALIGN = 8
@@ -52,7 +54,7 @@ class Artifact:
 
     @property
     def manifest(self) -> dict:
-        return json.loads(self.manifest_raw)
+        return loads_bounded(self.manifest_raw)
 
 
 def pack(art: Artifact) -> bytes:
@@ -91,7 +93,7 @@ def unpack(data: bytes | memoryview) -> Artifact:
         raise ArtifactError("the header length does not fit the file (truncated or not an artifact)")
     raw = bytes(data[8:8 + length])
     try:
-        header = json.loads(raw)
+        header = loads_bounded(raw)  # a caller's bytes: no nesting deep enough to recurse out
         metadata = header["__metadata__"]
         expected = metadata["sha256"]
     except (ValueError, KeyError, TypeError):
@@ -122,7 +124,7 @@ def _build(header: dict, metadata: dict, body) -> Artifact:
         return bytes(body[begin:end])
 
     try:
-        k_codecs, v_codecs = json.loads(metadata["k_codecs"]), json.loads(metadata["v_codecs"])
+        k_codecs, v_codecs = loads_bounded(metadata["k_codecs"].encode()), loads_bounded(metadata["v_codecs"].encode())
         rows = [(tensor(f"k.{i}"), tensor(f"v.{i}")) for i in range(len(k_codecs))]
         states = {int(name.split(".", 1)[1]): tensor(name) for name in header if name.startswith("state.")}
         return Artifact(

@@ -12,6 +12,7 @@ manifest or chain (tokens, block size or seed) is refused.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,9 @@ from pion.protocol.errors import ReplyError
 from pion.protocol.json_input import MAX_DEPTH, loads_bounded
 
 MAX_MANIFEST_BYTES = 64 * 1024
+#: registry entries' generations: every entry ever added gets a new one (never reused, even
+#: across DEBUG RELOAD), so a reader can tell "the same entry" from "an equal-looking new one"
+_generations = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -60,6 +64,8 @@ class Prefix:
     children: set[bytes] = field(default_factory=set)
     #: journal sequence of the KV.PREFIX.PUBLISH that installed it (0: registered the reference's way)
     published_seq: int = 0
+    #: stamped by ``PrefixRegistry.add``; ``KV.PREFIX.GENERATION`` answers it (a fetch's consistency check)
+    generation: int = 0
 
     def token_count(self) -> int | None:
         """How many tokens the prefix holds, when the registration says (chain, then manifest)."""
@@ -166,6 +172,8 @@ class PrefixRegistry:
         return self.prefixes.get(ns)
 
     def add(self, prefix: Prefix) -> None:
+        """Make ``prefix`` the namespace's entry, with a generation no entry ever had."""
+        prefix.generation = next(_generations)
         self.prefixes[prefix.ns] = prefix
 
     def attach_chain(self, prefix: Prefix, chain: Chain) -> None:

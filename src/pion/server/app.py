@@ -96,7 +96,7 @@ class Server:
         self.debug_hooks: dict[str, Callable[..., Any]] = {}
         self.startup_hooks: list[StartupHook] = []
         self.shutdown_hooks: list[Callable[[Server], Any]] = []
-        self.cron_hooks: list[Callable[[Server], Any]] = []
+        self.cron_hooks: list[Callable[[Server], Any]] = [self.tracking.cron]
         #: called with (db, key) on every key signal (live search indexing)
         self.key_hooks: list[Callable[[Database, bytes], Any]] = []
         #: called with (db, "flush" | "swap") when a database was emptied or swapped whole

@@ -81,12 +81,22 @@ class BlockingManager:
             ready, self.ready = self.ready, []
             for slot in dict.fromkeys(ready):
                 for client in list(self.waiting.get(slot, {}).values()):
-                    request = client.blocked
-                    if request is None:
-                        continue
-                    reply = self.server.dispatcher.run_retry(client, request)
-                    if reply is not NOT_READY:
-                        self.unblock(client, reply)
+                    if client.blocked is not None:
+                        self._retry(client, client.blocked)
+
+    def _retry(self, client: Client, request: BlockRequest) -> None:
+        """Run a woken client's command as its own: invalidations of keys it changed itself
+        follow its reply (Redis sets current_client to the unblocked one)."""
+        tracking = self.server.tracking
+        outer = tracking.current, tracking.pending
+        tracking.current, tracking.pending = client, []
+        try:
+            reply = self.server.dispatcher.run_retry(client, request)
+            if reply is not NOT_READY:
+                self.unblock(client, reply)
+            tracking.send_pending()
+        finally:
+            tracking.current, tracking.pending = outer
 
     def unblock(self, client: Client, reply: Any) -> None:
         request = client.blocked

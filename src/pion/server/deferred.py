@@ -31,7 +31,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,8 @@ class Deferred:
     finish: Callable[[Ctx, list], Any]
     abandon: Callable[[], None] | None = None
     argv: list = field(default_factory=list)
+    #: a pool of the engine's own for jobs that mostly wait (on an embedding model); None: ``workers()``
+    executor: Executor | None = None
 
 
 def workers() -> ThreadPoolExecutor:
@@ -78,7 +80,7 @@ def start(server: Server, client: Client, request: Deferred) -> None:
     if conn is not None:
         conn.defer()
     loop = asyncio.get_running_loop()
-    pool = workers()
+    pool = request.executor or workers()
     gathered = asyncio.gather(*(loop.run_in_executor(pool, job) for job in request.jobs))
     gathered.add_done_callback(lambda done: _complete(server, client, request, done))
 

@@ -149,6 +149,7 @@ def memory_section(server: Server) -> dict[str, Any]:
         **script_counts(server), "maxmemory": maxmemory, "maxmemory_human": human_bytes(maxmemory),
         "maxmemory_policy": server.settings.maxmemory_policy, "mem_allocator": "pymalloc",
         "lazyfree_pending_objects": 0,
+        "mem_not_counted_for_evict": 0,  # maxmemory counts the dataset only: nothing is left out of it
         # what maxmemory does not cover: the interpreter and libraries at start, and how much
         # more the process holds than its data (allocator slack, freed memory not returned)
         "used_memory_startup": _startup_rss.get(server, 0),
@@ -185,6 +186,7 @@ def stats_section(server: Server) -> dict[str, Any]:
         "keyspace_misses": server.stat_keyspace_misses, "pubsub_channels": len(hub.channels),
         "pubsub_patterns": len(hub.patterns), "pubsubshard_channels": len(hub.shard_channels),
         "migrate_cached_sockets": 0,  # MIGRATE opens a connection per call (commands/migrate.py)
+        **{k: v for k, v in server.tracking.info().items() if k != "tracking_clients"},  # that one is in clients
         "total_error_replies": sum(server.error_stats.values()),
     }  # rejected/failed calls are per command in commandstats: Redis's default INFO has no totals
 

@@ -46,6 +46,18 @@ def make_server(settings: Settings) -> Server:
     from pion.server.commands.search_admin import install as install_search
 
     install_search(server)
+    # embeddings (AI.EMBED, the semantic cache, agent memory): the model loads on first use
+    from pion.server.commands.ai_embed import install as install_embedding
+
+    install_embedding(server)
+    # the semantic cache's and agent memory's own indexes come back after a restart
+    from pion.server.commands.ai_memory import install as install_memory
+
+    install_memory(server)
+    # FT indexes whose vector fields the server fills from a text field (VECTOR ... EMBED field)
+    from pion.server.commands.search_embed import install as install_auto_embed
+
+    install_auto_embed(server)
     # replication (docs/replication.md): feeds replicas from the journal, follows replicaof
     from pion.server.replication import install as install_replication
 

@@ -128,19 +128,26 @@ class Tracking:
 
     def after_command(self, client: Client, spec: CommandSpec, argv: list[bytes], caller: Client | None = None) -> None:
         """A command ran for a tracking client: remember its keys if it only read."""
+        if client.tracking is None or "readonly" not in spec.flags or spec.name in _SKIP_REMEMBER:
+            return
+        self.remember(client, [argv[pos] for pos in spec.key_positions(argv) if pos < len(argv)])
+
+    def remember(self, client: Client, keys: list[bytes]) -> None:
+        """``client`` read ``keys``: tell it when they change (default mode, OPTIN/OPTOUT as set).
+        A script that calls a read command also gets its declared keys remembered, as Redis 7.0
+        does (Runner.call); the keys its commands read are remembered too, as Redis 7.2 does."""
         state = client.tracking
-        if state is None or state.bcast or "readonly" not in spec.flags or spec.name in _SKIP_REMEMBER:
+        if state is None or state.bcast:
             return
         if (state.optin and not state.caching) or (state.optout and state.caching):
             return
         owner = owner_of(client.dbs[client.db_index].id)
         table = self.table
-        for pos in spec.key_positions(argv):
-            if pos < len(argv):
-                readers = table.setdefault((owner, bytes(argv[pos])), set())
-                if client.id not in readers:
-                    readers.add(client.id)
-                    self.items += 1
+        for key in keys:
+            readers = table.setdefault((owner, bytes(key)), set())
+            if client.id not in readers:
+                readers.add(client.id)
+                self.items += 1
         self._limit()
 
     def command_done(self, client: Client, spec: CommandSpec) -> None:
@@ -148,6 +155,12 @@ class Tracking:
         state = client.tracking
         if state is not None and state.caching and client.multi is None and (spec.container or spec.name) != "client":
             state.caching = False
+
+    def cron(self, server: Server) -> None:
+        """tracking-table-max-keys lowered by CONFIG SET is enforced here too, as Redis's
+        serverCron does, not only at the next read."""
+        if self.table:
+            self._limit()
 
     def _limit(self) -> None:
         """tracking-table-max-keys: past it, forget keys (telling their readers) until under."""

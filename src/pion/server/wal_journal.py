@@ -236,7 +236,10 @@ class WalJournal(ObservedJournal):
         if self._error is not None:
             log.warning("log writes succeed again; accepting writes")
             self._error = None
-        if self._arena_error is not None and seq > self._arena_error[2]:
+        failure = self._arena_error
+        # a record the failed command wrote itself (a staged store's abort) proves nothing about
+        # the disk: only one accepted after the refusal window clears the error
+        if failure is not None and seq > failure[2] and time.monotonic() - failure[1] >= RETRY_SECONDS:
             log.warning("disk writes succeed again; accepting writes")
             self._arena_error = None
         if synced:

@@ -137,6 +137,10 @@ class SearchEngine:
     def memory_bytes(self) -> int:
         return sum(i.memory_bytes() for i in self.indexes.values())
 
+    def memory_bytes_where(self, owns_db: Callable[[int], bool]) -> int:
+        """The bytes of the indexes over databases ``owns_db`` accepts (a tenant's, for its quota)."""
+        return sum(i.memory_bytes() for (db_id, _), i in self.indexes.items() if owns_db(db_id))
+
     def hnsw_backlog(self) -> int:
         total = 0
         for index in self.indexes.values():
@@ -366,6 +370,20 @@ class SearchEngine:
             rebuild, self.rebuild_pending = self.rebuild_pending, False
             self.catch_up()
             self.rebuild_pending = rebuild
+
+    def complete_scan(self, index: SearchIndex) -> None:
+        """Finish ``index``'s pending scan now, inline (a Pion-owned index must not answer half built)."""
+        for scan in self._scans:
+            if scan.index is index and not scan.cancelled:
+                covers = index.definition.covers
+                db = scan.db  # type: ignore[attr-defined]
+                for key in scan.keys[scan.pos:]:
+                    if covers(key):
+                        index.index_key(key, self.values(db, key))
+                scan.pos = index.scan_done = len(scan.keys)
+                scan.cancelled = True
+                index.indexing = False
+                self.stats["scans_done"] += 1
 
     def scanning(self, index: SearchIndex) -> bool:
         return any(scan.index is index and not scan.cancelled for scan in self._scans)

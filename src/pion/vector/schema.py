@@ -56,6 +56,8 @@ class FieldSpec:
     index_empty: bool = False
     index_missing: bool = False
     vector: VectorParams | None = None
+    #: Pion: a VECTOR field the server computes from this (text) field (``... VECTOR ... EMBED body``)
+    embed_from: str | None = None
 
     def flags(self) -> list[str]:
         """FT.INFO's bare flag tokens, in RediSearch's order."""
@@ -258,6 +260,8 @@ def parse_fields(args: _Args, definition: IndexDefinition, existing: list[FieldS
         if kind == "VECTOR":
             spec.vector = _parse_vector(args)
         _parse_field_options(args, spec)
+        if spec.embed_from is not None and (definition.key_type != "HASH" or spec.vector.data_type != "FLOAT32"):  # type: ignore[union-attr]
+            raise _err("EMBED vector fields are computed on HASH indexes, as TYPE FLOAT32")
         if spec.noindex and spec.index_missing:
             raise _err(f"'Field cannot be defined with both `NOINDEX` and `INDEXMISSING` `{identifier}` '")
         fields.append(spec)
@@ -304,6 +308,11 @@ def _parse_field_options(args: _Args, spec: FieldSpec) -> None:
         elif word == "CASESENSITIVE" and spec.type == "TAG":
             spec.case_sensitive = True
             args.pos += 1
+        elif word == "EMBED" and spec.type == "VECTOR":
+            args.pos += 1
+            if not args.more():
+                raise _err("EMBED requires the text field whose embedding fills this vector field")
+            spec.embed_from = args.next_str("EMBED")
         else:
             return
 

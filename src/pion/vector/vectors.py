@@ -292,6 +292,10 @@ class VectorField:
     def _exact_top(self, cand: np.ndarray, rows, norms, slot_doc, query, k):
         if len(cand) == 0 or k <= 0:
             return _EMPTY_IDS, _EMPTY_DISTS
+        lo, hi = int(cand[0]), int(cand[-1]) + 1
+        if hi - lo == len(cand):  # every slot in a run (a scan of all): views, not a copy of the rows
+            dists = self._distances(rows[lo:hi], norms[lo:hi], query)
+            return _best_per_doc(slot_doc[lo:hi], dists, k)
         dists = self._distances(rows[cand], norms[cand], query)
         docs = slot_doc[cand]
         return _best_per_doc(docs, dists, k)

@@ -68,6 +68,10 @@ FAMILIES = (
     "search_aggregate",
     "search_hybrid",
     "search_misc",
+    "ai_embed",
+    "ai_cache",
+    "ai_memory",
+    "search_embed",
 )
 
 

@@ -32,6 +32,7 @@ from pion.server.commands.attend_store import (
     attention_engine,
     background,
     build_view,
+    keep_warm,
     parse_heads_dim,
     parse_layer,
     read_source,
@@ -213,7 +214,7 @@ def conclude(ctx, view: PrefixView, result: Result, *, target: Target, sparse: b
     """On the loop: keep a view built for this query (if its rows did not change meanwhile), answer."""
     engine = attention_engine(ctx.server)
     if target.view is None and source_current(space(ctx), view.source):
-        engine.tier.put(target.key, view)
+        keep_warm(ctx, engine, target.key, view)
         engine.counts["views_built"] += 1
     if result.new_summary is not None:
         engine.tier.add_summary(target.key, view, result.new_summary, result.summary_start)

@@ -33,6 +33,7 @@ from pion.kvcache.space import sides
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, Status
+from pion.server.commands.kv_stage import refuse_if_owned
 from pion.server.commands.kvcache import (
     arena_view,
     arg,
@@ -65,6 +66,10 @@ def attention_engine(server) -> AttentionEngine:
         found = server.engines["attention"] = AttentionEngine(server.settings.attention_warm_bytes)
         server.cron_hooks.append(partial(_sweep, ticks=[0]))
         server.resetstat_hooks.append(lambda srv: srv.engines["attention"].reset_stats())
+        tenants = server.engines.get("tenants")
+        if tenants is not None:  # a tenant's warm views count against its quota (issue #13, item 6)
+            tier = found.tier
+            tenants.usage_sources.append(lambda name: tier.bytes_of(lambda key, owner=name.encode(): key[0] == owner))
     found.set_budget(server.settings.attention_warm_bytes)
     return found
 
@@ -77,6 +82,18 @@ def _sweep(server, ticks: list[int]) -> None:
     kv = server.engines.get("kvcache")
     if kv is not None:
         server.engines["attention"].sweep(lambda key, view: source_current(kv.space(key[0]), view.source))
+
+
+def keep_warm(ctx, engine: AttentionEngine, key, view: PrefixView) -> None:
+    """Keep ``view`` in the warm tier, unless the client's tenant has no quota left for it: the
+    warm tier is a cache, so a full quota means the view serves this query and is not kept."""
+    tenants = ctx.server.engines.get("tenants")
+    if tenants is not None and ctx.client is not None and ctx.client.tenant is not None:
+        held = engine.tier.entries.get(key)
+        if tenants.charge(ctx.client, view.nbytes - (held.nbytes if held is not None else 0)) is not None:
+            engine.tier.drop(key)
+            return
+    engine.tier.put(key, view)
 
 
 def tenant_of(ctx) -> bytes:
@@ -240,6 +257,7 @@ def attend_prefix_store(ctx, argv):
     """
     sid, layer_id, heads, n, dim = parse_store(argv)
     sp = space(ctx)
+    refuse_if_owned(ctx, sp, sides(sid)[0], "ATTEND.PREFIX.STORE")  # a manifest's rows change only by a publish
     check_sessions(sp, sid, layer_id, heads * dim)
     size = heads * n * dim * 4
     arenas = durable_arenas(ctx, size)
@@ -258,6 +276,7 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
     sp = space(ctx)
     arenas = ctx.server.engines.get("arenas")
     try:
+        refuse_if_owned(ctx, sp, sides(sid)[0], "ATTEND.PREFIX.STORE")  # a staged store may have published
         check_sessions(sp, sid, layer_id, heads * dim)  # another client may have made them meanwhile
     except ReplyError:
         if rooms is not None:
@@ -285,7 +304,7 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
     view = PrefixView(cubes[0], cubes[1], cubes[0].nbytes + cubes[1].nbytes, read_source(sp, sid, layer_id), sid)
     if summary is not None:
         view.summaries[(DEFAULT_BLOCK, 0)] = summary
-    attention_engine(ctx.server).tier.put((tenant_of(ctx), sid, layer_id), view)
+    keep_warm(ctx, attention_engine(ctx.server), (tenant_of(ctx), sid, layer_id), view)
     return OK
 
 
@@ -329,7 +348,7 @@ def finish_warm(ctx, views: list[PrefixView], *, attend_sid: bytes, skipped: int
     for view in views:
         if source_current(sp, view.source):
             key = (tenant_of(ctx), attend_sid, view.source.layer)
-            engine.tier.put(key, view)
+            keep_warm(ctx, engine, key, view)
             engine.counts["views_built"] += 1
             keys.append(key)
     warm = sum(1 for key in keys if key in engine.tier.entries)

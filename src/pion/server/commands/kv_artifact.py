@@ -13,7 +13,6 @@ check (``PionPromptCache.import_``): the server does not know the model.
 
 from __future__ import annotations
 
-import json
 import secrets
 from functools import partial
 
@@ -21,6 +20,7 @@ from pion.codecs import get_codec
 from pion.codecs.artifact import Artifact, ArtifactError, pack, unpack
 from pion.kvcache.space import sides
 from pion.protocol.errors import SYNTAX, ReplyError
+from pion.protocol.json_input import loads_bounded
 from pion.server.commands.kv_vstore import DEFER_MIN
 from pion.server.commands.kvcache import arg, check_ns, space
 from pion.server.deferred import Deferred, can_defer
@@ -109,7 +109,7 @@ def verified(blob) -> Artifact:
 def check_artifact(art: Artifact) -> None:
     """The artifact agrees with itself: the manifest's counts, the codecs' row sizes, the state slots."""
     try:
-        manifest = json.loads(art.manifest_raw)
+        manifest = loads_bounded(art.manifest_raw)
     except ValueError:
         raise ReplyError(f"{IMPORT} its manifest is not JSON") from None
     count, n_layers = manifest.get("token_count"), manifest.get("n_layers")

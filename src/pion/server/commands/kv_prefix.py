@@ -209,10 +209,11 @@ def kv_prefix_match(ctx, argv):
 
     hash_blob: 16-byte chain hashes (``pion.codecs.chain``) of the request's full blocks; with
     TOKENS (u32 LE ids) the stored ids are compared too, so a hash collision cannot match.
-    WITHTOKENS answers [namespace, blocks, tokens held, block size, tokens stored]: the exact number
-    of leading request tokens the prefix holds (any length, not only whole blocks), its chain's
-    block size and its length; with SEED, prefixes of other block sizes and prefixes shorter than
-    one block are found too.
+    WITHTOKENS answers [namespace, blocks, tokens held, block size, tokens stored, generation]: the
+    exact number of leading request tokens the prefix holds (any length, not only whole blocks),
+    its chain's block size, its length and its entry's generation (``KV.PREFIX.GENERATION``: a
+    reader that fetches it next checks it is still this entry); with SEED, prefixes of other block
+    sizes and prefixes shorter than one block are found too.
     """
     size = strict_int(argv[1], 1, 8192, "ERR KV.PREFIX.MATCH block_size out of range (1..8192)")
     blob = arg(argv[2])
@@ -228,7 +229,10 @@ def kv_prefix_match(ctx, argv):
     if ns is not None:
         sp.touch(ns)
         hold_until_durable(ctx, seq)
-    return [ns, blocks, held, block_size, stored] if with_tokens else [ns, blocks]
+    if not with_tokens:
+        return [ns, blocks]
+    prefix = sp.registry.get(ns) if ns is not None else None
+    return [ns, blocks, held, block_size, stored, 0 if prefix is None else prefix.generation]
 
 
 # -- DROP, PIN ---------------------------------------------------------------------------------

@@ -181,6 +181,20 @@ def kv_prefix_abort(ctx, argv):
     return 1
 
 
+@command("KV.PREFIX.GENERATION", 2, "readonly fast", categories="@read @pion", group="pion", since="0.2.0")
+def kv_prefix_generation(ctx, argv):
+    """KV.PREFIX.GENERATION ns: the id of the namespace's current entry (0 when none); never reused.
+
+    Why: a pipeline is not a transaction. Between a reader's ``LOOKUP`` and its last ``V.FETCH``
+    another client may publish a replacement (``REPLACE``), or the prefix may be evicted and
+    another stored there; every row read would then be a clean-looking row of another prefix.
+    A reader asks this first and last: equal and non-zero, every reply in between came from one
+    entry (its rows change only through a publish, which makes a new entry).
+    """
+    prefix = space(ctx).registry.get(check_ns(argv[1]))
+    return 0 if prefix is None else prefix.generation
+
+
 def abort_idle(server) -> None:
     """Cron: discard stagings whose writer went quiet, logging an ABORT for each (as key expiry logs DEL)."""
     if server.loading:

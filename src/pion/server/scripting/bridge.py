@@ -4,7 +4,7 @@ Each function here is what a script calls (lupa exposes it as a callable userdat
 to Lua: a tail call to it keeps the caller's frame, so error positions match Redis's). Errors are
 raised as ``LuaRaise`` carrying the Lua error value: a ``{err=...}`` table (``redis.call``) or a
 message prefixed with the caller's position (``bad argument`` errors); the prelude's error
-handler and ``pcall`` take the value back out. Runs on the script's thread.
+handler and ``pcall`` take the value back out. Runs on the loop thread, in the script's greenlet.
 """
 
 from __future__ import annotations
@@ -174,8 +174,9 @@ class Bridge:
             raise self.positioned(str(exc)) from None
 
     def killed(self) -> bool:
+        """The count hook's question (every 100k instructions): also where a long script yields."""
         run = self.state.run
-        return run is not None and run.killed
+        return run is not None and run.checkpoint()
 
     def table(self, names: tuple[str, ...]) -> dict[bytes, Any]:
         return {name.encode(): getattr(self, name) for name in names}

@@ -9,7 +9,7 @@ Status replies are ``{ok=}``, errors ``{err=}``.
 A script's return value becomes a reply: numbers are truncated to integers (out of range: the
 minimum 64-bit integer, as C's cast gives), arrays stop at the first nil, ``false`` is a null
 (RESP2 scripts) or ``#f`` (RESP3), ``true`` is 1 or ``#t``; the tagged tables above map back to
-their reply types. Everything here runs on the script's thread, the only one touching Lua.
+their reply types. Everything here runs on the loop thread (in the script's greenlet), the only one touching Lua.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class ScriptingEngine:
         allow_oom = flags is not None and "allow-oom" in flags
         if flags is not None:
             self._check_start(ctx, flags, ro)
-        run = ScriptRun("eval", script.sha, argv, ctx.client, read_only, allow_oom)
+        run = ScriptRun("eval", script.sha, argv, ctx.client, read_only, allow_oom, keys)
         state = self.eval_state
         return self.runner.execute(ctx, run, lambda: state.execute(run, script.fn, keys, args))
 
@@ -116,7 +116,7 @@ class ScriptingEngine:
     def run_function(self, ctx: Ctx, function: Function, keys: list[bytes], args: list[bytes], ro: bool, argv: list[bytes]) -> Any:
         flags = frozenset(function.flags)
         self._check_start(ctx, flags, ro)
-        run = ScriptRun("function", function.name, argv, ctx.client, ro or "no-writes" in flags, "allow-oom" in flags)
+        run = ScriptRun("function", function.name, argv, ctx.client, ro or "no-writes" in flags, "allow-oom" in flags, keys)
         state = self.function_state
         return self.runner.execute(ctx, run, lambda: state.execute(run, function.fn, keys, args))
 

@@ -1,7 +1,7 @@
 """One sandboxed Lua 5.1 state (lupa): the EVAL state or the FUNCTION state.
 
 ``LuaState`` builds the state from the prelude, gives it the Python bridge (``redis.call`` goes to
-the running ``ScriptRun``, which hands the command to the server's loop thread), compiles scripts,
+the running ``ScriptRun``, which runs the command through the dispatcher), compiles scripts,
 and runs them: ``execute`` returns the script's reply already converted, or the error reply in
 Redis's format (``... script: <sha>, on @user_script:1.``). Python objects never reach user code:
 the bridge lives in upvalues and attribute access to Python objects is refused.
@@ -57,7 +57,7 @@ class LuaState:
         self.mode = mode
         self.rand = rand
         self.acl = acl
-        #: the script running now (set on the thread that runs it)
+        #: the script running now
         self.run: ScriptRun | None = None
         self.lua = lua51.LuaRuntime(
             encoding=None, register_eval=False, register_builtins=False,
@@ -76,7 +76,7 @@ class LuaState:
         self._run_fn = self.api.run
         self._error_fields = self.api.error_fields
 
-    # -- redis.call (on the script's thread) --------------------------------------------------
+    # -- redis.call (in the script's greenlet) ------------------------------------------------
 
     def command(self, args: tuple) -> Any:
         """Validate the arguments and have the running script's server run the command."""
@@ -116,7 +116,7 @@ class LuaState:
         return self.lua.table_from(items)
 
     def execute(self, run: ScriptRun, fn: Any, keys: list[bytes], args: list[bytes]) -> Any:
-        """Run ``fn`` for ``run`` on this thread; returns the reply (or the error reply)."""
+        """Run ``fn`` for ``run``; returns the reply (or the error reply)."""
         self.run = run
         try:
             result = self._run_fn(fn, self.lua.table_from(keys), self.lua.table_from(args), run.kind == "function")

@@ -1,0 +1,153 @@
+"""Repair of a composed prompt: recompute a few chunk tokens so the chunks see each other.
+
+Each chunk's K/V was computed after the stub only; composed behind other chunks, its tokens
+never attended to them. Two published repairs, both here, both run through the model's own
+forward on the composed cache (``run_in_place``: the chosen tokens at their positions, each
+attending to everything before it, their new K/V written over the stale rows layer by layer):
+
+- **first k** (EPIC / LegoLink, arXiv 2410.15332): recompute the first ``k`` tokens of every
+  chunk, which otherwise act as a spurious attention sink at each chunk start. O(k x chunks).
+- **deviation** (CacheBlend, arXiv 2405.16444; LMCache ``blend_recompute_ratio 0.15``,
+  ``blend_check_layers [1]``): one forward of *all* chunk tokens through the first layers, up
+  to ``check_layer``, which recomputes those layers exactly; the ``ratio`` of tokens whose V
+  on ``check_layer`` moved most from the cached V (the high-KV-deviation tokens) are then
+  recomputed through every layer. As LMCache does, deviation is measured on V.
+
+Both can be combined: the first-k tokens are always recomputed and count toward the ratio's
+budget, which the most deviating other tokens fill.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What to recompute in a composed prompt (see the module doc)."""
+
+    #: recompute the first ``first_k`` tokens of every composed chunk (EPIC)
+    first_k: int = 0
+    #: recompute this fraction of all chunk tokens, those whose V deviates most (CacheBlend)
+    ratio: float = 0.0
+    #: the attention layer (index among attention layers) whose V deviation picks the tokens
+    check_layer: int = 1
+    #: a deeper layer to re-rank on: the ``preselect`` share of chunk tokens that deviated most on
+    #: ``check_layer`` runs on to it, and its deviation picks the final ``ratio`` (None: no funnel)
+    refine_layer: int | None = None
+    preselect: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.first_k < 0:
+            raise ValueError("Repair.first_k must be >= 0")
+        if not 0.0 <= self.ratio <= 1.0:
+            raise ValueError("Repair.ratio must be in [0, 1]")
+        if self.check_layer < 0:
+            raise ValueError("Repair.check_layer must be >= 0")
+        if self.refine_layer is not None:
+            if self.refine_layer <= self.check_layer:
+                raise ValueError("Repair.refine_layer must be deeper than check_layer")
+            if not self.ratio <= self.preselect <= 1.0:
+                raise ValueError("Repair.preselect must be between ratio and 1")
+
+    @classmethod
+    def epic(cls, k: int = 16) -> Repair:
+        return cls(first_k=k)
+
+    @classmethod
+    def cacheblend(cls, ratio: float = 0.15, check_layer: int = 1, refine_layer: int | None = None,
+                   preselect: float | None = None) -> Repair:
+        preselect = (min(1.0, 2 * ratio) if refine_layer is not None else 0.0) if preselect is None else preselect
+        return cls(ratio=ratio, check_layer=check_layer, refine_layer=refine_layer, preselect=preselect)
+
+    def stages(self, n_tokens: int) -> list[tuple[int, int]]:
+        """``(attention layer, tokens kept after it)`` of the deviation funnel."""
+        final = math.ceil(self.ratio * n_tokens)
+        if self.refine_layer is None:
+            return [(self.check_layer, final)]
+        return [(self.check_layer, max(final, math.ceil(self.preselect * n_tokens))), (self.refine_layer, final)]
+
+    @property
+    def active(self) -> bool:
+        return self.first_k > 0 or self.ratio > 0
+
+    def describe(self) -> dict:
+        out = {"first_k": self.first_k, "ratio": self.ratio, "check_layer": self.check_layer}
+        if self.refine_layer is not None:
+            out.update(refine_layer=self.refine_layer, preselect=self.preselect)
+        return out
+
+
+def first_tokens(segments: list[tuple[int, int]], k: int) -> np.ndarray:
+    """Positions of the first ``k`` tokens of each ``[start, end)`` segment."""
+    parts = [np.arange(start, min(start + k, end)) for start, end in segments]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def top_deviation(positions: np.ndarray, deviation: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` positions of largest deviation (ties broken by position, deterministic)."""
+    if count <= 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((positions, -deviation))
+    return positions[order[:count]]
+
+
+def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, int]], plan: Repair) -> dict:
+    """Apply ``plan`` to ``cache`` (holding ``token_ids``; chunks at ``segments``); a report.
+
+    The deviation selection is a funnel: every chunk token runs to ``check_layer`` (those layers
+    become exact), the most deviating ``preselect`` share of them runs on to ``refine_layer``
+    when one is given, and the top ``ratio`` by the last deviation measured is recomputed
+    through every layer. ``compute`` in the report is the work done, in token-layers, as a
+    share of prefilling the chunk tokens (what text RAG pays for them).
+    """
+    started = time.perf_counter()
+    attn = runtime.adapter.layout.attn
+    chunk_positions = np.concatenate([np.arange(s, e) for s, e in segments]) if segments else np.zeros(0, np.int64)
+    chosen = first_tokens(segments, plan.first_k) if plan.first_k else np.zeros(0, np.int64)
+    token_layers, checked, check_ms = 0, 0, 0.0
+    if plan.ratio > 0 and len(chunk_positions):
+        count = math.ceil(plan.ratio * len(chunk_positions))
+        candidates = np.setdiff1d(chunk_positions, chosen)
+        for layer, keep in plan.stages(len(chunk_positions)):
+            if layer >= len(attn):
+                raise ValueError(f"Repair check layer {layer}: the model has {len(attn)} attention layers")
+            deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[layer])
+            token_layers += len(candidates) * (layer + 1)
+            checked = max(checked, len(candidates))
+            ranked = top_deviation(candidates, deviation, keep)  # most deviating first
+            candidates = np.sort(ranked)
+        check_ms = (time.perf_counter() - started) * 1000
+        chosen = np.concatenate([chosen, ranked[: max(0, count - len(chosen))]])
+    chosen = np.unique(chosen)
+    if len(chosen):
+        runtime.run_in_place(cache, token_ids[chosen], chosen)
+        token_layers += len(chosen) * len(attn)
+    total = len(chunk_positions) * len(attn)
+    return {
+        "recomputed": int(len(chosen)),
+        "positions": chosen.tolist(),
+        "chunk_tokens": int(len(chunk_positions)),
+        "recompute_fraction": len(chosen) / len(chunk_positions) if len(chunk_positions) else 0.0,
+        "compute": token_layers / total if total else 0.0,
+        "checked_tokens": checked,
+        "check_ms": round(check_ms, 3),
+        "repair_ms": round((time.perf_counter() - started) * 1000, 3),
+        "plan": plan.describe(),
+    }
+
+
+def _deviation_at(runtime, cache, token_ids: np.ndarray, positions: np.ndarray, slot: int) -> np.ndarray:
+    """Recompute ``positions`` up to attention ``slot`` in place; their V deviation there."""
+    found: dict[str, np.ndarray] = {}
+
+    def on_update(at, new_k, new_v, old_k, old_v):
+        if at == slot:
+            found["deviation"] = runtime.deviation(new_v, old_v)
+
+    runtime.run_in_place(cache, token_ids[positions], positions, on_update=on_update, stop_after=slot)
+    return found["deviation"]

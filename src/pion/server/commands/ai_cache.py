@@ -1,0 +1,177 @@
+"""AI.SEMANTIC_CACHE SET/GET/EXPLAIN/DEL/FLUSH/STATS: the semantic cache (``pion.semantic.cache``).
+
+Hit rule (stated once, in ``pion.semantic.cache``): a hit when the cosine similarity of the
+query to the nearest entry's prompt is >= the threshold (``THRESHOLD t`` or the server's
+``semantic-cache-threshold``). GET and EXPLAIN count ``semantic_hits``/``semantic_misses`` in
+PION.STATS (the tenant's own ledger for a tenant). Entries are ordinary hashes of the client's
+database (they count against its memory and quota, and are logged as HSET/PEXPIREAT/DEL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pion.protocol.errors import ReplyError
+from pion.protocol.resp import OK
+from pion.semantic import cache
+from pion.semantic.owned import DimensionMismatch
+from pion.server.args import parse_float, parse_nonneg_int
+from pion.server.commands.ai_embed import embedder_of, live_value, parse_options, run_writes, text_of, with_vectors
+from pion.server.commands.kvcache import engine as kv_engine
+from pion.server.commands.search_admin import engine as search_engine
+from pion.server.context import Ctx
+from pion.server.registry import command
+
+_EMBEDS = "noscript no_multi"
+_CATS = "@pion @slow"
+_MAX_TTL_SECONDS = 10 * 365 * 86400
+
+
+def _index(ctx: Ctx, dim: int):
+    eng = search_engine(ctx)
+    embedder = embedder_of(ctx)
+    try:
+        index, writes = cache.OWNED.ensure(eng, ctx.db, dim, embedder.name)
+    except DimensionMismatch as exc:
+        raise ReplyError(f"ERR {exc}") from None
+    return index, writes
+
+
+def _existing(ctx: Ctx):
+    """The cache's index if this database has one (reads and deletes never create it)."""
+    return cache.OWNED.current(search_engine(ctx), ctx.db)
+
+
+def _threshold(ctx: Ctx, opts: dict[bytes, Any]) -> float:
+    if b"THRESHOLD" not in opts:
+        return ctx.server.settings.semantic_cache_threshold
+    value = parse_float(opts[b"THRESHOLD"], "ERR THRESHOLD must be a number")
+    if not -1.0 <= value <= 1.0:
+        raise ReplyError("ERR THRESHOLD is a cosine similarity: it must be between -1 and 1")
+    return value
+
+
+@command("AI.SEMANTIC_CACHE|SET", -4, f"write denyoom {_EMBEDS}", categories=f"@write {_CATS}", group="pion",
+         since="0.1.0")
+def sc_set(ctx: Ctx, argv: list[bytes]):
+    """AI.SEMANTIC_CACHE SET query response [TTL seconds] [WORKSPACE blob] [TAGS tag,tag...]: store the
+    answer under the query's meaning (replacing an entry for the same query and tags)."""
+    prompt = text_of(argv[2], "query")
+    response = bytes(argv[3])
+    opts = parse_options(argv, 4, {b"TTL": 1, b"WORKSPACE": 1, b"TAGS": 1})
+    ttl = parse_nonneg_int(opts.get(b"TTL", b"0"), "ERR TTL must be a positive integer (seconds)")
+    if ttl > _MAX_TTL_SECONDS or (b"TTL" in opts and ttl == 0):
+        raise ReplyError("ERR TTL must be a positive integer (seconds)")
+    tags = cache.parse_tags(opts[b"TAGS"]) if b"TAGS" in opts else []
+    workspace = opts.get(b"WORKSPACE")
+
+    def finish(ctx2: Ctx, vectors: np.ndarray):
+        index, writes = _index(ctx2, vectors.shape[1])
+        key = cache.entry_key(prompt, tags)
+        writes += cache.set_writes(key, prompt, response, vectors[0], tags, workspace, ttl * 1000)
+        run_writes(ctx2, writes)
+        return OK
+
+    return with_vectors(ctx, [prompt], finish)
+
+
+def _lookup(ctx: Ctx, argv: list[bytes], flags: dict[bytes, int], reply):
+    query = text_of(argv[2], "query")
+    opts = parse_options(argv, 3, flags)
+    threshold = _threshold(ctx, opts)
+    tags = cache.parse_tags(opts[b"FILTER"]) if b"FILTER" in opts else []
+
+    def finish(ctx2: Ctx, vectors: np.ndarray):
+        index = _existing(ctx2)
+        entry = None
+        if index is not None:
+            if cache.OWNED.width(index) != vectors.shape[1]:
+                _index(ctx2, vectors.shape[1])  # raises the mismatch error
+            entry = cache.lookup(index, vectors[0], tags, lambda key: live_value(ctx2, key))
+        hit = entry is not None and cache.is_hit(entry.similarity, threshold)
+        kv_engine(ctx2).ledger.bump("semantic_hits" if hit else "semantic_misses")
+        return reply(entry if hit else None, opts)
+
+    return with_vectors(ctx, [query], finish)
+
+
+def _get_reply(entry: cache.CacheEntry | None, opts: dict[bytes, Any]):
+    if entry is None:
+        return None
+    if not (b"WITHSCORE" in opts or b"WITHWORKSPACE" in opts):
+        return entry.response
+    out: list[Any] = [entry.response]
+    if b"WITHSCORE" in opts:
+        out.append(round(entry.similarity, 6))
+    if b"WITHWORKSPACE" in opts:
+        out.append(entry.workspace)
+    return out
+
+
+@command("AI.SEMANTIC_CACHE|GET", -3, f"readonly {_EMBEDS}", categories=f"@read {_CATS}", group="pion", since="0.1.0")
+def sc_get(ctx: Ctx, argv: list[bytes]):
+    """AI.SEMANTIC_CACHE GET query [THRESHOLD sim] [WITHSCORE] [WITHWORKSPACE] [FILTER tag,tag...]: the
+    cached response (nil on a miss); with WITHSCORE/WITHWORKSPACE an array [response, similarity,
+    workspace]."""
+    flags = {b"THRESHOLD": 1, b"WITHSCORE": 0, b"WITHWORKSPACE": 0, b"FILTER": 1}
+    return _lookup(ctx, argv, flags, _get_reply)
+
+
+@command("AI.SEMANTIC_CACHE|EXPLAIN", -3, f"readonly {_EMBEDS}", categories=f"@read {_CATS}", group="pion",
+         since="0.1.0")
+def sc_explain(ctx: Ctx, argv: list[bytes]):
+    """AI.SEMANTIC_CACHE EXPLAIN query [THRESHOLD sim] [FILTER tag,tag...]: the workspace blob stored with
+    the entry the query hits (nil on a miss or when it has none)."""
+    return _lookup(ctx, argv, {b"THRESHOLD": 1, b"FILTER": 1},
+                   lambda entry, opts: None if entry is None else entry.workspace)
+
+
+@command("AI.SEMANTIC_CACHE|DEL", -3, "write", categories=f"@write {_CATS}", group="pion", since="0.1.0")
+def sc_del(ctx: Ctx, argv: list[bytes]):
+    """AI.SEMANTIC_CACHE DEL query [TAGS tag,tag...]: delete the entries stored for exactly this query
+    (with TAGS: only the one with those tags); the number deleted."""
+    prompt = text_of(argv[2], "query")
+    opts = parse_options(argv, 3, {b"TAGS": 1})
+    index = _existing(ctx)
+    if index is None:
+        return 0
+    if b"TAGS" in opts:
+        key = cache.entry_key(prompt, cache.parse_tags(opts[b"TAGS"]))
+        keys = [key] if live_value(ctx, key) is not None else []
+    else:
+        keys = cache.keys_with_prompt(index, prompt, lambda key: live_value(ctx, key))
+    if keys:
+        run_writes(ctx, [[b"DEL", *keys]])
+    return len(keys)
+
+
+@command("AI.SEMANTIC_CACHE|FLUSH", 2, "write", categories=f"@write {_CATS}", group="pion", since="0.1.0")
+def sc_flush(ctx: Ctx, argv: list[bytes]):
+    """AI.SEMANTIC_CACHE FLUSH: delete every entry of this database's cache; the number deleted."""
+    index = _existing(ctx)
+    keys = list(index.docs.values()) if index is not None else []
+    if keys:
+        run_writes(ctx, [[b"DEL", *keys]])
+    return len(keys)
+
+
+@command("AI.SEMANTIC_CACHE|STATS", 2, "readonly fast", categories=f"@read {_CATS}", group="pion", since="0.1.0")
+def sc_stats(ctx: Ctx, argv: list[bytes]):
+    """AI.SEMANTIC_CACHE STATS: entries, the default threshold and its rule, the vectors' width and
+    model, and the hit/miss counters (the server's, or the tenant's)."""
+    index = _existing(ctx)
+    counts = kv_engine(ctx).ledger.counts
+    embedder = ctx.server.engines.get("embedding")
+    meta = live_value(ctx, cache.OWNED.meta_key)
+    fields = getattr(meta, "fields", {}) or {}
+    return {
+        b"entries": len(index.docs) if index is not None else 0,
+        b"threshold": repr(ctx.server.settings.semantic_cache_threshold).encode(),
+        b"rule": b"hit when cosine similarity >= threshold",
+        b"dim": cache.OWNED.width(index) if index is not None else 0,
+        b"model": bytes(fields.get(b"model", embedder.name.encode() if embedder else b"")),
+        b"semantic_hits": counts["semantic_hits"],
+        b"semantic_misses": counts["semantic_misses"],
+    }
