@@ -1,5 +1,6 @@
-"""ROLE, INFO replication, WAIT, WAITAOF and the refused SYNC/PSYNC/REPLCONF, as a Redis master
-without replicas answers them (differential against redis-server where 7.0 has the command)."""
+"""ROLE, INFO replication, WAIT, WAITAOF and the SYNC/PSYNC/REPLCONF handshake, as a Redis master
+without replicas answers them (differential against redis-server where 7.0 has the command).
+Replication itself (two and three servers) is tested in tests/server/test_replication.py."""
 
 from __future__ import annotations
 
@@ -86,18 +87,42 @@ def test_waitaof_errors(make_server, r):
     off.close()
 
 
-@pytest.mark.parametrize("argv", [("SYNC",), ("PSYNC", "?", "-1"), ("REPLCONF", "listening-port", "6380"),
-                                  ("REPLCONF", "rdb-only", "1")])
-def test_replication_handshake_is_refused_with_the_reason(r, argv):
-    with pytest.raises(redis.ResponseError, match=f"{argv[0]} is not supported by Pion: it is a single node"):
-        r.execute_command(*argv)
+def test_replconf_handshake_options(r):
+    assert r.execute_command("REPLCONF", "listening-port", "6380") == b"OK"
+    assert r.execute_command("REPLCONF", "capa", "eof", "capa", "psync2") == b"OK"
+    assert r.execute_command("REPLCONF", "rdb-only", "1") == b"OK"
+    with pytest.raises(redis.ResponseError, match="^Unrecognized REPLCONF option: bogus$"):
+        r.execute_command("REPLCONF", "bogus", "1")
+    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+        r.execute_command("REPLCONF", "listening-port")
+    with pytest.raises(redis.ResponseError, match="only read back from a replica's own log"):
+        r.execute_command("REPLCONF", "PION-OFFSET", "id", "1", "0")
 
 
-def test_redis_cli_rdb_fails_with_the_reason(server, tmp_path):
+def test_psync_answers_fullresync_and_pion_payload(server, r):
+    import socket
+
+    r.set("k", "v")
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"PSYNC ? -1\r\n")
+    data = b""
+    while data.count(b"\r\n") < 2 or b"PIONSYNC1" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    first, second = data.split(b"\r\n")[:2]
+    words = first.split()
+    assert words[0] == b"+FULLRESYNC" and len(words[1]) == 40 and int(words[2]) >= 0
+    assert second.startswith(b"$") and data.split(b"\r\n", 2)[2].startswith(b"PIONSYNC1")
+    assert r.info("replication")["connected_slaves"] == 1
+    sock.close()
+
+
+def test_redis_cli_rdb_receives_pions_own_payload(server, tmp_path):
     cli = subprocess.run(["redis-cli", "-p", str(server.port), "--rdb", str(tmp_path / "dump.rdb")],
                          capture_output=True, text=True, timeout=20)
-    assert cli.returncode != 0
-    assert "SYNC is not supported by Pion" in cli.stdout + cli.stderr
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert (tmp_path / "dump.rdb").read_bytes().startswith(b"PIONSYNC1")  # not an RDB: docs/replication.md
 
 
 def test_wait_matches_redis(redis_ref, r):

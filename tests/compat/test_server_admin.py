@@ -283,13 +283,20 @@ def test_role_is_a_master_without_replicas(rr):
     assert rr.role() == [b"master", 0, []]
 
 
-def test_replicaof_no_one_is_accepted_and_following_a_master_is_refused(r):
+def test_replicaof_follows_a_primary_and_no_one_promotes(r):
     assert r.replicaof("NO", "ONE")
     assert r.execute_command("SLAVEOF", "no", "one")
     with pytest.raises(redis.ResponseError, match="^wrong number of arguments for 'replicaof' command$"):
         r.replicaof("NO ONE")
-    with pytest.raises(redis.ResponseError, match="^REPLICAOF is not supported by Pion: it has no replication$"):
-        r.replicaof("127.0.0.1", 6379)
+    with pytest.raises(redis.ResponseError, match="^Invalid master port$"):
+        r.replicaof("127.0.0.1", 0)
+    assert r.replicaof("127.0.0.1", 1)  # nobody listens there: a replica whose link is down
+    assert r.execute_command("ROLE")[:4] in ([b"slave", b"127.0.0.1", 1, b"connect"],
+                                             [b"slave", b"127.0.0.1", 1, b"connecting"])
+    assert r.info("replication")["master_link_status"] == "down"
+    with pytest.raises(redis.ReadOnlyError):
+        r.set("k", "v")
+    assert r.replicaof("NO", "ONE") and r.set("k", "v")
 
 
 def test_module_list_names_the_built_in_engines_and_loading_is_refused(rr):

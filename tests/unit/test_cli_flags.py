@@ -33,7 +33,7 @@ def test_a_short_form_after_a_value_is_an_option_not_part_of_the_value():
         (("--moe-cache-mib", "lots"), "moe-cache-mib: argument couldn't be parsed into an integer"),
         (("--no-wal", "yes"), "--no-wal takes no value (got 'yes')"),
         (("--activedefrag", "maybe"), "--activedefrag: argument must be 'yes' or 'no'"),
-        (("--replicaof", "127.0.0.1", "6379"), "--replicaof is not supported: replication is not supported"),
+        (("--replicaof", "127.0.0.1", "port"), "Invalid master port"),
         (("stray",), "No such file or directory"),
     ],
 )

@@ -65,7 +65,6 @@ REFUSED = {
     "no-blob-tier": "large values always go to the blob arenas (tune blob-threshold instead)",
     "dim": _NO_VECTOR, "max-elements": _NO_VECTOR,
     "lua-memory-limit": "not supported: Lua scripts' memory is not capped separately",
-    "replicaof": "replication is not supported", "slaveof": "replication is not supported",
     # redis.conf directives that are not CONFIG parameters
     "include": "not supported: put every directive in one config file",
     "rename-command": "not supported", "loadmodule": "modules are not supported",

@@ -8,7 +8,8 @@ The order a client sees when several refusals apply (each line is one check, fir
    then, on a cluster node, the slot check (-MOVED, -ASK, -CROSSSLOT, -TRYAGAIN, -CLUSTERDOWN);
 4. memory: evict under ``maxmemory``, -OOM for a ``denyoom`` command when nothing could go;
 5. durability: -MISCONF for a write (and PING) after a failed log write or, with save rules
-   and ``stop-writes-on-bgsave-error``, a failed snapshot;
+   and ``stop-writes-on-bgsave-error``, a failed snapshot; then -READONLY for a write on a
+   read-only replica;
 6. the RESP2 subscribed-mode subset;
 7. LOADING while the data is being loaded;
 8. BUSY while a script runs past ``busy-reply-threshold``.
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from pion.server.memory_guard import MemoryManager
     from pion.server.persistence import Persistence
     from pion.server.registry import CommandSpec
+    from pion.server.replication import Replication
     from pion.server.security import Security
 
 #: what a RESP2 connection in subscribed mode may still send
@@ -49,6 +51,7 @@ class Admission:
         self.memory: MemoryManager | None = None
         self.durability: Persistence | None = None
         self.cluster: ClusterEngine | None = None
+        self.replication: Replication | None = None
 
     def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
         """Why the command a client sent may not run now, or None (Redis's order; module doc)."""
@@ -93,5 +96,9 @@ class Admission:
             if refusal is not None:
                 return refusal
         if self.durability is not None:
-            return self.durability.write_refusal(spec.name, flags)
+            refusal = self.durability.write_refusal(spec.name, flags)
+            if refusal is not None:
+                return refusal
+        if route and self.replication is not None:
+            return self.replication.read_only_refusal(flags)
         return None

@@ -21,7 +21,7 @@ from pion.server.commands.kvcache import clean_stale_exports, engine_of
 
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
-    from pion.server import cluster, metrics, persistence, security
+    from pion.server import cluster, metrics, persistence, replication, security
     from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
     from pion.server.scripting import engine as scripting
 
@@ -37,6 +37,7 @@ def make_server(settings: Settings) -> Server:
     ai_embed.install(server)  # embeddings (AI.EMBED, semantic cache, agent memory): model on first use
     ai_memory.install(server)  # the semantic cache's and agent memory's own indexes, after a restart
     search_embed.install(server)  # FT vector fields the server fills from a text field (EMBED)
+    replication.install(server)  # feeds replicas from the journal, follows replicaof (docs/replication.md)
     metrics.install(server)
     return server
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pion.storage.arena import BlobRef, snapshot_scope
 from pion.storage.serialize import dump_value
-from pion.storage.snapshot import SnapshotEncoder, SnapshotFile
+from pion.storage.snapshot import FILENAME, SnapshotEncoder, SnapshotFile
 
 if TYPE_CHECKING:
     from pion.server.persistence import Persistence
@@ -44,6 +44,9 @@ class SaveAborted(Exception):
 
 class SaveJob:
     """One snapshot, background (``run``) or blocking (``run_blocking``)."""
+
+    #: the file a background attempt writes (replication's full-sync snapshot uses its own)
+    filename = FILENAME
 
     def __init__(self, owner: Persistence, kind: str) -> None:
         self.owner = owner
@@ -186,7 +189,7 @@ class SaveJob:
         self._restart = False
         self.live = set()
         enc = SnapshotEncoder()
-        file = SnapshotFile(self.owner.directory)
+        file = SnapshotFile(self.owner.directory, self.filename)
         dirty_before = server.dirty
         self._pending = []
         try:

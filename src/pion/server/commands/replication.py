@@ -1,12 +1,10 @@
-"""Replication's client-facing surface on a single node: ROLE, REPLICAOF/SLAVEOF, WAIT, WAITAOF,
-and SYNC/PSYNC/REPLCONF refused with the reason.
+"""Replication's commands: ROLE, REPLICAOF/SLAVEOF, WAIT, WAITAOF, SYNC, PSYNC, REPLCONF.
 
-Pion is a master that has no replicas and cannot serve any, so every answer here is what Redis
-gives in that state: ROLE is ``master`` at offset 0 (Redis creates its backlog, and starts
-counting, only when a first replica attaches), WAIT counts 0 replicas and blocks until its
-timeout when asked for more, and WAITAOF reports the local fsync of the caller's last write (the
-log's group commit, ``pion.server.wal_journal``). SYNC, PSYNC and REPLCONF, which only replicas
-and ``redis-cli --rdb`` send, answer an error saying why instead of an unknown-command error.
+The state behind them is ``pion.server.replication.Replication`` (``server.engines
+["replication"]``, docs/replication.md). A bare server without it (unit tests) answers as a
+master that has no replicas: ROLE at offset 0, WAIT counting 0. WAITAOF reports the local fsync
+of the caller's last write (the log's group commit, ``pion.server.wal_journal``) and the
+replicas that acknowledged it.
 """
 
 from __future__ import annotations
@@ -16,14 +14,13 @@ from typing import Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.protocol.resp import OK
+from pion.protocol.resp import OK, Status
 from pion.server.args import parse_int
 from pion.server.blocking import NOT_READY, BlockRequest
 from pion.server.context import Ctx
 from pion.server.registry import command
 
 _ADMIN_CATS = "@admin @slow @dangerous"
-NO_REPLICATION = "is not supported by Pion: it is a single node without replication, so it cannot serve replicas"
 #: how often a WAITAOF that waits for an fsync looks again (the writer fsyncs every second under everysec)
 WAITAOF_POLL = 0.005
 
@@ -40,24 +37,46 @@ def _never(ctx: Ctx) -> Any:
     return NOT_READY
 
 
+def _repl(ctx: Ctx) -> Any:
+    return ctx.server.engines.get("replication")
+
+
 @command("ROLE", 1, "noscript loading stale fast", categories="@admin @fast @dangerous", group="server", since="2.8.12")
 def role(ctx: Ctx, argv: list[bytes]):
     """ROLE
 
-    A master at replication offset 0 with no replicas, as INFO replication says.
+    ``master offset [[ip, port, acked offset] ...]`` or ``slave host port state offset``.
     """
-    return [b"master", 0, []]
+    repl = _repl(ctx)
+    return repl.role() if repl is not None else [b"master", 0, []]
 
 
 @command("REPLICAOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="5.0.0")
 def replicaof(ctx: Ctx, argv: list[bytes]):
     """REPLICAOF host port | NO ONE
 
-    NO ONE is a no-op (Pion is already a master); following a master is refused with the reason.
+    Follow a primary (a full or partial resync, then its stream), or stop following and serve
+    writes with the data as it is (a promotion).
     """
+    repl = _repl(ctx)
     if argv[1].upper() == b"NO" and argv[2].upper() == b"ONE":
+        if repl is not None and repl.is_replica:
+            repl.promote()
         return OK
-    raise ReplyError(f"ERR {argv[0].decode(errors='replace').upper()} is not supported by Pion: it has no replication")
+    if repl is None:
+        raise ReplyError(f"ERR {argv[0].decode(errors='replace').upper()} needs a server with persistence")
+    port = parse_int(argv[2])
+    if not 0 < port <= 65535:
+        raise ReplyError("ERR Invalid master port")
+    host = argv[1].decode("utf-8", "replace")
+    side = repl.side
+    if side is not None and side.host == host and side.port == port:
+        return Status("OK Already connected to specified master")
+    server = ctx.server
+    if host in ("127.0.0.1", "localhost", "::1") and port == server.bound_port:
+        raise ReplyError("ERR a server cannot replicate itself")
+    repl.follow(host, port)
+    return OK
 
 
 @command("SLAVEOF", 3, "admin noscript stale no_async_loading", categories=_ADMIN_CATS, group="server", since="1.0.0")
@@ -73,14 +92,26 @@ def slaveof(ctx: Ctx, argv: list[bytes]):
 def wait(ctx: Ctx, argv: list[bytes]):
     """WAIT numreplicas timeout
 
-    0 replicas acknowledged: at once when that is enough (or inside MULTI), else when the timeout
-    (milliseconds, 0 = forever) expires, as Redis with no replica attached.
+    The number of replicas that acknowledged (durable on their disk) every write logged before
+    this WAIT: at once when that is enough (or inside MULTI), else when enough have or the
+    timeout (milliseconds, 0 = forever) expires.
     """
     wanted = parse_int(argv[1])
     ms = _timeout_ms(argv[2])
-    if wanted <= 0 or not ctx.can_block:
-        return 0
-    return BlockRequest(keys=[], timeout=ms / 1000.0, retry=_never, on_timeout=0)
+    repl = _repl(ctx)
+    if repl is not None and repl.is_replica:
+        raise ReplyError("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if "
+                         "a replica is configured to be writable (which is not the default) writes to replicas are "
+                         "just local and are not propagated.")
+    primary = repl.primary if repl is not None else None
+    target = primary.offset if primary is not None else 0
+    count = primary.count_acked(target) if primary is not None else 0
+    if count >= wanted or not ctx.can_block:
+        return count
+    request = BlockRequest(keys=[], timeout=ms / 1000.0, retry=_never, on_timeout=count)
+    if primary is not None and primary.links:
+        primary.wait(ctx.client, request, wanted, target)
+    return request
 
 
 @command("WAITAOF", 4, "noscript", categories="@slow @connection", group="generic", since="7.2.0",
@@ -89,9 +120,11 @@ def wait(ctx: Ctx, argv: list[bytes]):
 def waitaof(ctx: Ctx, argv: list[bytes]):
     """WAITAOF numlocal numreplicas timeout
 
-    ``[local, 0]``: local is 1 once this connection's last write is fsynced to the log. With
-    ``appendfsync always`` that is true before the write was answered; with ``everysec`` it waits
-    up to a second; with ``no`` Pion never fsyncs by itself, so it waits for the timeout.
+    ``[local, replicas]``: local is 1 once this connection's last write is fsynced to the log
+    (with ``appendfsync always`` that is true before the write was answered; with ``everysec``
+    it waits up to a second; with ``no`` Pion never fsyncs by itself, so it waits for the
+    timeout); replicas counts those whose acknowledged offset covers every write logged before
+    (a replica acknowledges what is durable under its own appendfsync).
     """
     numlocal = parse_int(argv[1])
     if not 0 <= numlocal <= 1:
@@ -101,16 +134,27 @@ def waitaof(ctx: Ctx, argv: list[bytes]):
         raise ReplyError("ERR value is out of range, must be positive")
     ms = _timeout_ms(argv[3])
     server = ctx.server
+    repl = _repl(ctx)
+    if repl is not None and repl.is_replica:
+        raise ReplyError("ERR WAITAOF cannot be used with replica instances. Please also note that writes to "
+                         "replicas are just local and are not propagated.")
     if numlocal and not server.settings.appendonly:
         raise ReplyError("ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
     conn = ctx.client.conn
     target = conn.pending_seq if conn is not None else 0
-    synced = _synced(server, target)
-    if (synced >= numlocal and numreplicas == 0) or not ctx.can_block:
-        return [synced, 0]
-    request = BlockRequest(keys=[], timeout=ms / 1000.0, retry=_never, on_timeout=[synced, 0])
-    if not synced:
-        _poll_fsync(server, ctx.client, request, target, finish=numreplicas == 0)
+    primary = repl.primary if repl is not None else None
+    offset = primary.offset if primary is not None else 0
+
+    def counts() -> list[int]:
+        return [_synced(server, target), primary.count_acked(offset) if primary is not None else 0]
+
+    now = counts()
+    if (now[0] >= numlocal and now[1] >= numreplicas) or not ctx.can_block:
+        return now
+    request = BlockRequest(keys=[], timeout=ms / 1000.0, retry=_never, on_timeout=now)
+    if numreplicas and primary is not None and primary.links:
+        primary.append_command(b"REPLCONF", b"GETACK", b"*")
+    _poll(server, ctx.client, request, counts, numlocal, numreplicas)
     return request
 
 
@@ -120,41 +164,84 @@ def _synced(server: Any, seq: int) -> int:
     return int(getattr(journal, "synced_seq", journal.durable_seq) >= seq) if server.settings.appendonly else 0
 
 
-def _poll_fsync(server: Any, client: Any, request: BlockRequest, seq: int, finish: bool) -> None:
-    """Watch for the fsync that covers ``seq``: then answer ``[1, 0]`` (``finish``: nothing else
-    is awaited) or make it what the timeout answers (replicas were asked for: none will come)."""
+def _poll(server: Any, client: Any, request: BlockRequest, counts: Any, numlocal: int, numreplicas: int) -> None:
+    """Watch the local fsync and the replicas' acknowledgements: answer once both are enough;
+    until then the timeout answers the latest counts."""
     loop = asyncio.get_running_loop()
 
     def check() -> None:
         if client.blocked is not request:
             return  # timed out, unblocked or gone
-        if not _synced(server, seq):
-            loop.call_later(WAITAOF_POLL, check)
-        elif finish:
-            server.blocking.unblock(client, [1, 0])
-        else:
-            request.on_timeout = [1, 0]
+        now = counts()
+        if now[0] >= numlocal and now[1] >= numreplicas:
+            server.blocking.unblock(client, now)
+            return
+        request.on_timeout = now
+        loop.call_later(WAITAOF_POLL, check)
 
     loop.call_later(WAITAOF_POLL, check)
 
 
-def _refuse(argv: list[bytes]) -> ReplyError:
-    return ReplyError(f"ERR {argv[0].decode('utf-8', 'replace').upper()} {NO_REPLICATION}")
-
-
 @command("SYNC", 1, "admin noscript no_async_loading no_multi", categories=_ADMIN_CATS, group="server", since="1.0.0")
 def sync(ctx: Ctx, argv: list[bytes]):
-    """SYNC (refused: Pion has no replication)"""
-    raise _refuse(argv)
+    """SYNC
+
+    The old full synchronisation: Pion's full-sync payload, then the stream (no +FULLRESYNC).
+    """
+    return _attach(ctx, b"?", -1, legacy=True)
 
 
 @command("PSYNC", -3, "admin noscript no_async_loading no_multi", categories=_ADMIN_CATS, group="server", since="2.8.0")
 def psync(ctx: Ctx, argv: list[bytes]):
-    """PSYNC replicationid offset (refused: Pion has no replication)"""
-    raise _refuse(argv)
+    """PSYNC replicationid offset
+
+    ``+CONTINUE`` and the stream from ``offset`` when the backlog still holds it, else
+    ``+FULLRESYNC id offset`` and Pion's own full-sync payload (docs/replication.md).
+    """
+    return _attach(ctx, argv[1], parse_int(argv[2]), legacy=False)
+
+
+def _attach(ctx: Ctx, replid: bytes, wanted: int, legacy: bool) -> Any:
+    repl = _repl(ctx)
+    client = ctx.client
+    if repl is None or client.conn is None or ctx.server.engines.get("persistence") is None:
+        raise ReplyError("ERR this server cannot serve replicas: it runs without a data directory")
+    if repl.is_replica:
+        raise ReplyError("ERR Pion replicas do not serve replicas of their own (no chained replication): "
+                         "attach this replica to the primary")
+    repl.primary.attach(client, replid, wanted, repl.ports.pop(client.id, 0), legacy=legacy)
+    client.reply_mode = "skip"  # the attach writes its own reply and then the stream
+    return OK
 
 
 @command("REPLCONF", -1, "admin noscript loading stale allow_busy", categories=_ADMIN_CATS, group="server", since="3.0.0")
 def replconf(ctx: Ctx, argv: list[bytes]):
-    """REPLCONF option value [option value ...] (refused: Pion has no replication)"""
-    raise _refuse(argv)
+    """REPLCONF option value [option value ...]
+
+    ``listening-port``, ``ip-address``, ``capa`` (the handshake), ``ACK offset [FACK offset]``
+    (a replica's durable offset; no reply), ``GETACK`` (answered through the stream).
+    """
+    repl = _repl(ctx)
+    if len(argv) % 2 == 0:
+        raise ReplyError(errors.SYNTAX)
+    option = argv[1].lower() if len(argv) > 1 else b""
+    if option == b"ack":
+        if repl is not None:
+            repl.primary.acked(ctx.client, parse_int(argv[2]))
+        ctx.client.reply_mode = "skip"
+        return OK
+    if option == b"pion-offset":  # logged by a replica with each record it applied
+        if not ctx.server.loading:
+            raise ReplyError("ERR REPLCONF PION-OFFSET is only read back from a replica's own log")
+        if repl is not None and len(argv) >= 5:
+            repl.restore(argv[2], argv[3], argv[4])
+        return OK
+    for i in range(1, len(argv), 2):
+        name = argv[i].lower()
+        if name == b"listening-port":
+            port = parse_int(argv[i + 1])
+            if repl is not None:
+                repl.ports[ctx.client.id] = port
+        elif name not in (b"ip-address", b"capa", b"getack", b"rdb-only", b"rdb-filter-only", b"rdb-channel"):
+            raise ReplyError(f"ERR Unrecognized REPLCONF option: {argv[i].decode('utf-8', 'replace')}")
+    return OK

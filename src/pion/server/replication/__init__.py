@@ -1,0 +1,204 @@
+"""Replication between Pions, on Redis's protocol: REPLICAOF, PSYNC/SYNC/REPLCONF, the backlog,
+WAIT, ROLE and INFO replication (docs/replication.md).
+
+``install(server)`` (make_server, after persistence) puts a ``Replication`` in
+``server.engines["replication"]``: a journal observer feeds the primary side's stream, an admission check
+refuses writes on a read-only replica, a startup hook follows ``replicaof`` from the config, a
+cron pings replicas and acknowledges to the primary, and a snapshot extension keeps a replica's
+replication id and offset with its data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from pion.protocol.errors import ReplyError
+from pion.server.replication.primary import PrimarySide
+
+if TYPE_CHECKING:
+    from pion.server.app import Server
+    from pion.server.replication.replica import ReplicaSide
+
+log = logging.getLogger("pion.replication")
+
+READONLY = "READONLY You can't write against a read only replica."
+
+
+class Replication:
+    """This server's replication state: a primary (always able to serve replicas) that may
+    follow a primary of its own (``side``)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        extra = dict(server.settings.extra)
+        self.primary = PrimarySide(server, os.urandom(20).hex(), _backlog_size(extra.get("repl-backlog-size")))
+        self.side: ReplicaSide | None = None
+        #: as a replica: the primary's replication id, the stream offset applied, and durable here
+        self.replid_followed = ""
+        self.offset = 0
+        self.durable_offset = 0
+        self.stream_db = 0
+        self.ports: dict[int, int] = {}
+
+    @property
+    def is_replica(self) -> bool:
+        return self.side is not None
+
+    # -- following a primary ------------------------------------------------------------------------
+
+    def follow(self, host: str, port: int) -> None:
+        from pion.server.replication.replica import ReplicaSide
+
+        if self.side is not None:
+            self.side.stop()
+        else:
+            for link in list(self.primary.links.values()):  # a primary turned replica drops its replicas
+                if link.alive():
+                    link.transport.abort()
+            self.primary.links.clear()
+        if self.primary.backlog is not None and not self.replid_followed:
+            self.offset = self.durable_offset = self.primary.offset
+        self.side = ReplicaSide(self, host, port)
+        self.side.start()
+        log.info("following primary %s:%d", host, port)
+
+    def followed(self, replid: str, offset: int) -> None:
+        """A full resync loaded: this data is the primary's ``replid`` at ``offset``."""
+        self.replid_followed = replid
+        self.offset = self.durable_offset = offset
+        self.stream_db = 0
+
+    def promote(self) -> None:
+        """REPLICAOF NO ONE: stop following; keep the data; serve writes. Replicas of the old
+        primary that are at this server's offset may continue from it (Redis's replid2)."""
+        side, self.side = self.side, None
+        if side is None:
+            return
+        side.stop()
+        primary = self.primary
+        primary.replid2 = self.replid_followed or "0" * 40
+        primary.second_offset = self.offset + 1
+        primary.replid = os.urandom(20).hex()
+        primary.backlog = None
+        primary.start_backlog(self.offset)
+        self.replid_followed = ""
+        log.info("promoted to primary at offset %d (new replication id %s)", self.offset, primary.replid)
+
+    def restore(self, replid: bytes, offset: bytes, db: bytes) -> None:
+        """Replay of ``REPLCONF PION-OFFSET`` (this server's log) or of its snapshot's record."""
+        self.replid_followed = replid.decode("latin-1")
+        self.offset = self.durable_offset = int(offset)
+        self.stream_db = int(db)
+
+    # -- hooks ----------------------------------------------------------------------------------------
+
+    def read_only_refusal(self, flags: Any) -> ReplyError | None:
+        """-READONLY for a write (``flags``: the command's, EXEC's with what it queued) on a
+        read-only replica; the primary's stream is applied by the replay path, not here."""
+        if self.side is None or "write" not in flags:
+            return None
+        if _yes(dict(self.server.settings.extra).get("replica-read-only", "yes")):
+            return ReplyError(READONLY)
+        return None
+
+    def cron(self, server: Server) -> None:
+        extra = dict(server.settings.extra)
+        self.primary.backlog_size = _backlog_size(extra.get("repl-backlog-size"))
+        if self.primary.backlog is not None:
+            self.primary.backlog.resize(self.primary.backlog_size)
+        self.primary.cron(int(extra.get("repl-ping-replica-period", "10") or 10))
+        if self.side is not None:
+            self.side.cron()
+
+    def info(self, server: Server) -> dict[str, Any]:
+        primary = self.primary
+        backlog = primary.backlog
+        fields: dict[str, Any] = {"role": "slave" if self.side is not None else "master"}
+        if self.side is not None:
+            fields.update(self.side.info_lines())
+            fields.update({
+                "slave_priority": dict(server.settings.extra).get("replica-priority", "100"),
+                "slave_read_only": int(_yes(dict(server.settings.extra).get("replica-read-only", "yes"))),
+                "replica_announced": 1,
+            })
+        fields.update(primary.info_lines())
+        fields.update({
+            "master_failover_state": "no-failover",
+            "master_replid": self.replid_followed if self.side is not None else primary.replid,
+            "master_replid2": primary.replid2,
+            "master_repl_offset": self.offset if self.side is not None else primary.offset,
+            "second_repl_offset": primary.second_offset,
+            "repl_backlog_active": int(backlog is not None),
+            "repl_backlog_size": primary.backlog_size,
+            "repl_backlog_first_byte_offset": backlog.first if backlog is not None else 0,
+            "repl_backlog_histlen": backlog.histlen if backlog is not None else 0,
+        })
+        return fields
+
+    def role(self) -> list[Any]:
+        if self.side is not None:
+            side = self.side
+            return [b"slave", side.host.encode(), side.port, side.role_state(), self.offset]
+        return [b"master", self.primary.offset, self.primary.role_list()]
+
+    # -- the snapshot extension -----------------------------------------------------------------------
+
+    def dump(self) -> bytes:
+        if self.side is None or not self.replid_followed:
+            return b""
+        return b"%s %d %d" % (self.replid_followed.encode(), self.offset, self.stream_db)
+
+    def load(self, data: bytes) -> None:
+        words = data.split()
+        if len(words) == 3:
+            self.restore(*words)
+
+
+def _yes(value: str) -> bool:
+    return value.strip().lower() in ("yes", "1", "true")
+
+
+def _backlog_size(raw: str | None) -> int:
+    from pion.config import parse_memory
+
+    try:
+        return max(16 * 1024, int(parse_memory(raw))) if raw else 1024 * 1024
+    except (TypeError, ValueError):
+        return 1024 * 1024
+
+
+def install(server: Server) -> Replication:
+    repl = Replication(server)
+    server.engines["replication"] = repl
+    observers = getattr(server.journal, "observers", None)
+    if observers is not None:
+        observers.append(repl.primary.feed)
+    server.admission.replication = repl  # -READONLY on a read-only replica (pion.server.admission)
+    server.info_sections["replication"] = repl.info
+    stats = server.info_sections.get("stats")
+    if stats is not None:
+        def stats_with_syncs(server: Server, _stats: Any = stats) -> dict[str, Any]:
+            fields = _stats(server)
+            primary = repl.primary
+            fields.update({"sync_full": primary.full_syncs, "sync_partial_ok": primary.partial_syncs,
+                           "sync_partial_err": primary.partial_errors})
+            return fields
+
+        server.info_sections["stats"] = stats_with_syncs
+    server.cron_hooks.append(repl.cron)
+    persistence = server.engines.get("persistence")
+    if persistence is not None:
+        from pion.server.persistence import SnapshotExtension
+        from pion.server.replication.fullsync import EXTENSION
+
+        persistence.snapshot_extensions.append(SnapshotExtension(EXTENSION, repl.dump, repl.load))
+
+    async def startup(server: Server) -> None:
+        target = dict(server.settings.extra).get("replicaof", "").split()
+        if len(target) == 2:
+            repl.follow(target[0], int(target[1]))
+
+    server.startup_hooks.append(startup)
+    return repl
