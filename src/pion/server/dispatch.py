@@ -192,7 +192,12 @@ class Dispatcher:
                 ctx.effects, ctx.rewritten = outer
                 return refusal
         dirty_before = server.dirty
-        db_index = client.dbs[client.db_index].id
+        db = client.dbs[client.db_index]
+        db_index = db.id
+        # a read-only command's lookups count as keyspace hits/misses (INFO stats), as in Redis
+        counted = "readonly" in spec.flags and db.read_stats is None
+        if counted:
+            db.read_stats = server
         self.depth += 1
         start = time.perf_counter()
         failed = crashed = False
@@ -206,6 +211,8 @@ class Dispatcher:
             failed = crashed = True
         finally:
             self.depth -= 1
+            if counted:
+                db.read_stats = None
         elapsed = time.perf_counter() - start
         usec = int(elapsed * 1_000_000)
         self._count(spec.full_name, usec, failed=failed)

@@ -64,6 +64,7 @@ class Database:
         "scan_table",
         "_expiring",
         "loading",
+        "read_stats",
     )
 
     def __init__(self, index: int, db_id: int | None = None) -> None:
@@ -100,6 +101,9 @@ class Database:
         #: True while the log is replayed: nothing expires (Redis's keyIsExpired while loading),
         #: so a replayed PERSIST or SET ... KEEPTTL finds the key the original command found
         self.loading = False
+        #: while a read-only command runs, the object whose ``stat_keyspace_hits``/``_misses``
+        #: count its lookups (Redis's lookupKeyRead; writes look up without stats); else None
+        self.read_stats: Any = None
 
     # -- reads -------------------------------------------------------------------------
 
@@ -112,6 +116,8 @@ class Database:
         Counts as an access (OBJECT IDLETIME/FREQ, eviction); ``peek`` does not."""
         if key in self.expires and self.expires[key] <= now_ms() and not self.loading:
             self.expire_now(key)
+            if self.read_stats is not None:
+                self._count_read(False)
             return None
         value = self.data.get(key)
         if value is not None:
@@ -119,14 +125,26 @@ class Database:
                 self.lru[key] = self.lru_clock
             else:
                 self._lfu_touch(key)
+        if self.read_stats is not None:
+            self._count_read(value is not None)
         return value
+
+    def _count_read(self, hit: bool) -> None:
+        if hit:
+            self.read_stats.stat_keyspace_hits += 1
+        else:
+            self.read_stats.stat_keyspace_misses += 1
 
     def peek(self, key: bytes) -> Any:
         """Like ``get`` without touching the access time (Redis's LOOKUP_NOTOUCH)."""
         if key in self.expires and self.expires[key] <= now_ms() and not self.loading:
             self.expire_now(key)
-            return None
-        return self.data.get(key)
+            value = None
+        else:
+            value = self.data.get(key)
+        if self.read_stats is not None:
+            self._count_read(value is not None)
+        return value
 
     def get_typed(self, key: bytes, cls: type) -> Any:
         """The value if it is a ``cls``; None if absent; WRONGTYPE if it is another type."""
