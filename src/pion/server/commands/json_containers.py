@@ -89,16 +89,26 @@ def json_strappend(ctx: Ctx, argv: list[bytes]):
 @command("JSON.STRLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_strlen(ctx: Ctx, argv: list[bytes]):
     """JSON.STRLEN key [path]"""
-    path, found = _lookup(ctx, argv, "json.strlen")
+    return _measure(ctx, argv, "json.strlen", str, lambda v: len(v.encode()), js.wrong_json_type("string"))
+
+
+def _measure(ctx: Ctx, argv: list[bytes], name: str, kind: type, measure, wrong: ReplyError,
+             missing: ReplyError | None = None, legacy_missing_is_nil: bool = False):
+    """The shape every JSON.*LEN / OBJKEYS reply has: per match ``measure(value)`` or nil for a
+    value of another kind; a legacy path (``.a``) answers for its first match, refusing another
+    kind with ``wrong`` and no match with -ERR Path does not exist (or nil, OBJ*'s way)."""
+    path, found = _lookup(ctx, argv, name, missing)
     if found is None:
         return None
     if path.is_legacy:
         if not found:
+            if legacy_missing_is_nil:
+                return None
             raise ReplyError(js.NO_PATH)
-        if not isinstance(found[0], str):
-            raise js.wrong_json_type("string")
-        return len(found[0].encode())
-    return [len(v.encode()) if isinstance(v, str) else None for v in found]
+        if not isinstance(found[0], kind):
+            raise wrong
+        return measure(found[0])
+    return [measure(v) if isinstance(v, kind) else None for v in found]
 
 
 # -- arrays -----------------------------------------------------------------------------------------
@@ -141,16 +151,7 @@ def json_arrinsert(ctx: Ctx, argv: list[bytes]):
 @command("JSON.ARRLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_arrlen(ctx: Ctx, argv: list[bytes]):
     """JSON.ARRLEN key [path]"""
-    path, found = _lookup(ctx, argv, "json.arrlen")
-    if found is None:
-        return None
-    if path.is_legacy:
-        if not found:
-            raise ReplyError(js.NO_PATH)
-        if not isinstance(found[0], list):
-            raise js.no_path_or("not an array")
-        return len(found[0])
-    return [len(v) if isinstance(v, list) else None for v in found]
+    return _measure(ctx, argv, "json.arrlen", list, len, js.no_path_or("not an array"))
 
 
 @command("JSON.ARRPOP", -2, "write", keys=(1, 1, 1), categories=f"@write {_CATS} @slow", group="json", since="1.0.0")
@@ -240,28 +241,12 @@ def _same(a: Any, b: Any) -> bool:
 @command("JSON.OBJKEYS", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_objkeys(ctx: Ctx, argv: list[bytes]):
     """JSON.OBJKEYS key [path]"""
-    path, found = _lookup(ctx, argv, "json.objkeys")
-    if found is None:
-        return None
-    if path.is_legacy:
-        if not found:
-            return None
-        if not isinstance(found[0], dict):
-            raise js.no_path_or("not an object")
-        return [k.encode() for k in found[0]]
-    return [[k.encode() for k in v] if isinstance(v, dict) else None for v in found]
+    return _measure(ctx, argv, "json.objkeys", dict, lambda v: [k.encode() for k in v],
+                    js.no_path_or("not an object"), legacy_missing_is_nil=True)
 
 
 @command("JSON.OBJLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_objlen(ctx: Ctx, argv: list[bytes]):
     """JSON.OBJLEN key [path]"""
-    path, found = _lookup(ctx, argv, "json.objlen", js.no_path_or("not an object"))
-    if found is None:
-        return None
-    if path.is_legacy:
-        if not found:
-            return None
-        if not isinstance(found[0], dict):
-            raise js.wrong_json_type("object")
-        return len(found[0])
-    return [len(v) if isinstance(v, dict) else None for v in found]
+    return _measure(ctx, argv, "json.objlen", dict, len, js.wrong_json_type("object"),
+                    js.no_path_or("not an object"), legacy_missing_is_nil=True)
