@@ -79,6 +79,8 @@ def install(server: Server) -> ClusterEngine | None:
     engine = server.engines["cluster"] = ClusterEngine(server)
     server.admission.cluster = engine  # the slot check: after the ACL, before memory
     server.info_sections["cluster"] = lambda _server: {"cluster_enabled": 1}
+    plain_server_section = server.info_sections["server"]
+    server.info_sections["server"] = lambda s: {**plain_server_section(s), "redis_mode": "cluster"}
     server.startup_hooks.append(lambda _server: engine.poller.start())
     server.shutdown_hooks.append(lambda _server: engine.poller.stop())
     return engine

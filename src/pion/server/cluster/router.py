@@ -25,7 +25,14 @@ CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 DOWN_UNBOUND = "CLUSTERDOWN Hash slot not served"
 DOWN_STATE = "CLUSTERDOWN The cluster is down"
 TRYAGAIN = "TRYAGAIN Multiple keys request during rehashing of slot"
-SELECT_REFUSED = "ERR SELECT is not allowed in cluster mode"
+
+class Redirect(ReplyError):
+    """A refusal of Redis's clusterRedirectClient (-MOVED, -ASK, -CROSSSLOT, -TRYAGAIN,
+    -CLUSTERDOWN): refusing EXEC, it discards the transaction and is answered as it is, not
+    wrapped in -EXECABORT as the other refusals of EXEC are (Redis's processCommand)."""
+
+    __slots__ = ()
+    discards_bare = True
 
 _FIRST = (1,)
 #: Pion's K/V commands: lower-case name -> positions of their keys (the namespace or session id)
@@ -72,8 +79,6 @@ class Router:
         asking = "asking" in flags
         if asking and client.multi is None and name != "exec":
             flags.discard("asking")  # ASKING covers the next command only (or a whole MULTI)
-        if name == "select" and len(argv) == 2 and argv[1] != b"0":
-            return ReplyError(SELECT_REFUSED)
         if name == "exec":
             if client.multi is None:
                 return None
@@ -97,11 +102,11 @@ class Router:
                     slot = this
                     node = state.owner[slot]
                     if node is None:
-                        return ReplyError(DOWN_UNBOUND)
+                        return Redirect(DOWN_UNBOUND)
                     migrating = node.myself and slot in state.migrating
                     importing = slot in state.importing
                 elif this != slot:
-                    return ReplyError(CROSSSLOT)
+                    return Redirect(CROSSSLOT)
                 else:
                     multiple = True
                 if (migrating or importing) and not db.exists(key):
@@ -109,18 +114,18 @@ class Router:
         if slot < 0:
             return None
         if not state.is_ok():
-            return ReplyError(DOWN_STATE)
+            return Redirect(DOWN_STATE)
         if (migrating or importing) and is_migrate:
             return None
         if migrating and missing:
             target = state.find(state.migrating[slot])
             if target is not None:
-                return ReplyError(f"ASK {slot} {target.host}:{target.port}")
+                return Redirect(f"ASK {slot} {target.host}:{target.port}")
         if importing and asking:
             if multiple and missing:
-                return ReplyError(TRYAGAIN)
+                return Redirect(TRYAGAIN)
             return None
         assert node is not None
         if not node.myself:
-            return ReplyError(f"MOVED {slot} {node.host}:{node.port}")
+            return Redirect(f"MOVED {slot} {node.host}:{node.port}")
         return None
