@@ -11,6 +11,7 @@ prefix's namespace ``{ns}`` and its sessions ``{ns}_pk``/``{ns}_pv`` then share 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pion.protocol.errors import ReplyError
@@ -70,6 +71,10 @@ class Router:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        #: ``(client, key) -> bool``: does this node hold K/V unit ``key`` (a namespace, a session)
+        #: for the client's space; set by ``install``. A migrating slot's K/V command runs here
+        #: while its namespace is here and is sent on (-ASK) once KV.PREFIX.MIGRATE moved it.
+        self.kv_holds: Callable[[Client, bytes], bool] | None = None
 
     def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
         name = spec.full_name
@@ -96,6 +101,7 @@ class Router:
         missing = 0
         db = client.dbs[client.db_index]
         for spec, argv in commands:
+            kv = spec.full_name in PION_KEYS
             for key in command_keys(spec, argv):
                 this = key_slot(key)
                 if slot < 0:
@@ -109,7 +115,7 @@ class Router:
                     return Redirect(CROSSSLOT)
                 else:
                     multiple = True
-                if (migrating or importing) and not db.exists(key):
+                if (migrating or importing) and not self._holds(client, db, key, kv):
                     missing += 1
         if slot < 0:
             return None
@@ -129,3 +135,8 @@ class Router:
         if not node.myself:
             return Redirect(f"MOVED {slot} {node.host}:{node.port}")
         return None
+
+    def _holds(self, client: Client, db, key: bytes, kv: bool) -> bool:
+        if not kv:
+            return db.exists(key)
+        return self.kv_holds is not None and self.kv_holds(client, key)

@@ -49,6 +49,7 @@ FAMILIES = (
     "kv_prefix",
     "kv_stage",
     "kv_artifact",
+    "kv_migrate",
     "kv_substrates",
     "moe_experts",
     "attend_prefix",

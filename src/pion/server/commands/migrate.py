@@ -145,13 +145,13 @@ def _exchange(host: bytes, port: bytes, commands: list[list[bytes]], timeout_s: 
         raise ReplyError(IO_CONNECT) from None
     with sock:
         try:
-            sock.sendall(b"".join(_encode(argv) for argv in commands))
+            sock.sendall(b"".join(encode_request(argv) for argv in commands))
         except OSError:
             raise ReplyError(IO_WRITE) from None
         return _read_lines(sock, len(commands))
 
 
-def _encode(argv: list[bytes]) -> bytes:
+def encode_request(argv: list[bytes]) -> bytes:
     return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
 
 
