@@ -58,6 +58,8 @@ def replicaof(ctx: Ctx, argv: list[bytes]):
     Follow a primary (a full or partial resync, then its stream), or stop following and serve
     writes with the data as it is (a promotion).
     """
+    if ctx.server.admission.cluster is not None:  # Redis's first check: a cluster node's replicas come from the bus
+        raise ReplyError("ERR REPLICAOF not allowed in cluster mode.")
     repl = _repl(ctx)
     if argv[1].upper() == b"NO" and argv[2].upper() == b"ONE":
         if repl is not None and repl.is_replica:
