@@ -208,9 +208,6 @@ def _attach(ctx: Ctx, replid: bytes, wanted: int, legacy: bool) -> Any:
     client = ctx.client
     if repl is None or client.conn is None or ctx.server.engines.get("persistence") is None:
         raise ReplyError("ERR this server cannot serve replicas: it runs without a data directory")
-    if repl.is_replica:
-        raise ReplyError("ERR Pion replicas do not serve replicas of their own (no chained replication): "
-                         "attach this replica to the primary")
     repl.primary.attach(client, replid, wanted, repl.ports.pop(client.id, 0), legacy=legacy)
     client.reply_mode = "skip"  # the attach writes its own reply and then the stream
     return OK
