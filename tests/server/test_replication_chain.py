@@ -6,7 +6,6 @@ to M's new id) and cuts both from P."""
 from __future__ import annotations
 
 import redis
-
 from tests.server.test_replication import check_prefix, cluster, fill, link_up, store_prefix, wait_until
 
 __all__ = ["cluster"]  # the fixture, imported for the tests below
