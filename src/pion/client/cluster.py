@@ -198,9 +198,8 @@ class PionClusterClient:
     def pipeline_execute(self, commands: Iterable[Sequence], *, fast: bool = False) -> list:
         commands = list(commands)
         key = _first_key(commands)
-        asked = [part for command in commands for part in (("ASKING",), command)]
         return self._on_node(key, lambda c: c.pipeline_execute(commands, fast=fast),
-                             lambda c: c.pipeline_execute(asked, fast=fast)[1::2])
+                             lambda c: c.pipeline_execute(_asking_each(commands), fast=fast)[1::2])
 
     def execute(self, *args):
         def asking(client):
@@ -248,6 +247,11 @@ class PionClusterClient:
             return self._on_node(key, lambda client: getattr(client, name)(key, *args, **kwargs))
 
         return routed
+
+
+def _asking_each(commands: list[Sequence]) -> list[Sequence]:
+    """``ASKING`` before each command (it covers only the next one), for the node an -ASK named."""
+    return [part for command in commands for part in (("ASKING",), command)]
 
 
 def _ask_target(replies) -> tuple[str, int] | None:
