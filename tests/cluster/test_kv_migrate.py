@@ -14,24 +14,20 @@ import redis
 from pion.client import PionPromptCache
 from pion.protocol.keyslot import key_slot
 from tests.client.models import hf_llama, prompt
+from tests.client.test_fail_closed import same_cache
 from tests.support.clusters import PionThreadCluster
 from tests.support.servers import free_port
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
-
-
-def _same(a, b) -> bool:
-    return all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
-               for x, y in zip(a.layers, b.layers, strict=True))
 
 
 def _hit(pc: PionPromptCache, ids: list[int], cold) -> bool:
     """One request: True if it was a hit (and then equal to ``cold``, asserted)."""
     before = pc.stats()["hits"]
     warm = pc.get_or_prefill(ids)
-    assert _same(warm, cold)  # a hit or a recomputation: the answer is the cold one either way
+    assert same_cache(warm, cold)  # a hit or a recomputation: the answer is the cold one either way
     return pc.stats()["hits"] == before + 1
 
 

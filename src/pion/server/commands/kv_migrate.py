@@ -27,7 +27,7 @@ from pion.protocol.keyslot import SLOTS, key_slot
 from pion.server.args import parse_int
 from pion.server.commands.kv_artifact import collect
 from pion.server.commands.kvcache import check_ns, space
-from pion.server.commands.migrate import IO_CONNECT, IO_READ, IO_WRITE, encode_request
+from pion.server.commands.migrate import IO_CONNECT, IO_READ, IO_WRITE, encode_request, transfer_option
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -48,12 +48,9 @@ class _Options:
         i = 4
         while i < len(argv):
             word, more = argv[i].upper(), len(argv) - i - 1
-            if word in (b"COPY", b"REPLACE"):
-                setattr(self, word.decode().lower(), True)
-            elif word == b"AUTH" and more >= 1:
-                self.auth, i = [argv[i + 1]], i + 1
-            elif word == b"AUTH2" and more >= 2:
-                self.auth, i = [argv[i + 1], argv[i + 2]], i + 2
+            last = transfer_option(self, argv, i)
+            if last is not None:
+                i = last
             elif word == b"SLOT" and more >= 1 and self.slot is None and not self.namespaces:
                 self.slot, i = parse_int(argv[i + 1]), i + 1
                 if not 0 <= self.slot < SLOTS:

@@ -40,6 +40,23 @@ def migrate_keys(argv: list[bytes]) -> list[int]:
     return [3]
 
 
+def transfer_option(options, argv: list[bytes], i: int) -> int | None:
+    """COPY, REPLACE, AUTH pw or AUTH2 user pw at ``argv[i]`` (MIGRATE's and KV.PREFIX.MIGRATE's
+    shared options) set on ``options``; the index of the option's last word, or None if it is none
+    of them."""
+    word, more = argv[i].upper(), len(argv) - i - 1
+    if word in (b"COPY", b"REPLACE"):
+        setattr(options, word.decode().lower(), True)
+        return i
+    if word == b"AUTH" and more >= 1:
+        options.auth = [argv[i + 1]]
+        return i + 1
+    if word == b"AUTH2" and more >= 2:
+        options.auth = [argv[i + 1], argv[i + 2]]
+        return i + 2
+    return None
+
+
 class _Options:
     __slots__ = ("copy", "replace", "auth", "keys")
 
@@ -49,13 +66,10 @@ class _Options:
         self.keys = [argv[3]]
         i = 6
         while i < len(argv):
-            word, more = argv[i].upper(), len(argv) - i - 1
-            if word in (b"COPY", b"REPLACE"):
-                setattr(self, word.decode().lower(), True)
-            elif word == b"AUTH" and more >= 1:
-                self.auth, i = [argv[i + 1]], i + 1
-            elif word == b"AUTH2" and more >= 2:
-                self.auth, i = [argv[i + 1], argv[i + 2]], i + 2
+            word = argv[i].upper()
+            last = transfer_option(self, argv, i)
+            if last is not None:
+                i = last
             elif word == b"KEYS":
                 if argv[3]:
                     raise ReplyError("ERR When using MIGRATE KEYS option, the key argument must be set to "
