@@ -19,6 +19,7 @@ from pion.storage.encodings import encoding_of
 from pion.storage.keyspace import now_ms
 from pion.storage.rdb_payload import is_redis_payload, load_redis
 from pion.storage.serialize import PayloadError, dump_value, load_value, verify_payload
+from pion.storage.stream_value import Stream
 
 _SWITCH_NOTE = (
     "Please note that when switching between policies at runtime LRU and LFU data will take "
@@ -185,6 +186,6 @@ def _load(payload: bytes, settings: object) -> Any:
         value = load_value(payload) if pion else load_redis(payload, settings)
     except Exception:  # any decoding failure of a payload whose checksum matched
         raise ReplyError(BAD_FORMAT) from None
-    if value.__class__ is not bytes and hasattr(value, "__len__") and len(value) == 0:
-        raise ReplyError(BAD_FORMAT)  # Redis refuses empty containers
+    if value.__class__ not in (bytes, Stream) and hasattr(value, "__len__") and len(value) == 0:
+        raise ReplyError(BAD_FORMAT)  # Redis refuses empty containers (an empty stream is a value)
     return value
