@@ -5,9 +5,12 @@ still carried losslessly between Pions (``pion.storage.rdb_payload``)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import redis
 
+from pion.storage.crc64 import crc64_bytewise
 from pion.storage.rdb_payload import crc64, dump_redis, is_redis_payload, load_redis
 from tests.support.servers import RedisServer, ThreadServer, make_settings
 
@@ -155,6 +158,10 @@ def test_pion_to_pion_keeps_pion_only_values(pion, tmp_path):
 
 def test_crc64_and_payload_units():
     assert crc64(b"123456789") == 0xE9C6D914C4B8D9CA  # Redis's crc64.c test vector
+    rng = random.Random(7)
+    for size in (65535, 65536, 65537, 300_001, (1 << 20) + 13):  # numpy lanes folded: equal to the byte loop
+        data, start = rng.randbytes(size), rng.getrandbits(64)
+        assert crc64(data, start) == crc64_bytewise(data, start) == crc64_bytewise(memoryview(data), start)
     payload = dump_redis(b"v")
     assert payload == b"\x00\x01v\n\x00" + payload[5:] and is_redis_payload(payload)
     assert load_redis(payload, None) == b"v"

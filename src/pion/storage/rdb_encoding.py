@@ -5,31 +5,10 @@ from __future__ import annotations
 
 import struct
 
+from pion.storage.crc64 import crc64
 from pion.storage.serialize import PayloadError
 
-_POLY = 0x95AC9329AC4BC9B5  # CRC-64/Jones, reflected (Redis's crc64.c)
-
-
-def _table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ _POLY if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC_TABLE = _table()
-
-
-def crc64(data: bytes, crc: int = 0) -> int:
-    """Redis's crc64 (``crc64(0, "123456789") == 0xe9c6d914c4b8d9ca``)."""
-    table = _CRC_TABLE
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc
-
+__all__ = ["crc64"]  # re-exported for rdb_payload
 
 def rdb_len(n: int) -> bytes:
     if n < 64:
