@@ -80,7 +80,7 @@ def rss_bytes() -> int:
 
 def used_memory(server: Server) -> int:
     """The memory engine's account when there is one, else the process's resident size."""
-    memory = server.engines.get("memory")
+    memory = server.parts.memory
     if memory is not None and hasattr(memory, "used_memory"):
         return int(memory.used_memory())
     return rss_bytes()
@@ -125,7 +125,7 @@ def clients_section(server: Server) -> dict[str, Any]:
 def script_counts(server: Server) -> dict[str, int]:
     """Redis's script cache and function counts (the suite reads them after SCRIPT FLUSH); the
     scripting engine is installed lazily, so a server that never ran a script has none."""
-    engine = server.engines.get("scripting")
+    engine = server.parts.scripting
     scripts = getattr(engine, "scripts", {})
     libraries = getattr(engine, "libraries", None)
     return {

@@ -38,7 +38,7 @@ def _my_address(settings: Any) -> tuple[str, int]:
 
 
 class ClusterEngine:
-    """``server.engines["cluster"]``: the state, the router and the peer poller."""
+    """``server.parts.cluster``: the state, the router and the peer poller."""
 
     def __init__(self, server: Server) -> None:
         from pion.server.cluster.peers import PeerPoller
@@ -76,7 +76,7 @@ def install(server: Server) -> ClusterEngine | None:
     """Make this server a cluster node when ``cluster-enabled yes``; None otherwise."""
     if not enabled(server.settings):
         return None
-    engine = server.engines["cluster"] = ClusterEngine(server)
+    engine = server.parts.cluster = ClusterEngine(server)
     server.admission.cluster = engine  # the slot check: after the ACL, before memory
     server.info_sections["cluster"] = lambda _server: {"cluster_enabled": 1}
     server.startup_hooks.append(lambda _server: engine.poller.start())

@@ -2,7 +2,7 @@
 WAIT, ROLE and INFO replication (docs/replication.md).
 
 ``install(server)`` (make_server, after persistence) puts a ``Replication`` in
-``server.engines["replication"]``: a journal observer feeds the primary side's stream, an admission check
+``server.parts.replication``: a journal observer feeds the primary side's stream, an admission check
 refuses writes on a read-only replica, a startup hook follows ``replicaof`` from the config, a
 cron pings replicas and acknowledges to the primary, and a snapshot extension keeps a replica's
 replication id and offset with its data.
@@ -171,7 +171,7 @@ def _backlog_size(raw: str | None) -> int:
 
 def install(server: Server) -> Replication:
     repl = Replication(server)
-    server.engines["replication"] = repl
+    server.parts.replication = repl
     observers = getattr(server.journal, "observers", None)
     if observers is not None:
         observers.append(repl.primary.feed)
@@ -188,7 +188,7 @@ def install(server: Server) -> Replication:
 
         server.info_sections["stats"] = stats_with_syncs
     server.cron_hooks.append(repl.cron)
-    persistence = server.engines.get("persistence")
+    persistence = server.parts.persistence
     if persistence is not None:
         from pion.server.durability.persistence import SnapshotExtension
         from pion.server.replication.fullsync import EXTENSION

@@ -172,7 +172,7 @@ class ReplicaSide:
         self.sync_total = int(header[1:])
         self.sync_read = 0
         self.sync_started = time.time()
-        owner = self.server.engines["persistence"]
+        owner = self.server.parts.persistence
         arenas = owner.arenas
         head = await self._read(reader, len(MAGIC) + 8)
         if head[:len(MAGIC)] != MAGIC:
@@ -280,7 +280,7 @@ class ReplicaSide:
         """Apply one record's effects and log them here as one record (with the offset reached)."""
         server = self.server
         dispatcher = server.dispatcher
-        arenas = server.engines["arenas"]
+        arenas = server.parts.arenas
         threshold = server.settings.blob_threshold
         logged: list[tuple[int, list]] = []
         for db, argv in effects:

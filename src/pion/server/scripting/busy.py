@@ -169,7 +169,7 @@ class Runner:
             self.loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        persistence = self.server.engines.get("persistence")
+        persistence = self.server.parts.persistence
         return getattr(persistence, "job", None) is None
 
     def _detach(self, run: ScriptRun) -> BlockRequest:

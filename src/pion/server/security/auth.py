@@ -49,7 +49,7 @@ def digest(password: bytes) -> bytes:
 
 
 class Users:
-    """``server.engines["acl"]``: the ACL users (``pion.server.security.acl_users``), the failure counters
+    """``server.parts.acl``: the ACL users (``pion.server.security.acl_users``), the failure counters
     and the ACL log. The default user takes ``requirepass`` as its password; each ``--tenant`` is a
     user bound to its own keyspace (``User.tenant``)."""
 
@@ -136,9 +136,9 @@ def _host_of(client: Client) -> str:
 
 
 def users_of(server: Server) -> Users:
-    found = server.engines.get("acl")
+    found = server.parts.acl
     if found is None:
-        found = server.engines["acl"] = Users(server)
+        found = server.parts.acl = Users(server)
     return found
 
 
