@@ -23,6 +23,7 @@ from pion.embedding.service import EmbedConfig, Embedder
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.server import deferred
+from pion.server.admin.info import add_section_before_pion
 from pion.server.context import Ctx
 from pion.server.registry import command
 
@@ -61,12 +62,7 @@ def install(server: Any) -> Embedder:
     server.startup_hooks.append(lambda srv: embedder.start())
     server.shutdown_hooks.append(lambda srv: embedder.stop())
     server.cron_hooks.append(lambda srv: embedder.cron())
-    sections = server.info_sections  # before Pion's own section, which INFO keeps last
-    ordered = list(sections.items())
-    at = next((i for i, (name, _) in enumerate(ordered) if name == "pion"), len(ordered))
-    ordered.insert(at, ("embedding", lambda srv: embedder.info()))
-    sections.clear()
-    sections.update(ordered)
+    add_section_before_pion(server.info_sections, "embedding", lambda srv: embedder.info())
     return embedder
 
 

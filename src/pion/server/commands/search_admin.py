@@ -17,6 +17,7 @@ from typing import Any
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, SetReply
+from pion.server.admin.info import add_section_before_pion
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.vector.engine import SearchEngine
@@ -69,12 +70,7 @@ def install(server: Any) -> SearchEngine:
     server.shutdown_hooks.append(lambda srv: eng.stop())
     server.cron_hooks.append(lambda srv: eng.expire_temporary())
     server.parts.modules = list(MODULES)
-    sections = server.info_sections  # before Pion's own section, which INFO keeps last
-    ordered = list(sections.items())
-    at = next((i for i, (name, _) in enumerate(ordered) if name == "pion"), len(ordered))
-    ordered.insert(at, ("search", lambda srv: eng.info()))
-    sections.clear()
-    sections.update(ordered)
+    add_section_before_pion(server.info_sections, "search", lambda srv: eng.info())
     memory = server.parts.memory
     if memory is not None and hasattr(memory, "extra_bytes"):
         memory.extra_bytes.append(eng.memory_bytes)

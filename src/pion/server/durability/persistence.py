@@ -369,7 +369,7 @@ def _rules(settings: Settings) -> list[tuple[int, int]]:
 
 
 def _stop_writes(settings: Settings) -> bool:
-    return dict(settings.extra).get("stop-writes-on-bgsave-error", "yes").lower() == "yes"
+    return settings.stop_writes_on_bgsave_error
 
 
 def _arena_size(settings: Settings) -> int:
