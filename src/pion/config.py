@@ -139,11 +139,14 @@ class Settings:
     acllog_max_len: int = 128
     tracking_table_max_keys: int = 1000000
     stream_node_max_entries: int = 100
+    #: client-output-buffer-limit: (class, hard bytes, soft bytes, soft seconds) per client class
+    client_output_buffer_limit: tuple[tuple[str, int, int, int], ...] = (
+        ("normal", 0, 0, 0), ("slave", 256 * 1024**2, 64 * 1024**2, 60), ("pubsub", 32 * 1024**2, 8 * 1024**2, 60))
     #: every other Redis parameter: accepted, checked and stored (CONFIG GET shows it, CONFIG
     #: REWRITE writes it), "name" -> normalized value. Pion does not act on these (docs/config.md
-    #: says "no effect"), except three still read from here: the encoding sizes (listpack, intset,
-    #: hll-sparse-max-bytes) that shape OBJECT ENCODING, ``client-output-buffer-limit`` (its
-    #: parse is cached, Server.output_limits) and ``aclfile`` (read at start, by ACL LOAD/SAVE)
+    #: says "no effect"), except two still read from here: the encoding sizes (listpack, intset,
+    #: hll-sparse-max-bytes) that shape OBJECT ENCODING, and ``aclfile`` (read at start, by ACL
+    #: LOAD/SAVE)
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -249,6 +252,22 @@ def format_bool(value: bool) -> str:
     return "yes" if value else "no"
 
 
+def parse_output_limits(text: str) -> tuple[tuple[str, int, int, int], ...]:
+    """``normal 0 0 0 slave ...`` (as the config table normalizes it) -> per-class limits."""
+    words = text.split()
+    if len(words) % 4:
+        raise ConfigError(f"argument must be 'class hard soft seconds' groups, got '{text}'")
+    try:
+        return tuple((words[j], int(words[j + 1]), int(words[j + 2]), int(words[j + 3]))
+                     for j in range(0, len(words), 4))
+    except ValueError:
+        raise ConfigError(f"argument must be 'class hard soft seconds' groups, got '{text}'") from None
+
+
+def format_output_limits(limits: tuple[tuple[str, int, int, int], ...]) -> str:
+    return " ".join(f"{name} {hard} {soft} {seconds}" for name, hard, soft, seconds in limits)
+
+
 def parse_float_list(text: str) -> tuple[float, ...]:
     return tuple(parse_float_value(word) for word in text.split())
 
@@ -348,6 +367,7 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "acllog-max-len": ("acllog_max_len", parse_int_value, str),
     "tracking-table-max-keys": ("tracking_table_max_keys", parse_int_value, str),
     "stream-node-max-entries": ("stream_node_max_entries", parse_int_value, str),
+    "client-output-buffer-limit": ("client_output_buffer_limit", parse_output_limits, format_output_limits),
 }
 
 #: Redis's parameters (pion.server.admin.config_table) that moved out of ``Settings.extra`` into a
@@ -358,7 +378,7 @@ REDIS_TYPED = frozenset({
     "stop-writes-on-bgsave-error", "replicaof", "masterauth", "masteruser", "replica-read-only",
     "replica-priority", "repl-backlog-size", "repl-ping-replica-period", "repl-timeout", "cluster-enabled",
     "cluster-config-file", "cluster-announce-ip", "cluster-announce-port", "cluster-require-full-coverage",
-    "acllog-max-len", "tracking-table-max-keys", "stream-node-max-entries",
+    "acllog-max-len", "tracking-table-max-keys", "stream-node-max-entries", "client-output-buffer-limit",
 })
 
 

@@ -39,6 +39,16 @@ def test_typed_values_at_start_never_land_in_extra():
     assert current_value(settings, "repl-backlog-size") == str(2 * 1024 * 1024)
 
 
+def test_output_limits_at_start_merge_into_the_defaults():
+    settings = build_settings(["--client-output-buffer-limit", "pubsub", "1mb", "0", "0"])
+    assert settings.client_output_buffer_limit == (
+        ("normal", 0, 0, 0), ("slave", 268435456, 67108864, 60), ("pubsub", 1024 * 1024, 0, 0))
+    assert current_value(settings, "client-output-buffer-limit") == \
+        "normal 0 0 0 slave 268435456 67108864 60 pubsub 1048576 0 0"
+    with pytest.raises(ConfigError, match="Invalid client class"):
+        build_settings(["--client-output-buffer-limit", "master", "1", "2", "3"])
+
+
 def test_an_alias_at_start_sets_the_typed_field():
     settings = build_settings(["--slave-read-only", "no", "--lua-time-limit", "250",
                                "--repl-ping-slave-period", "3", "--slave-priority", "7"])

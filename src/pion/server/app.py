@@ -248,14 +248,9 @@ class Server:
         """(hard bytes, soft bytes, soft seconds) of client-output-buffer-limit for this client's
         class (``normal 0 0 0``, ``pubsub 32mb 8mb 60`` by default, as Redis)."""
         cached = self._obuf
-        if cached is None or cached[0] is not self.settings:
-            from pion.server.admin.config_values import OBUF_DEFAULT, check_obuf, parse_obuf
-
-            raw = dict(self.settings.extra).get("client-output-buffer-limit", "")
-            try:
-                limits = parse_obuf(check_obuf(raw, OBUF_DEFAULT) if raw else OBUF_DEFAULT)
-            except (ValueError, IndexError):
-                limits = parse_obuf(OBUF_DEFAULT)
+        if cached is None or cached[0] is not self.settings:  # by class, once per settings object
+            limits = {name: (hard, soft, seconds)
+                      for name, hard, soft, seconds in self.settings.client_output_buffer_limit}
             cached = self._obuf = (self.settings, limits)
         kind = "pubsub" if client is not None and client.subscription_count else "normal"
         return cached[1].get(kind, (0, 0, 0))
