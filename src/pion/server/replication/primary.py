@@ -197,7 +197,7 @@ class PrimarySide:
             log.info("replica %s:%d is gone", link.ip, link.port)
 
     async def _full_sync(self, link: ReplicaLink, legacy: bool = False) -> None:
-        owner = self.server.engines.get("persistence")
+        owner = self.server.parts.persistence
         try:
             while owner.job is not None:  # one snapshot at a time (they share the change tracking)
                 await asyncio.sleep(0.05)
@@ -240,7 +240,7 @@ class PrimarySide:
     def _stream_db(self) -> int:
         """The database the stream is in at this point: a proxied primary's, or this encoder's."""
         if self.proxying:
-            repl = self.server.engines.get("replication")
+            repl = self.server.parts.replication
             return repl.stream_db if repl is not None else 0
         return self.encoder.db or 0
 
