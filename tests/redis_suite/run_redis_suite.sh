@@ -25,7 +25,8 @@
 #
 # Environment: REDIS_SUITE_CACHE (default ~/.cache/pion/redis-suite), PION_SERVER (default
 # .venv/bin/pion-server), REDIS_SUITE_TIMEOUT (seconds per unit, default 900),
-# REDIS_SUITE_TAGS (extra --tags words, e.g. "-slow").
+# REDIS_SUITE_TAGS (extra --tags words, e.g. "-slow"), REDIS_SUITE_LOGDIR (keep each unit's
+# harness log there, colours stripped: which tests ran, passed, were skipped).
 # Exit status: 0 when no unit had a failed test or an aborted run, 1 otherwise.
 set -u
 
@@ -131,6 +132,9 @@ for unit in "${UNITS[@]}"; do
   if grep -q '^\[exception\]:' <<<"$clean"; then note="aborted: exception"; bad=1
   elif [ "$rc" = 124 ]; then note="aborted: timeout"; bad=1
   elif ! grep -q 'All tests passed\|The following tests failed' <<<"$clean"; then note="aborted (rc $rc)"; bad=1
+  fi
+  if [ -n "${REDIS_SUITE_LOGDIR:-}" ]; then
+    mkdir -p "$REDIS_SUITE_LOGDIR" && printf '%s\n' "$clean" >"$REDIS_SUITE_LOGDIR/$(basename "$log")"
   fi
   alive || note="$note server died"
   [ "$err" -gt 0 ] && bad=1
