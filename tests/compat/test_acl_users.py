@@ -270,6 +270,19 @@ def test_acl_save_load_and_restart(make_server, tmp_path):
     assert user.set("w:1", "x") and user.get("k:1") is None
 
 
+def test_a_relative_aclfile_is_relative_to_dir(make_server, tmp_path):
+    """As in Redis, which chdirs into ``dir``: the Tcl suite's acl unit starts servers this way."""
+    (tmp_path / "data0").mkdir()
+    (tmp_path / "data0" / "users.acl").write_text("user default on nopass ~* &* +@all\nuser alice on >pw ~a:*\n")
+    srv = make_server(extra=(("aclfile", "users.acl"),))
+    c = redis.Redis(port=srv.port, decode_responses=True)
+    assert "alice" in c.acl_users()
+    c.execute_command("ACL", "SETUSER", "bob", "on", ">pw")
+    assert c.execute_command("ACL", "SAVE") == "OK" and "user bob on" in (tmp_path / "data0" / "users.acl").read_text()
+    assert c.execute_command("ACL", "LOAD") == "OK"
+    c.close()
+
+
 def test_a_broken_aclfile_stops_the_start(make_server, tmp_path):
     path = tmp_path / "bad.acl"
     path.write_text("user x on +nosuchcommand\n")
@@ -340,3 +353,69 @@ def test_setuser_errors_match_redis(redis_ref, server):
             texts.append(str(info.value))
             c.close()
         assert texts[0] == texts[1], rule
+
+
+def _reply(client, *argv):
+    try:
+        return client.execute_command(*argv)
+    except redis.ResponseError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def test_acl_argument_errors_match_redis(redis_ref, server):
+    calls = [("ACL", "CAT", "a", "b"), ("ACL", "LOG", "1", "2"), ("ACL", "GENPASS", "1", "2"), ("ACL", "LOG", "RESET", "x"),
+             ("ACL", "log", "abc"), ("ACL", "GENPASS", "0"), ("ACL", "CAT", "nosuch"), ("ACL", "GETUSER"),
+             ("ACL", "DRYRUN", "default", "nosuch"), ("ACL", "DRYRUN", "default", "get"), ("ACL", "nosuch")]
+    seen = []
+    for srv in (server, redis_ref):
+        c = redis.Redis(port=srv.port, decode_responses=True)
+        seen.append([_reply(c, *argv) for argv in calls])
+        c.close()
+    assert seen[0] == seen[1]
+
+
+def test_sort_by_and_get_need_every_key_like_redis(redis_ref, server):
+    """acl-v2.tcl's "Test sort with ACL permissions": BY with a pattern and GET read keys no key
+    position names, so only a selector with read access to every key may use them."""
+    rules = [["(+sort ~mylist)"], ["(+sort ~mylist ~v*)"], ["(+sort ~mylist %W~*)"], ["(+sort ~mylist %R~*)"],
+             ["+sort", "~*"], ["+sort", "~mylist", "(+sort %R~*)"]]
+    calls = [("SORT", "mylist", "BY", "v*"), ("SORT", "mylist", "GET", "v*"), ("SORT", "mylist", "BY", "nosort"),
+             ("SORT_RO", "mylist", "BY", "v*"), ("SORT", "mylist", "BY", "v*", "bogus")]
+    seen = []
+    for srv in (server, redis_ref):
+        admin = redis.Redis(port=srv.port, decode_responses=True)
+        admin.set("v1", 1)
+        admin.lpush("mylist", 1)
+        outcomes = []
+        for rule in rules:
+            admin.execute_command("ACL", "SETUSER", "sorter", "reset", "on", "nopass", *rule)
+            user = redis.Redis(port=srv.port, username="sorter", password="x", decode_responses=True)
+            outcomes.append([_reply(user, *argv) for argv in calls])
+            user.close()
+        admin.acl_deluser("sorter")
+        admin.delete("v1", "mylist")
+        admin.close()
+        seen.append(outcomes)
+    assert seen[0] == seen[1]
+
+
+def test_acl_pubsub_default_like_redis(redis_ref, server):
+    """acl-pubsub-default allchannels: users made after it, ``reset`` and new selectors get ``&*``
+    (and a channel pattern on top of that is refused); users made before keep what they had."""
+    steps = [("ACL", "SETUSER", "before"), ("CONFIG", "SET", "acl-pubsub-default", "allchannels"),
+             ("ACL", "SETUSER", "after"), ("ACL", "SETUSER", "sel", "(+get ~a)"), ("ACL", "SETUSER", "one", "&test"),
+             ("ACL", "SETUSER", "before", "reset"), ("CONFIG", "SET", "acl-pubsub-default", "resetchannels"),
+             ("ACL", "SETUSER", "late"), ("ACL", "SETUSER", "after", "reset")]
+    seen = []
+    for srv in (server, redis_ref):
+        c = redis.Redis(port=srv.port, decode_responses=True)
+        replies = [_reply(c, *argv) for argv in steps]
+        described = [c.execute_command("ACL", "GETUSER", name) for name in ("before", "after", "sel", "late")]
+        shown = [(d["channels"] if isinstance(d, dict) else dict(zip(d[::2], d[1::2], strict=True))["channels"])
+                 for d in described]
+        shown.append(sorted(line for line in c.execute_command("ACL", "LIST") if not line.startswith("user default")))
+        c.execute_command("ACL", "DELUSER", "before", "after", "sel", "one", "late")
+        c.execute_command("CONFIG", "SET", "acl-pubsub-default", "resetchannels")
+        c.close()
+        seen.append((replies, shown))
+    assert seen[0] == seen[1]

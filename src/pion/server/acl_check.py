@@ -91,6 +91,17 @@ def check(users: Users, user: User, spec: CommandSpec, argv: list[bytes]) -> tup
     return user.check(ref, argv, key_access(catalog), channel_args)  # type: ignore[arg-type]
 
 
+def has_full_key_access(users: Users, user_name: str, name: str, argv: list[bytes]) -> bool:
+    """Whether ``user_name`` may read every key while running ``argv`` (command ``name``):
+    Redis's ACLUserCheckCmdWithUnrestrictedKeyAccess with CMD_KEY_ACCESS, for SORT BY/GET."""
+    user = users.table.users.get(user_name)
+    if user is None or is_unrestricted(user):
+        return True
+    catalog = users.table.catalog
+    ref = catalog.lookup(name)
+    return ref is not None and user.has_unrestricted_key_access(ref, argv, key_access(catalog), channel_args, READ)
+
+
 def is_unrestricted(user: User) -> bool:
     root = user.root
     return root.allcommands and root.allkeys and root.allchannels

@@ -9,6 +9,7 @@ part the assembler hands to admission (``pion.server.admission``), which asks it
 from __future__ import annotations
 
 import ipaddress
+import os
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
@@ -102,16 +103,29 @@ def install(server: Server, specs: list[Any]) -> Security:
     """Users, tenants, the ACL file and TLS reloads, onto a built server."""
     users = users_of(server)
     part = Security(users, tenants.install(server, specs))
+    users.table.all_channels = _all_channels(server.settings)
     path = dict(server.settings.extra).get("aclfile", "")
     if path:
+        path = os.path.join(server.settings.dir, path)  # relative to dir, as Redis (it chdirs there)
         error = users.table.load_file(path)
         if error is not None:
             raise StartupError(f"Aborting startup because of ACL errors: {error}")
     if server.settings.tls_port:
         server.engines["tls"] = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
+    server.config_hooks.append(_pubsub_default_changed)
     server.config_checks.append(_config_changed)  # before any listener is bound
     return part
+
+
+def _all_channels(settings: Settings) -> bool:
+    return dict(settings.extra).get("acl-pubsub-default", "resetchannels").lower() == "allchannels"
+
+
+def _pubsub_default_changed(server: Server, old: Settings, new: Settings) -> str | None:
+    """CONFIG SET acl-pubsub-default: users made from now on (and ``reset``) follow it."""
+    users_of(server).table.all_channels = _all_channels(new)
+    return None
 
 
 def _config_changed(server: Server, old: Settings, new: Settings) -> str | None:
