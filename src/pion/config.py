@@ -43,6 +43,8 @@ class Settings:
     #: ``NAME:PASSWORD[:quota=1gb]`` specs, one per --tenant (repeatable), never shown by CONFIG
     tenants: tuple[str, ...] = ()
     tenants_file: str = ""
+    #: redis.conf ``user <name> <rules>`` lines (repeatable), applied at start (ACLLoadConfiguredUsers)
+    users: tuple[str, ...] = ()
     tls_port: int = 0
     tls_cert_file: str = ""
     tls_key_file: str = ""
@@ -234,6 +236,7 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "requirepass": ("requirepass", str, str),
     "tenant": ("tenants", lambda t: (t,), " ".join),  # repeatable: settings_from_pairs appends
     "tenants-file": ("tenants_file", str, str),
+    "user": ("users", lambda u: (u,), "\n".join),  # repeatable, like tenant
     "tls-port": ("tls_port", parse_int_value, str),
     "tls-cert-file": ("tls_cert_file", str, str),
     "tls-key-file": ("tls_key_file", str, str),
@@ -287,7 +290,7 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
 
 
 #: parameters that may be given more than once; each occurrence adds to a tuple
-REPEATABLE = frozenset({"tenant"})
+REPEATABLE = frozenset({"tenant", "user"})
 
 
 def settings_from_pairs(pairs: list[tuple[str, str]], base: Settings | None = None) -> Settings:

@@ -283,6 +283,35 @@ def test_a_relative_aclfile_is_relative_to_dir(make_server, tmp_path):
     c.close()
 
 
+def test_users_declared_in_the_config_file(make_server, tmp_path):
+    """redis.conf ``user`` lines (ACLLoadConfiguredUsers): each user is reset, then its rules
+    apply, ``user default ...`` included; a bad rule, or users next to an aclfile, stop the start."""
+    from pion.cli.flags import read_file
+    from pion.config import settings_from_pairs
+
+    conf = tmp_path / "pion.conf"
+    conf.write_text("user default on nopass ~* +@all\nuser alice on >pw ~a:* &news +get +publish\n")
+    users = settings_from_pairs(read_file(str(conf))).users
+    assert users == ("default on nopass ~* +@all", "alice on >pw ~a:* &news +get +publish")
+    srv = make_server(users=users)
+    c = redis.Redis(port=srv.port, decode_responses=True)
+    with pytest.raises(redis.exceptions.NoPermissionError, match="channels"):
+        c.publish("news", "x")  # the default user was reset: no channels (acl-pubsub-default)
+    alice = as_user(srv, "alice")
+    assert alice.get("a:1") is None and alice.publish("news", "x") == 0
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        alice.get("b:1")
+    assert "user" not in c.config_get("*")
+    for clients in (c, alice):
+        clients.close()
+    with pytest.raises(Exception, match="Error in user declaration 'bob'"):
+        make_server(users=("bob on +nosuch",), dir=str(tmp_path / "bad1"))
+    acl = tmp_path / "users.acl"
+    acl.write_text("user default on nopass ~* &* +@all\n")
+    with pytest.raises(Exception, match="users defined in redis.conf and at the same setting an ACL file"):
+        make_server(users=("bob on",), extra=(("aclfile", str(acl)),), dir=str(tmp_path / "bad2"))
+
+
 def test_a_broken_aclfile_stops_the_start(make_server, tmp_path):
     path = tmp_path / "bad.acl"
     path.write_text("user x on +nosuchcommand\n")

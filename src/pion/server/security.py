@@ -105,17 +105,36 @@ def install(server: Server, specs: list[Any]) -> Security:
     part = Security(users, tenants.install(server, specs))
     users.table.all_channels = _all_channels(server.settings)
     path = dict(server.settings.extra).get("aclfile", "")
+    if path and server.settings.users:
+        raise StartupError(_USERS_AND_ACLFILE)
     if path:
         path = os.path.join(server.settings.dir, path)  # relative to dir, as Redis (it chdirs there)
         error = users.table.load_file(path)
         if error is not None:
             raise StartupError(f"Aborting startup because of ACL errors: {error}")
+    for line in server.settings.users:
+        _configure_user(users, line)
     if server.settings.tls_port:
         server.engines["tls"] = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
     server.config_hooks.append(_pubsub_default_changed)
     server.config_checks.append(_config_changed)  # before any listener is bound
     return part
+
+
+_USERS_AND_ACLFILE = ("Configuring Redis with users defined in redis.conf and at the same setting an ACL file path "
+                      "is invalid. This setup is very likely to lead to configuration errors and security holes, "
+                      "please define either an ACL file or declare users directly in your redis.conf, but not both.")
+
+
+def _configure_user(users: Users, line: str) -> None:
+    """A redis.conf ``user <name> <rules...>`` line: ACLLoadConfiguredUsers (the user is reset
+    first, so ``user default ...`` replaces the default user's rules); a bad rule stops the start."""
+    name, *rules = line.split(" ")
+    try:
+        users.table.set_user(name, [b"reset", *(rule.encode() for rule in rules if rule)])
+    except ValueError as exc:
+        raise StartupError(f"Error in user declaration '{name}': {exc}") from None
 
 
 def _all_channels(settings: Settings) -> bool:
