@@ -306,6 +306,8 @@ def test_users_declared_in_the_config_file(make_server, tmp_path):
         clients.close()
     with pytest.raises(Exception, match="Error in user declaration 'bob'"):
         make_server(users=("bob on +nosuch",), dir=str(tmp_path / "bad1"))
+    with pytest.raises(Exception, match="Error in user declaration 'foo': Duplicate user found"):
+        make_server(users=("foo", "foo on"), dir=str(tmp_path / "bad3"))
     acl = tmp_path / "users.acl"
     acl.write_text("user default on nopass ~* &* +@all\n")
     with pytest.raises(Exception, match="users defined in redis.conf and at the same setting an ACL file"):
@@ -448,3 +450,38 @@ def test_acl_pubsub_default_like_redis(redis_ref, server):
         c.close()
         seen.append((replies, shown))
     assert seen[0] == seen[1]
+
+
+def test_acl_load_closes_the_connections_of_reloaded_users_like_redis(make_server, tmp_path):
+    """ACL LOAD frees every user but ``default`` (copied in place) and kills their clients; the
+    caller, when it is such a user, gets its OK and then loses the connection (acl.tcl's "ACL
+    load and save"). Compared with a redis-server started on the same ACL file, on raw sockets
+    (redis-py would reconnect behind the test's back)."""
+    from tests.conftest import RawConnection
+    from tests.support.servers import RedisServer
+
+    if not RedisServer.available():
+        pytest.skip("redis-server not installed")
+    text = "user default on nopass ~* &* +@all\nuser alice on >alice ~* &* +@all\nuser eve on >eve ~* +get\n"
+    for name in ("pion", "redis"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "users.acl").write_text(text)
+    ref = RedisServer(tmp_path / "redis", "--aclfile", str(tmp_path / "redis" / "users.acl")).start()
+    try:
+        seen = []
+        for port in (make_server(extra=(("aclfile", "users.acl"),), dir=str(tmp_path / "pion")).port, ref.port):
+            plain, alice, eve = RawConnection(port), RawConnection(port), RawConnection(port)
+            for conn, user in ((alice, "alice"), (eve, "eve")):
+                conn.cmd("AUTH", user, user)
+                conn.read_exactly(b"+OK\r\n")
+            alice.cmd("ACL", "LOAD")
+            outcome = [alice.read_some()]
+            outcome += [conn.is_closed() for conn in (alice, eve, plain)]
+            plain.cmd("PING")
+            outcome.append(plain.read_some())
+            seen.append(outcome)
+            for conn in (plain, alice, eve):
+                conn.close()
+    finally:
+        ref.stop()
+    assert seen[0] == seen[1] == [b"+OK\r\n", True, True, False, b"+PONG\r\n"]

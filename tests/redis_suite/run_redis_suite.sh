@@ -88,9 +88,9 @@ if [ "$MODE" = spawn ]; then
   cat >"$WORK/src/redis-server" <<SHIM
 #!/usr/bin/env bash
 exec "$SERVER_BIN" "\$@" > >(exec sed -u -E \\
-  -e 's/^([0-9]+):(.*)ready to accept connections/pion PID: \\1\\n\\1:\\2Ready to accept connections/' \\
-  -e 's/address already in use/address already in use (Failed listening on port)/' \\
-  -e 's/^([0-9]+):(.*(could not start|Aborting startup|Traceback).*)/pion PID: \\1\\n\\1:\\2/') 2>&1
+  -e "/ready to accept connections/{s/ready to/Ready to/; s/^/pion PID: \$\$\\n/}" \\
+  -e "s/address already in use/address already in use (Failed listening on port)/" \\
+  -e "/ERROR pion[.]server:|Traceback|^pion-server: /s/^/pion PID: \$\$\\n/") 2>&1
 SHIM
   chmod +x "$WORK/src/redis-server"
   for tool in redis-cli redis-benchmark redis-check-aof; do

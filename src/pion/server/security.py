@@ -112,8 +112,9 @@ def install(server: Server, specs: list[Any]) -> Security:
         error = users.table.load_file(path)
         if error is not None:
             raise StartupError(f"Aborting startup because of ACL errors: {error}")
+    declared: set[str] = set()
     for line in server.settings.users:
-        _configure_user(users, line)
+        _configure_user(users, line, declared)
     if server.settings.tls_port:
         server.engines["tls"] = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
@@ -127,10 +128,15 @@ _USERS_AND_ACLFILE = ("Configuring Redis with users defined in redis.conf and at
                       "please define either an ACL file or declare users directly in your redis.conf, but not both.")
 
 
-def _configure_user(users: Users, line: str) -> None:
+def _configure_user(users: Users, line: str, declared: set[str]) -> None:
     """A redis.conf ``user <name> <rules...>`` line: ACLLoadConfiguredUsers (the user is reset
-    first, so ``user default ...`` replaces the default user's rules); a bad rule stops the start."""
+    first, so ``user default ...`` replaces the default user's rules); a bad rule, or a second
+    line for the same user, stops the start."""
     name, *rules = line.split(" ")
+    if name in declared:
+        raise StartupError(f"Error in user declaration '{name}': Duplicate user found. A user can only be defined "
+                           "once in config files")
+    declared.add(name)
     try:
         users.table.set_user(name, [b"reset", *(rule.encode() for rule in rules if rule)])
     except ValueError as exc:

@@ -266,9 +266,12 @@ def acl_load(ctx: Ctx, argv: list[bytes]):
     error = users.table.load_file(path)
     if error is not None:
         raise ReplyError(f"ERR {error}")
-    for client in list(ctx.server.clients.values()):
-        if client.user not in users.users:
-            _disconnect_user(ctx, client.user)
+    # Redis 7.0 frees every user but the default one (copied in place) and kills their clients,
+    # the caller's own connection after this reply; tenants' users stay bound to their keyspaces.
+    for name in {client.user for client in ctx.server.clients.values()}:
+        user = users.users.get(name)
+        if name != "default" and (user is None or user.tenant is None):
+            _disconnect_user(ctx, name)
     return OK
 
 
