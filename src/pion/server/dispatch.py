@@ -372,7 +372,16 @@ class Dispatcher:
         self.server.stat_numcommands += 1
 
     def _count_rejected(self, argv: list[bytes]) -> None:
-        self.server.stat_rejected += 1
+        """Redis's rejectCommand: a call refused by the lookup counts as a rejected call of the
+        command it names when there is one (a wrong arity), in commandstats."""
+        table = self.table.by_name
+        spec = table.get(argv[0]) or table.get(argv[0].lower())
+        if spec is not None and spec.subcommands and len(argv) > 1:
+            spec = spec.subcommands.get(argv[1].lower())
+        if spec is None:
+            self.server.stat_rejected += 1
+        else:
+            self._count(spec.full_name, 0, rejected=True)
 
     def count_unblocked_error(self, argv: list[bytes] | None, error: ReplyError) -> None:
         """A blocked command that ends in an error (its group destroyed, CLIENT UNBLOCK ERROR):
