@@ -16,11 +16,11 @@ from typing import Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.server.acl_check import has_full_key_access
 from pion.server.args import ArgCursor
-from pion.server.auth import users_of
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.server.security.acl_check import has_full_key_access
+from pion.server.security.auth import users_of
 from pion.storage.keyspace import Database, now_ms, type_name
 from pion.storage.list_value import ListValue, list_fill
 
