@@ -117,7 +117,7 @@ def install(server: Server, specs: list[Any]) -> Security:
     for line in server.settings.users:
         _configure_user(users, line, declared)
     if server.settings.tls_port:
-        server.engines["tls"] = tls.make_context(server.settings)
+        server.parts.tls = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
     server.config_hooks.append(_pubsub_default_changed)
     server.config_checks.append(_config_changed)  # before any listener is bound
