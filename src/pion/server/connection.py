@@ -209,7 +209,12 @@ class Connection(asyncio.BufferedProtocol):
                 if tracking.pending:
                     tracking.send_pending()
                 break
-            self._append_reply(reply)
+            if client.reply_mode == "on":  # _append_reply's common case, inline
+                data = encode_vectored(reply, client.proto)
+                out.append(data)
+                self.out_size += len(data) if data.__class__ is bytes else data.nbytes
+            else:
+                self._append_reply(reply)
             if tracking.pending:  # invalidations this command caused for its own client follow its reply
                 tracking.send_pending()
             if self.out_size > HIGH_WATER:
