@@ -328,12 +328,15 @@ class Connection(asyncio.BufferedProtocol):
             self.out.clear()
             self.out_size = 0
             held = transport.get_write_buffer_size()
-            if held > HIGH_WATER:  # until resume_writing: the transport drained it
-                self.server.held_output[self] = held
-            if self._over_output_limit(held):
-                log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
-                transport.abort()
-                return
+            if not held:  # all of it went out: under any limit (_over_output_limit(0), without asking)
+                self.soft_since = 0.0
+            else:
+                if held > HIGH_WATER:  # until resume_writing: the transport drained it
+                    self.server.held_output[self] = held
+                if self._over_output_limit(held):
+                    log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
+                    transport.abort()
+                    return
         if self.close_after_flush:
             transport.close()
 
