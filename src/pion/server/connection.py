@@ -73,6 +73,9 @@ class Connection(asyncio.BufferedProtocol):
         self.auth_failures = 0
         #: the last read went straight into a large argument's buffer (get_buffer)
         self._direct = False
+        #: this loop thread's shared receive buffer (made on the loop thread, which the
+        #: connection never leaves), looked up once rather than on every read
+        self._buffer = _receive_buffer()
 
     # -- asyncio callbacks ---------------------------------------------------------------
 
@@ -111,7 +114,7 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         target = self.reader.recv_target()
         self._direct = target is not None
-        return target if target is not None else _receive_buffer()
+        return target if target is not None else self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._direct:
@@ -121,7 +124,7 @@ class Connection(asyncio.BufferedProtocol):
             except Exception as exc:
                 self._broken(exc)
         else:
-            self.data_received(_receive_buffer()[:nbytes].tobytes())
+            self.data_received(self._buffer[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         client = self.client
