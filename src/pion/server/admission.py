@@ -63,8 +63,7 @@ class Admission:
         refusal = self.command_refusal(client, spec, argv, route=True)
         if refusal is not None:
             return refusal
-        if client.proto == 2 and (client.subscriptions or client.patterns or client.shard_subscriptions) \
-                and argv[0].lower() not in SUBSCRIBED_RESP2:  # subscription_count, without the property: every command asks
+        if client.proto == 2 and client.subscription_count and argv[0].lower() not in SUBSCRIBED_RESP2:
             return ReplyError(
                 f"ERR Can't execute '{spec.full_name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
                 "PING / QUIT / RESET are allowed in this context"
