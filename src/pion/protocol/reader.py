@@ -140,7 +140,9 @@ class RequestReader:
             receiving = self._walk_held(bytes(part))
         except ProtocolError as exc:
             self._poison = exc
-            return part[: max(self._walk.frame - self._chunks_len, 0)]  # type: ignore[union-attr]
+            if self._walk is None:  # the held frames themselves are malformed: nothing more goes in
+                return part[:0]
+            return part[: max(self._walk.frame - self._chunks_len, 0)]
         if receiving >= BIG_ARG:
             self._check_at = 0  # the frame goes to BigFrame at the next look
         self._suspect = True
@@ -240,6 +242,8 @@ class RequestReader:
                 return None
             self._check_failed_frame()
             raise ProtocolError(_hiredis_message(str(exc))) from None
+        except TypeError:  # a '%' map or '~' set element holding an array: hiredis cannot hash it
+            raise ProtocolError("expected '$', got something else") from None
         if frame is False:
             if self._chunks_len >= self._check_at:
                 self._check_pending()
