@@ -26,24 +26,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def json_cells(out: str, name, value: str) -> dict[str, float]:
+    """``name(row) -> value row[value]`` for each JSON result line a benchmark printed."""
+    return {name(r): r[value] for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
+
+
 def vstore(out: str, _tmp: Path) -> dict[str, float]:
     """GB/s per cell (higher is better)."""
-    cells = {}
-    for line in out.splitlines():
-        if line.startswith("{"):
-            r = json.loads(line)
-            cells[f"vstore {r['server']} {r['shape']} {r['codec']} {r['op']} {r['fmt']} GB/s"] = r["gbps"]
-    return cells
+    return json_cells(out, lambda r: f"vstore {r['server']} {r['shape']} {r['codec']} {r['op']} {r['fmt']} GB/s", "gbps")
 
 
 def resp(out: str, _tmp: Path) -> dict[str, float]:
     """ops/s per cell (higher is better)."""
-    cells = {}
-    for line in out.splitlines():
-        if line.startswith("{"):
-            r = json.loads(line)
-            cells[f"resp {r['test']} -P {r['pipeline']} {r['size']} B ops/s"] = r["pion_ops"]
-    return cells
+    return json_cells(out, lambda r: f"resp {r['test']} -P {r['pipeline']} {r['size']} B ops/s", "pion_ops")
 
 
 def ttft(_out: str, tmp: Path) -> dict[str, float]:

@@ -21,7 +21,7 @@ For each command it prints:
   leaf helpers), for a fuller picture.
 
 The command passes through ``connection`` and ``dispatch`` first; modules outside the request
-(the cron, the log writer thread) are not counted: only stacks rooted in ``server.connection``
+(the cron, the log writer thread) are not counted: only stacks rooted in ``server.net.connection``
 (the loop) or ``server.deferred`` (a worker) are. ``--strict N`` exits 1 when a path is longer
 than ``N`` modules or has a climb (the test ``tests/server/test_kv_path.py`` runs it that way).
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOTS = ("pion.server.connection", "pion.server.deferred")
+ROOTS = ("pion.server.net.connection", "pion.server.deferred")
 #: where the bytes of a K/V store land and a hit's are read: the arena files, a layer's rows, the
 #: prefix index (LOOKUP's answer)
 SINKS = ("pion.storage.arena", "pion.kvcache.layer", "pion.kvcache.prefix")

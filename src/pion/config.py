@@ -92,7 +92,7 @@ class Settings:
     attention_warm_bytes: int = 1024**3
     # Stage 2: attend only the last N prefix tokens when a query does not say (0 = the whole prefix)
     attention_fa_window: int = 0
-    # breadcrumbs (pion.server.status): paths default to the data directory; breadcrumbs off: neither
+    # breadcrumbs (pion.server.durability.status): paths default to the data directory; breadcrumbs off: neither
     crash_log: str = ""
     status_file: str = ""
     breadcrumbs: bool = True

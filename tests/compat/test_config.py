@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from pion.server.config_table import HIDDEN, LOOKUP
+from pion.server.admin.config_table import HIDDEN, LOOKUP
 from tests.conftest import RawConnection
 
 

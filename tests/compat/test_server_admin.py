@@ -263,7 +263,7 @@ def test_lolwut(rr):
     art = rr.execute_command("LOLWUT")
     text = art.decode() if isinstance(art, bytes) else art
     from pion import __version__
-    from pion.server.info import REDIS_VERSION
+    from pion.server.admin.info import REDIS_VERSION
 
     assert text.endswith(f"Pion ver. {__version__} - Redis ver. {REDIS_VERSION}\n")
     assert rr.execute_command("LOLWUT", "VERSION", "5")

@@ -168,7 +168,7 @@ def test_restart_maps_zero_copy_blobs_instead_of_reading_them(node):
     server = node.server
     persistence = server.engines["persistence"]
     ref = node.call(server.engines["arenas"].put, b"z" * 100_000)
-    from pion.server.persistence_hooks import Replayer
+    from pion.server.durability.persistence_hooks import Replayer
 
     replayer = Replayer(persistence)
     view = replayer._blob(ref, zero_copy=True)
@@ -207,8 +207,8 @@ def test_loading_refuses_commands_while_the_log_is_replayed(node, monkeypatch):
     node.start()
     node.client().set("k", "v")
     node.stop()
-    from pion.server import persistence_hooks
-    from pion.server.client import Client
+    from pion.server.durability import persistence_hooks
+    from pion.server.net.client import Client
 
     seen: list = []
     original = persistence_hooks.Replayer.apply

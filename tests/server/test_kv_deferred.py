@@ -13,7 +13,7 @@ from tests.support.servers import ThreadServer, make_settings
 
 from pion.codecs import get_codec
 from pion.server import deferred
-from pion.server.persistence import WAL_DIR
+from pion.server.durability.persistence import WAL_DIR
 
 TOKENS, DIM = 2048, 192  # 1.5 MB of fp32 a layer: over DEFER_MIN and the reader's BIG_ARG
 

@@ -167,7 +167,7 @@ def test_lookup_errors_record_nothing(r, args, message):
 
 def test_a_hit_waits_until_the_rows_are_durable(server, r):
     """A LOOKUP from another client is not answered HIT before the store's log record is durable."""
-    from pion.server.journal import Journal
+    from pion.server.durability.journal import Journal
 
     class ManualJournal(Journal):
         def __init__(self):

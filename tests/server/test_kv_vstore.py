@@ -269,7 +269,7 @@ def test_truncate_and_drop(r):
 
 
 def test_stores_are_logged_encoded_as_fmt_raw(server, r):
-    from pion.server.journal import Journal
+    from pion.server.durability.journal import Journal
 
     class Recorder(Journal):
         def __init__(self):

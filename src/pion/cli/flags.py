@@ -14,7 +14,7 @@ import os
 import shlex
 
 from pion.config import PARAMETERS, ConfigError, read_config_file
-from pion.server import config_table as table
+from pion.server.admin import config_table as table
 
 #: value-less flags: flag name -> the (parameter, value) it sets
 SWITCHES = {

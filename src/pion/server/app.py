@@ -17,21 +17,21 @@ from typing import Any
 
 from pion import __version__
 from pion.config import Settings
+from pion.server.admin.info import default_info_sections, note_startup_memory
+from pion.server.admin.latency import LatencyMonitor, install_latency
+from pion.server.admin.slowlog import SlowLog
 from pion.server.admission import Admission
 from pion.server.blocking import BlockingManager
-from pion.server.client import Client
 from pion.server.commands import load_table
 from pion.server.component import Component
-from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
-from pion.server.info import default_info_sections, note_startup_memory
-from pion.server.journal import Journal
-from pion.server.latency import LatencyMonitor, install_latency
+from pion.server.durability.journal import Journal
+from pion.server.net.client import Client
+from pion.server.net.connection import Connection
 from pion.server.pause import ClientPause
 from pion.server.pubsub import PubSubHub
 from pion.server.redaction import monitor_argv
-from pion.server.slowlog import SlowLog
 from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
 
@@ -246,7 +246,7 @@ class Server:
         class (``normal 0 0 0``, ``pubsub 32mb 8mb 60`` by default, as Redis)."""
         cached = self._obuf
         if cached is None or cached[0] is not self.settings:
-            from pion.server.config_values import OBUF_DEFAULT, check_obuf, parse_obuf
+            from pion.server.admin.config_values import OBUF_DEFAULT, check_obuf, parse_obuf
 
             raw = dict(self.settings.extra).get("client-output-buffer-limit", "")
             try:
@@ -307,7 +307,7 @@ class Server:
             server = await loop.create_server(lambda: Connection(self), hosts, settings.port, reuse_address=True, backlog=511)
             self._servers.append(server)
         if settings.tls_port:
-            from pion.server.tls import listen_tls
+            from pion.server.net.tls import listen_tls
 
             self.engines["tls_listener"] = await listen_tls(self, list(settings.bind) or ["127.0.0.1"])
             self._servers.append(self.engines["tls_listener"])

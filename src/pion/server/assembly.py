@@ -21,9 +21,11 @@ from pion.server.context import kv_engine
 
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
-    from pion.server import cluster, metrics, persistence, replication, security
+    from pion.server import cluster, metrics, replication
     from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
+    from pion.server.durability import persistence
     from pion.server.scripting import engine as scripting
+    from pion.server.security import security
 
     tenant_specs = security.check_startup(settings)
     server = Server(settings)
@@ -49,7 +51,7 @@ def install_kvcache(server: Server) -> KVEngine:
     from pion.server.commands.kv_export import clean_stale_exports
     from pion.server.commands.kv_stage import abort_idle
     from pion.server.commands.kv_substrates import info_section
-    from pion.server.persistence import SnapshotExtension
+    from pion.server.durability.persistence import SnapshotExtension
 
     kv = kv_engine(server)
     server.info_sections["pion"] = info_section

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from pion.kvcache import KVSpace
     from pion.kvcache.stats import Ledger
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.storage.arena import ArenaStore
     from pion.storage.keyspace import Database
 

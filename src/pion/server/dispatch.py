@@ -22,7 +22,7 @@ from pion.storage.faults import DiskWriteError
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 #: returned to the connection when the client is now blocked; it must stop reading commands.
 BLOCKED = object()

@@ -23,7 +23,7 @@ from pion.server.pubsub import TENANT_SHIFT
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
     from pion.storage.keyspace import Database
 

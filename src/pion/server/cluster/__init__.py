@@ -19,7 +19,7 @@ from pion.server.cluster.state import ClusterState
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 

@@ -3,7 +3,7 @@
 The state behind them is ``pion.server.replication.Replication`` (``server.engines
 ["replication"]``, docs/replication.md). A bare server without it (unit tests) answers as a
 master that has no replicas: ROLE at offset 0, WAIT counting 0. WAITAOF reports the local fsync
-of the caller's last write (the log's group commit, ``pion.server.wal_journal``) and the
+of the caller's last write (the log's group commit, ``pion.server.durability.wal_journal``) and the
 replicas that acknowledged it.
 """
 

@@ -82,13 +82,13 @@ def install(server: Any) -> SearchEngine:
     tenants = server.engines.get("tenants")
     if tenants is not None:  # a tenant's indexes count against its quota (issue #13, item 6)
         from pion.server.pubsub import TENANT_SHIFT
-        from pion.server.tenants import owner_of
+        from pion.server.security.tenants import owner_of
 
         tenants.usage_sources.append(
             lambda name: eng.memory_bytes_where(lambda db_id, owner=owner_of(name): db_id >> TENANT_SHIFT == owner))
     persistence = server.engines.get("persistence")
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
 
         persistence.snapshot_extensions.append(SnapshotExtension(name="search", dump=eng.dump, load=eng.load))
     return eng

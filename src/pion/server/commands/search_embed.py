@@ -24,12 +24,12 @@ import numpy as np
 
 from pion.embedding.providers import EmbeddingError
 from pion.protocol.errors import ReplyError
-from pion.server.client import Client
 from pion.server.commands.ai_embed import embedder_of, text_of, with_vectors
 from pion.server.commands.search_admin import engine as search_engine
 from pion.server.commands.search_query import _sort_loader
 from pion.server.commands.search_replies import search_reply
 from pion.server.context import Ctx
+from pion.server.net.client import Client
 from pion.server.registry import command
 from pion.storage.hash_value import HashValue
 from pion.vector import search

@@ -13,11 +13,11 @@ from pion import __version__
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Status, Verbatim
+from pion.server.admin.info import REDIS_VERSION
+from pion.server.admin.latency import doctor_report
 from pion.server.args import parse_int
 from pion.server.commands.client_cmds import syntax_error_for
 from pion.server.context import Ctx
-from pion.server.info import REDIS_VERSION
-from pion.server.latency import doctor_report
 from pion.server.registry import command
 
 _ADMIN = "admin noscript loading stale"
@@ -130,7 +130,7 @@ def slowlog_help(ctx: Ctx, argv: list[bytes]):
     return help_lines(SLOWLOG_HELP)
 
 
-# -- LATENCY (pion.server.latency) --------------------------------------------------------------------------
+# -- LATENCY (pion.server.admin.latency) --------------------------------------------------------------------------
 
 LATENCY_HELP = [
     "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -153,7 +153,7 @@ LATENCY_HELP = [
 def latency_latest(ctx: Ctx, argv: list[bytes]):
     """LATENCY LATEST
 
-    Per event (pion.server.latency): the time and latency of its last sample, and its all-time high.
+    Per event (pion.server.admin.latency): the time and latency of its last sample, and its all-time high.
     """
     return ctx.server.latency.latest()
 

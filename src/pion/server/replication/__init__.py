@@ -190,7 +190,7 @@ def install(server: Server) -> Replication:
     server.cron_hooks.append(repl.cron)
     persistence = server.engines.get("persistence")
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
         from pion.server.replication.fullsync import EXTENSION
 
         persistence.snapshot_extensions.append(SnapshotExtension(EXTENSION, repl.dump, repl.load))

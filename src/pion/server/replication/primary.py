@@ -22,7 +22,7 @@ from pion.server.replication.stream import Backlog, Chunk, StreamEncoder, comman
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 log = logging.getLogger("pion.replication")
 

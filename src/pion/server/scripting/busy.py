@@ -39,8 +39,8 @@ from pion.server.dispatch import BLOCKED
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
     from pion.server.context import Ctx
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 log = logging.getLogger("pion.script")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
-from pion.server.info import REDIS_VERSION
+from pion.server.admin.info import REDIS_VERSION
 from pion.server.scripting.busy import Runner, ScriptRun
 from pion.server.scripting.functions import Function, Libraries, parse_shebang
 from pion.server.scripting.runtime import LuaState, Rand48, sha1hex
@@ -160,7 +160,7 @@ def install(server: Server) -> ScriptingEngine:
     server.shutdown_hooks.append(engine.runner.shutdown)
     persistence = server.engines.get("persistence")
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
 
         persistence.snapshot_extensions.append(
             SnapshotExtension(name="functions", dump=engine.dump_libraries, load=engine.load_libraries)

@@ -89,7 +89,7 @@ def _reason(exc: BaseException) -> str:
 
 async def listen_tls(server: Server, hosts: list[str]) -> asyncio.AbstractServer:
     """Open the TLS listener with the context built at start (``server.engines["tls"]``)."""
-    from pion.server.connection import Connection
+    from pion.server.net.connection import Connection
 
     context = server.engines.get("tls")
     if context is None:

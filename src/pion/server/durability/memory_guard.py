@@ -49,7 +49,7 @@ class MemoryManager:
         tables) while maxmemory is set; otherwise the process's resident size."""
         if self.active:
             return self.accounting.used + self.structures + sum(extra() for extra in self.extra_bytes)
-        from pion.server.info import rss_bytes
+        from pion.server.admin.info import rss_bytes
 
         return rss_bytes()
 
@@ -86,7 +86,7 @@ class MemoryManager:
         kinds = self._kinds
         for db_index, argv in effects:
             if db_index >= len(dbs):
-                continue  # a tenant's database (server-wide id): its quota is counted by pion.server.tenants
+                continue  # a tenant's database (server-wide id): its quota is counted by pion.server.security.tenants
             kind = kinds.get(argv[0])
             if kind is None:
                 kind = kinds[argv[0]] = self._kind(argv[0])

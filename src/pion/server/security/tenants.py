@@ -24,14 +24,14 @@ import crc32c
 
 from pion.config import ConfigError, Settings, parse_memory
 from pion.protocol.errors import ReplyError
-from pion.server.auth import digest, users_of
 from pion.server.pubsub import TENANT_SHIFT
+from pion.server.security.auth import digest, users_of
 from pion.storage.memory import Accounting
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
     from pion.server.context import Ctx
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec, CommandTable
 
 log = logging.getLogger("pion.tenants")
@@ -344,7 +344,7 @@ def install(server: Server, specs: list[TenantSpec]) -> Tenants:
         observers.append(engine.observe)
     persistence = server.engines.get("persistence")
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
 
         persistence.snapshot_extensions.append(SnapshotExtension("tenants", engine.dump, engine.load, engine.sections))
     server.startup_hooks.append(lambda srv: engine.rescan())  # after recovery filled the keyspaces

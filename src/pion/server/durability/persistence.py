@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.server.bgsave import SaveJob
+from pion.server.durability.bgsave import SaveJob
+from pion.server.durability.memory_guard import MemoryManager
+from pion.server.durability.status import DataDirLock, DirLockedError, breadcrumbs, last_command
+from pion.server.durability.wal_journal import ObservedJournal, WalJournal
 from pion.server.errors import StartupError
-from pion.server.memory_guard import MemoryManager
-from pion.server.status import DataDirLock, DirLockedError, breadcrumbs, last_command
-from pion.server.wal_journal import ObservedJournal, WalJournal
 from pion.storage import wal
 from pion.storage.arena import ArenaStore
 from pion.storage.recovery import ARENA_DIR, WAL_DIR
@@ -379,7 +379,7 @@ def _arena_size(settings: Settings) -> int:
 
 def install(server: Server) -> Persistence:
     """Wire durability onto a server (make_server). Raises StartupError for a locked directory."""
-    from pion.server.persistence_hooks import wire
+    from pion.server.durability.persistence_hooks import wire
 
     owner = Persistence(server)
     try:

@@ -1,7 +1,7 @@
 """Authentication: the users (the default user of ``requirepass`` and the ``--tenant`` users),
 AUTH/HELLO credential checks, the cost of a failed guess and the ACL log. What the server shows
 of credentials is ``pion.server.redaction``; the checks that refuse an unsafe start and the
-wiring of users, tenants and TLS are ``pion.server.security``.
+wiring of users, tenants and TLS are ``pion.server.security.security``.
 
 A failed AUTH holds the connection's replies for a delay that doubles with each recent failure
 from the same connection or address (25 ms up to 2 s), queued behind the address's other pending
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.server.acl_users import User, UserTable
+from pion.server.security.acl_users import User, UserTable
 
 if TYPE_CHECKING:
     from pion.config import Settings
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 log = logging.getLogger("pion.auth")
 
@@ -49,12 +49,12 @@ def digest(password: bytes) -> bytes:
 
 
 class Users:
-    """``server.engines["acl"]``: the ACL users (``pion.server.acl_users``), the failure counters
+    """``server.engines["acl"]``: the ACL users (``pion.server.security.acl_users``), the failure counters
     and the ACL log. The default user takes ``requirepass`` as its password; each ``--tenant`` is a
     user bound to its own keyspace (``User.tenant``)."""
 
     def __init__(self, server: Server) -> None:
-        from pion.server.acl_check import catalog_of
+        from pion.server.security.acl_check import catalog_of
 
         self.server = server
         self.table = UserTable(catalog_of(server.table))
@@ -207,7 +207,7 @@ class AclLog:
         self.next_id = 0
 
     def add(self, client: Client, reason: str, obj: str, username: str) -> None:
-        from pion.server.client_info import client_line
+        from pion.server.net.client_info import client_line
 
         now = int(time.time() * 1000)
         context = "lua" if client.in_script else ("multi" if client.executing or client.multi is not None

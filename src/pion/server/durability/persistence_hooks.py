@@ -22,7 +22,7 @@ from pion.storage.serialize import PayloadError, load_value
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.persistence import Persistence
+    from pion.server.durability.persistence import Persistence
 
 log = logging.getLogger("pion.persistence")
 

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pion.server.config_table import MULTI_ARG, PARAMS
+from pion.server.admin.config_table import MULTI_ARG, PARAMS
 
 if TYPE_CHECKING:
     from pion.config import Settings
@@ -70,7 +70,7 @@ def _host(host: str) -> str:
 
 
 def _serve(server: Server, sock: socket.socket) -> None:
-    from pion.server.connection import Connection
+    from pion.server.net.connection import Connection
 
     loop = asyncio.get_running_loop()
     task = loop.create_task(loop.create_server(lambda: Connection(server), sock=sock, backlog=511))

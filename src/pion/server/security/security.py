@@ -12,15 +12,16 @@ import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
-from pion.server import tenants, tls
-from pion.server.acl_check import refusal as acl_refusal
-from pion.server.auth import Users, users_of
 from pion.server.errors import StartupError
+from pion.server.net import tls
+from pion.server.security import tenants
+from pion.server.security.acl_check import refusal as acl_refusal
+from pion.server.security.auth import Users, users_of
 
 if TYPE_CHECKING:
     from pion.config import Settings
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 
