@@ -57,7 +57,7 @@ BENCHES = {
                 "--durable"], vstore),
     "resp": (["benchmarks/bench_resp.py", "--requests", "20000", "--clients", "20", "--sizes", "3,65536",
               "--tests", "set,get"], resp),
-    "ttft": (["benchmarks/bench_ttft.py", "--smoke", "--first-hit-runs", "0"], ttft),
+    "ttft": (["benchmarks/bench_ttft.py", "--smoke", "--runs", "5", "--first-hit-runs", "0"], ttft),
 }
 
 
