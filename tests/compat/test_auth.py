@@ -326,7 +326,7 @@ def test_guesses_from_many_connections_of_one_address_wait_in_line(locked):
 
 
 def test_an_address_with_a_full_queue_gets_its_auths_refused_unchecked(locked):
-    users = locked.server.engines["acl"]
+    users = locked.server.parts.acl
     guesser = RawConnection(locked.port)
     guesser.cmd("AUTH", "guess")
     assert guesser.read_some(5).startswith(b"-WRONGPASS")

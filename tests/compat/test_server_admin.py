@@ -32,21 +32,21 @@ def test_time_reply_is_two_bulk_strings(raw):
 
 
 def test_lastsave_is_the_persistence_engines_time(raw, server):
-    engine = server.server.engines.get("persistence")
+    engine = server.server.parts.persistence
     expected = 0 if engine is None else int(engine.lastsave() if callable(engine.lastsave) else engine.lastsave)
     raw.cmd("LASTSAVE")
     assert raw.read_some() == b":%d\r\n" % expected
 
 
 def test_lastsave_is_zero_without_a_persistence_engine(raw, server):
-    engines = server.server.engines
-    saved = server.call(engines.pop, "persistence", None)
+    parts = server.server.parts
+    saved = server.call(lambda: parts.persistence)
+    server.call(setattr, parts, "persistence", None)
     try:
         raw.cmd("LASTSAVE")
         assert raw.read_some() == b":0\r\n"
     finally:
-        if saved is not None:
-            server.call(engines.__setitem__, "persistence", saved)
+        server.call(setattr, parts, "persistence", saved)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -307,7 +307,7 @@ def test_tenants_get_separate_kv_spaces(server, r):
     assert err(other, "V.INFO", "shared-name") == "session not found"
     assert other.execute_command("V.CREATE", "shared-name", 64) == 0
     assert b"value_dim:32" in r.execute_command("V.INFO", "shared-name")
-    assert set(server.server.engines["kvcache"].spaces) == {b"", b"acme"}
+    assert set(server.server.parts.kvcache.spaces) == {b"", b"acme"}
 
 
 @pytest.mark.parametrize("count", [4, 8192])  # on the loop, and in the worker pool

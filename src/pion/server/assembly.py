@@ -58,10 +58,11 @@ def install_kvcache(server: Server) -> KVEngine:
     server.resetstat_hooks.append(lambda srv: kv.reset_ledgers())
     server.startup_hooks.append(clean_stale_exports)
     server.cron_hooks.append(abort_idle)  # staged stores whose writer went quiet
-    arenas = server.engines.get("arenas")
+    server.shutdown_hooks.append(lambda srv: kv.close_exports())  # V.EXPORT files (may be shared memory)
+    arenas = server.parts.arenas
     if arenas is not None:  # mapped rows are checked against their crc before use
         kv.check_blobs_with(arenas.blob_ok)
-    owner = server.engines.get("persistence")
+    owner = server.parts.persistence
     if owner is not None:
         owner.snapshot_extensions.append(SnapshotExtension(
             name="kvcache", dump=lambda: persist.dump(kv), load=lambda data: persist.load(kv, data)))

@@ -19,10 +19,9 @@ if TYPE_CHECKING:
 
 def kv_engine(server: Server) -> KVEngine:
     """The server's K/V engine (made on first use by a bare server in a unit test)."""
-    engines = server.engines
-    found = engines.get("kvcache")
+    found = server.parts.kvcache
     if found is None:
-        found = engines["kvcache"] = KVEngine()
+        found = server.parts.kvcache = KVEngine()
     return found
 
 
@@ -118,14 +117,14 @@ class Ctx:
         too small to be referenced (``kvcache.rows.ARENA_MIN``), or no log to reference it from."""
         if nbytes < ARENA_MIN or self.replaying or not self.server.settings.appendonly:
             return None
-        return self.server.engines.get("arenas")
+        return self.server.parts.arenas
 
     def charge(self, nbytes: int, what: str) -> None:
         """Refuse (-OOM) ``nbytes`` more the server would hold for this client (a reply, a state
         buffer, an export file) over ``maxmemory`` or the client's tenant quota."""
         if self.replaying:
             return
-        memory = self.server.engines.get("memory")
+        memory = self.server.parts.memory
         refusal = memory.admit(self.client, nbytes, what) if memory is not None else None
         if refusal is not None:
             raise refusal

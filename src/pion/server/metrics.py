@@ -106,7 +106,7 @@ class ServerCollector:
 
     def _keyspace(self, counter: Any, gauge: Any) -> Iterator[Any]:
         server = self.server
-        memory = server.engines.get("memory")
+        memory = server.parts.memory
         if memory is not None:
             yield gauge("pion_memory_used_bytes", "INFO used_memory: the dataset estimate under "
                         "maxmemory, else the resident size", value=memory.used_memory())
@@ -120,7 +120,7 @@ class ServerCollector:
         yield counter("pion_evicted_keys", "keys evicted under maxmemory", value=server.stat_evicted)
 
     def _kvcache(self, counter: Any, gauge: Any) -> Iterator[Any]:
-        engine = self.server.engines.get("kvcache")
+        engine = self.server.parts.kvcache
         if engine is None:
             return
         labels = ["tenant"]
@@ -256,6 +256,6 @@ def install(server: Server) -> MetricsEndpoint | None:
     if exposed:
         log.warning("metrics on %s: no password protects /metrics (command names, counts, sizes)",
                     settings.metrics_bind)
-    server.engines["metrics"] = endpoint
+    server.parts.metrics = endpoint
     server.add_component(endpoint)
     return endpoint

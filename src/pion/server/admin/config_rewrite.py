@@ -47,7 +47,7 @@ def apply_listeners(server: Server, old: Settings, new: Settings) -> tuple[str, 
         return ("bind", "Failed to bind to specified addresses.") if same_port else (
             "port", "Unable to listen on this port. Check server logs.")
     dropped = not same_port or bool(set(_hosts(old.bind)) - set(_hosts(new.bind)))
-    tls = server.engines.get("tls_listener")  # the TLS listener keeps its addresses (SECURITY.md)
+    tls = server.parts.tls_listener  # the TLS listener keeps its addresses (SECURITY.md)
     closing = [srv for srv in server._servers if _is_tcp(srv) and srv is not tls] if dropped else []
     for listener in closing:
         listener.close()

@@ -192,7 +192,7 @@ def _parse_or(raw: bytes, default: int) -> int:
 
 
 def _user_exists(ctx: Ctx, name: str) -> bool:
-    acl = ctx.server.engines.get("acl")
+    acl = ctx.server.parts.acl
     users = getattr(acl, "users", None)
     return name == "default" or (users is not None and name in users)
 

@@ -18,7 +18,6 @@ from pion.protocol.errors import SYNTAX, ReplyError
 from pion.server.args import arg, strict_int
 from pion.server.commands.kv_fetch import check_blobs, holds
 from pion.server.commands.kv_vstore import DEFER_MIN
-from pion.server.context import kv_engine
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -49,7 +48,6 @@ def v_export(ctx, argv):
     exports = sp.exports
     if exports.directory is None:
         tenant = getattr(ctx.client, "tenant", None) or b""
-        remove_at_shutdown(ctx.server)
         try:
             base = ctx.kv_engine.export_root(ctx.server.settings.dir)
             exports.open_directory(base, tenant.encode() if isinstance(tenant, str) else tenant)
@@ -90,13 +88,6 @@ def v_export(ctx, argv):
         abandon()
         raise
     return finish(ctx, None)
-
-
-def remove_at_shutdown(server) -> None:
-    """Once per server: a clean shutdown deletes the export files (they may be shared memory)."""
-    if not getattr(server, "exports_hooked", False):
-        server.exports_hooked = True
-        server.shutdown_hooks.append(lambda srv: kv_engine(srv).close_exports())
 
 
 def guarded(job, path) -> None:

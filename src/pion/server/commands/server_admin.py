@@ -41,7 +41,7 @@ def lastsave(ctx: Ctx, argv: list[bytes]):
 
     The persistence engine's last successful snapshot time; 0 while there is none.
     """
-    engine = ctx.server.engines.get("persistence")
+    engine = ctx.server.parts.persistence
     value = getattr(engine, "lastsave", 0) if engine is not None else 0
     return int(value() if callable(value) else value)
 
@@ -63,7 +63,7 @@ def shutdown(ctx: Ctx, argv: list[bytes]):
     if b"ABORT" in options:
         raise ReplyError("ERR No shutdown in progress.")
     server = ctx.server
-    engine = server.engines.get("persistence")
+    engine = server.parts.persistence
     if b"SAVE" in options and engine is not None and callable(getattr(engine, "save", None)):
         try:
             engine.save()
@@ -279,7 +279,7 @@ def module_list(ctx: Ctx, argv: list[bytes]):
     Pion loads no Redis modules; its built-in engines that stand in for one (search, JSON) are
     listed under the module's name and version, so clients enable their features.
     """
-    return [dict(entry) for entry in ctx.server.engines.get("modules", ())]
+    return [dict(entry) for entry in ctx.server.parts.modules]
 
 
 def _no_modules(ctx: Ctx, argv: list[bytes]):

@@ -86,7 +86,7 @@ def memory_stats(ctx: Ctx, argv: list[bytes]):
 def _dataset(server) -> tuple[int, int]:
     """(estimated bytes of the keys and values, number of keys); sampled when the keyspace is big."""
     keys = sum(len(db.data) for db in server.dbs)
-    memory = server.engines.get("memory")
+    memory = server.parts.memory
     if memory is not None and hasattr(memory, "used_memory"):
         return int(memory.used_memory()), keys
     sample = [(k, v) for db in server.dbs for k, v in list(db.data.items())[:1000]]

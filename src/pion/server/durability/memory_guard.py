@@ -26,7 +26,7 @@ _RESCAN = frozenset({b"flushall", b"flushdb", b"swapdb"})
 
 
 class MemoryManager:
-    """``server.engines["memory"]``: INFO's ``used_memory`` and the eviction guard."""
+    """``server.parts.memory``: INFO's ``used_memory`` and the eviction guard."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -146,7 +146,7 @@ class MemoryManager:
             if used + held + nbytes > limit:
                 return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (a {nbytes}-byte "
                                   f"{what}; {used} bytes of data and {held} of unsent replies are held)")
-        tenants = self.server.engines.get("tenants")
+        tenants = self.server.parts.tenants
         if tenants is not None and client is not None and client.tenant is not None:
             return tenants.charge(client, nbytes, f"the {what}")
         return None

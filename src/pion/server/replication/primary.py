@@ -173,7 +173,7 @@ class PrimarySide:
             log.info("replica %s:%d is gone", link.ip, link.port)
 
     async def _full_sync(self, link: ReplicaLink, legacy: bool = False) -> None:
-        owner = self.server.engines.get("persistence")
+        owner = self.server.parts.persistence
         try:
             while owner.job is not None:  # one snapshot at a time (they share the change tracking)
                 await asyncio.sleep(0.05)

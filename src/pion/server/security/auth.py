@@ -25,7 +25,6 @@ from pion.protocol.errors import ReplyError
 from pion.server.security.acl_users import User, UserTable
 
 if TYPE_CHECKING:
-    from pion.config import Settings
     from pion.server.app import Server
     from pion.server.net.client import Client
 
@@ -49,7 +48,7 @@ def digest(password: bytes) -> bytes:
 
 
 class Users:
-    """``server.engines["acl"]``: the ACL users (``pion.server.security.acl_users``), the failure counters
+    """``server.parts.acl``: the ACL users (``pion.server.security.acl_users``), the failure counters
     and the ACL log. The default user takes ``requirepass`` as its password; each ``--tenant`` is a
     user bound to its own keyspace (``User.tenant``)."""
 
@@ -136,9 +135,9 @@ def _host_of(client: Client) -> str:
 
 
 def users_of(server: Server) -> Users:
-    found = server.engines.get("acl")
+    found = server.parts.acl
     if found is None:
-        found = server.engines["acl"] = Users(server)
+        found = server.parts.acl = Users(server)
     return found
 
 
@@ -224,7 +223,7 @@ class AclLog:
                                 "username": username, "created": now, "updated": now, "client-info": info,
                                 "entry-id": self.next_id})
         self.next_id += 1
-        limit = _int_setting(self.server.settings, "acllog-max-len", 128)
+        limit = self.server.settings.acllog_max_len
         del self.entries[max(limit, 0):]
 
     def reply(self, count: int | None) -> list[dict[bytes, Any]]:
@@ -236,8 +235,3 @@ class AclLog:
             b"age-seconds": (now - e["created"]) / 1000.0, b"client-info": e["client-info"].encode(),
             b"entry-id": e["entry-id"], b"timestamp-created": e["created"], b"timestamp-last-updated": e["updated"],
         } for e in chosen]
-
-
-def _int_setting(settings: Settings, name: str, default: int) -> int:
-    raw = dict(settings.extra).get(name, "")
-    return int(raw) if raw.lstrip("-").isdigit() else default

@@ -109,7 +109,7 @@ def install(server: Server, specs: list[Any]) -> Security:
         if error is not None:
             raise StartupError(f"Aborting startup because of ACL errors: {error}")
     if server.settings.tls_port:
-        server.engines["tls"] = tls.make_context(server.settings)
+        server.parts.tls = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
     server.config_checks.append(_config_changed)  # before any listener is bound
     return part
