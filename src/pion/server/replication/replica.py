@@ -192,7 +192,6 @@ class ReplicaSide:
             ref = BlobRef.unpack(await self._read(reader, 24))
             data = await self._read(reader, ref.length)
             mapping[ref] = arenas.put(data)
-            arenas.take_recent()  # nothing logs these: do not keep the bytes alive
             del data
         log.info("full resync payload received: %d bytes, %d blobs, in %.2f s", self.sync_total, count,
                  time.time() - self.sync_started)
