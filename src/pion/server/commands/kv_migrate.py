@@ -24,9 +24,8 @@ from pion.codecs.artifact import Artifact, pack
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.keyslot import SLOTS, key_slot
-from pion.server.args import parse_int
+from pion.server.args import check_ns, parse_int
 from pion.server.commands.kv_artifact import collect
-from pion.server.commands.kvcache import check_ns, space
 from pion.server.commands.migrate import IO_CONNECT, IO_READ, IO_WRITE, encode_request, transfer_option
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
@@ -75,7 +74,7 @@ def kv_prefix_migrate(ctx, argv):
     unless COPY; named, it is an error.
     """
     options = _Options(argv)
-    sp = space(ctx)
+    sp = ctx.kv_space()
     names = options.namespaces or sorted(ns for ns in sp.registry.prefixes if key_slot(ns) == options.slot)
     sending: list[tuple[bytes, object, Artifact]] = []
     unsendable: list[bytes] = []
@@ -162,7 +161,7 @@ class _Replies:
 
 def _finish(ctx, options: _Options, sending: list, unsendable: list[bytes], replies: list):
     """Drop what the target took (unless COPY, and only the prefix that was sent); the moved names."""
-    sp = space(ctx)
+    sp = ctx.kv_space()
     dispatcher = ctx.server.dispatcher
     moved, first_error = [], None
     for (ns, _, _), reply in zip(sending, replies, strict=True):
