@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from pion.server.admin.config_table import HIDDEN, LOOKUP
+from pion.server.component import Component
 from tests.conftest import RawConnection
 
 
@@ -232,18 +233,25 @@ def test_config_resetstat_clears_the_counters(r):
     assert r.info("errorstats") == {}
 
 
-def test_config_resetstat_runs_engine_hooks(r, server):
+def test_config_resetstat_runs_the_parts_resetstat(r, server):
     calls = []
-    server.call(server.server.resetstat_hooks.append, lambda srv: calls.append(srv))
+
+    class Counting(Component):
+        def resetstat(self) -> None:
+            calls.append(self)
+
+    part = Counting()
+    server.call(server.server.add_component, part)
     r.config_resetstat()
-    assert calls == [server.server]
+    assert calls == [part]
 
 
-def test_config_hook_refusal_rolls_back(r, server):
-    def refuse_appendfsync(srv, old, new):
-        return "the log cannot change policy now" if old.appendfsync != new.appendfsync else None
+def test_config_part_refusal_rolls_back(r, server):
+    class Refusing(Component):
+        def config_changed(self, old, new):
+            return "the log cannot change policy now" if old.appendfsync != new.appendfsync else None
 
-    server.call(server.server.config_hooks.append, refuse_appendfsync)
+    server.call(server.server.add_component, Refusing())
     with pytest.raises(redis.ResponseError, match="^CONFIG SET failed \\(possibly related to argument 'appendfsync'"
                                                  "\\) - the log cannot change policy now$"):
         r.config_set("appendfsync", "no")

@@ -17,7 +17,7 @@ from typing import Any
 
 from pion import __version__
 from pion.config import Settings
-from pion.server.admin.info import default_info_sections, note_startup_memory
+from pion.server.admin.info import add_section_before, default_info_sections, note_startup_memory
 from pion.server.admin.latency import LatencyMonitor, install_latency
 from pion.server.admin.slowlog import SlowLog
 from pion.server.admission import Admission
@@ -37,10 +37,6 @@ from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
 
 log = logging.getLogger("pion.server")
-
-#: run at start, after the core is built and before listening (recovery, engines)
-StartupHook = Callable[["Server"], Any]
-
 
 class Server:
     def __init__(self, settings: Settings) -> None:
@@ -81,32 +77,26 @@ class Server:
         self.stat_keyspace_hits = 0
         self.stat_keyspace_misses = 0
         self.paused_until = 0.0
-        #: SHUTDOWN's choice (SAVE, NOSAVE or neither), read by durability's shutdown hook
+        #: SHUTDOWN's choice (SAVE, NOSAVE or neither), read by durability's final save
         self.shutdown_mode = "default"
         self.pause = ClientPause(self)
         #: INFO sections by name, in INFO's order; engines add sections or replace the defaults
         self.info_sections: dict[str, Callable[[Server], dict[str, object]]] = default_info_sections()
         #: error prefix (ERR, WRONGTYPE, ...) -> count, for INFO errorstats
         self.error_stats: dict[str, int] = {}
-        #: CONFIG RESETSTAT calls these too (engine counters)
-        self.resetstat_hooks: list[Callable[[Server], Any]] = []
         self.latency: LatencyMonitor = install_latency(self)  # LATENCY events, INFO latencystats
-        #: after CONFIG SET swaps settings: hook(server, old, new) -> error text to refuse and roll back
-        self.config_hooks: list[Callable[[Server, Settings, Settings], str | None]] = []
         #: pure checks of a CONFIG SET, run before anything (a listener, a hook) is changed
         self.config_checks: list[Callable[[Server, Settings, Settings], str | None]] = []
         #: DEBUG subcommands an engine provides (RELOAD, ...): lower-case name -> handler(ctx, argv)
         self.debug_hooks: dict[str, Callable[..., Any]] = {}
-        self.startup_hooks: list[StartupHook] = []
-        self.shutdown_hooks: list[Callable[[Server], Any]] = []
-        self.cron_hooks: list[Callable[[Server], Any]] = [self.tracking.cron]
         #: called with (db, key) on every key signal (live search indexing)
         self.key_hooks: list[Callable[[Database, bytes], Any]] = []
         #: called with (db, "flush" | "swap") when a database was emptied or swapped whole
         self.reset_hooks: list[Callable[[Database, str], Any]] = []
         #: the optional parts (durability, security, engines, scale-out), typed, set by their installers
         self.parts = Parts()
-        #: parts built on the component protocol (pion.server.component), in start order
+        #: the parts on the component protocol (pion.server.component), in start order: started
+        #: in order, stopped in reverse, their cron, CONFIG SET, CONFIG RESETSTAT and INFO moments
         self.components: list[Component] = []
         #: tenant name -> its own databases (ids unique server-wide, see Database.id)
         self.tenant_dbs: dict[str, list[Database]] = {}
@@ -144,8 +134,22 @@ class Server:
             dispatcher.apply_settings(value)
 
     def add_component(self, component: Component) -> None:
-        """Started after the start-up hooks (recovery), stopped in reverse order at shutdown."""
+        """A part on the component protocol: started in the order added, stopped in reverse, its
+        INFO section placed (``pion.server.component``)."""
         self.components.append(component)
+        sections = self.info_sections
+        name = component.info_name
+        if name is not None:
+            answer = lambda srv, part=component: part.info_section()  # noqa: E731
+            if name in sections or component.info_before is None:
+                sections[name] = answer  # a default's place, or the end
+            else:
+                add_section_before(sections, component.info_before, name, answer)
+        for extended in component.info_extends:
+            base = sections.get(extended)
+            if base is not None:
+                sections[extended] = lambda srv, base=base, part=component, name=extended: {
+                    **base(srv), **part.info_extra(name)}
 
     def _make_replay_client(self) -> Client:
         client = Client(0, self)
@@ -290,12 +294,8 @@ class Server:
     # -- running ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Run startup hooks (recovery), then open the listeners."""
+        """Start the parts in order (durability's recovery first), then open the listeners."""
         self._stopping = asyncio.Event()
-        for hook in self.startup_hooks:
-            result = hook(self)
-            if asyncio.iscoroutine(result):
-                await result
         for component in self.components:
             await component.start()
         loop = asyncio.get_running_loop()
@@ -358,10 +358,6 @@ class Server:
                 await component.stop()
             except Exception:  # one part failing to stop must not keep the log from its flush
                 log.exception("stopping %s failed", component.name)
-        for hook in self.shutdown_hooks:
-            result = hook(self)
-            if asyncio.iscoroutine(result):
-                await result
         self.journal.close()
         if self.settings.unixsocket:
             with contextlib.suppress(OSError):
@@ -402,8 +398,7 @@ class Server:
                 ):
                     client.conn.close_soon()
                     client.conn.flush()
-        for hook in self.cron_hooks:
-            hook(self)
+        self.tracking.cron(self)
         for component in self.components:
             component.cron()
 

@@ -13,9 +13,13 @@ Admission (``pion.server.admission``) is handed the security, memory and durabil
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from pion.config import Settings
 from pion.kvcache import KVEngine
 from pion.server.app import Server
+from pion.server.component import Component
 from pion.server.context import kv_engine
 
 
@@ -24,12 +28,13 @@ def make_server(settings: Settings) -> Server:
     from pion.server import cluster, metrics, replication
     from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
     from pion.server.durability import persistence
+    from pion.server.durability.persistence_hooks import FinalSave
     from pion.server.scripting import engine as scripting
     from pion.server.security import security
 
     tenant_specs = security.check_startup(settings)
     server = Server(settings)
-    persistence.install(server)
+    durability = persistence.install(server)  # first: recovery starts first, the lock goes last
     cluster.install(server)  # cluster-enabled yes: a node that redirects by slot (admission asks it)
     server.admission.security = security.install(server, tenant_specs)
     scripting.install(server)
@@ -40,6 +45,7 @@ def make_server(settings: Settings) -> Server:
     ai_memory.install(server)  # the semantic cache's and agent memory's own indexes, after a restart
     search_embed.install(server)  # FT vector fields the server fills from a text field (EMBED)
     replication.install(server)  # feeds replicas from the journal, follows replicaof (docs/replication.md)
+    server.add_component(FinalSave(durability))  # stopped before every engine above (reverse order)
     metrics.install(server)
     return server
 
@@ -54,11 +60,7 @@ def install_kvcache(server: Server) -> KVEngine:
     from pion.server.durability.persistence import SnapshotExtension
 
     kv = kv_engine(server)
-    server.info_sections["pion"] = info_section
-    server.resetstat_hooks.append(lambda srv: kv.reset_ledgers())
-    server.startup_hooks.append(clean_stale_exports)
-    server.cron_hooks.append(abort_idle)  # staged stores whose writer went quiet
-    server.shutdown_hooks.append(lambda srv: kv.close_exports())  # V.EXPORT files (may be shared memory)
+    server.add_component(KVCachePart(server, kv, info_section, clean_stale_exports, abort_idle))
     arenas = server.parts.arenas
     if arenas is not None:  # mapped rows are checked against their crc before use
         kv.check_blobs_with(arenas.blob_ok)
@@ -67,3 +69,32 @@ def install_kvcache(server: Server) -> KVEngine:
         owner.snapshot_extensions.append(SnapshotExtension(
             name="kvcache", dump=lambda: persist.dump(kv), load=lambda data: persist.load(kv, data)))
     return kv
+
+
+class KVCachePart(Component):
+    """The K/V engine's moments: stale V.EXPORT files removed at start, staged stores whose writer
+    went quiet aborted in the cron, exports closed at stop (they may be shared memory), INFO
+    ``# Pion`` (kept last), CONFIG RESETSTAT of its ledgers."""
+
+    name = "kvcache"
+    info_name = "pion"
+
+    def __init__(self, server: Server, kv: KVEngine, info: Callable[[Server], dict[str, Any]],
+                 clean: Callable[[Server], None], abort_idle: Callable[[Server], None]) -> None:
+        self.server, self.kv = server, kv
+        self._info, self._clean, self._abort_idle = info, clean, abort_idle
+
+    async def start(self) -> None:
+        self._clean(self.server)
+
+    async def stop(self) -> None:
+        self.kv.close_exports()
+
+    def cron(self) -> None:
+        self._abort_idle(self.server)
+
+    def resetstat(self) -> None:
+        self.kv.reset_ledgers()
+
+    def info_section(self) -> dict[str, Any]:
+        return self._info(self.server)

@@ -253,10 +253,10 @@ def default_info_sections() -> dict[str, Section]:
     }
 
 
-def add_section_before_pion(sections: dict[str, Section], name: str, section: Section) -> None:
-    """Add an engine's section just before Pion's own (``pion``), which INFO keeps last."""
+def add_section_before(sections: dict[str, Section], before: str, name: str, section: Section) -> None:
+    """Add a section just before ``before`` (at the end when there is none)."""
     ordered = list(sections.items())
-    at = next((i for i, (key, _) in enumerate(ordered) if key == "pion"), len(ordered))
+    at = next((i for i, (key, _) in enumerate(ordered) if key == before), len(ordered))
     ordered.insert(at, (name, section))
     sections.clear()
     sections.update(ordered)
@@ -270,5 +270,6 @@ def reset_stats(server: Server) -> None:
                  "stat_expired", "stat_evicted", "stat_keyspace_hits", "stat_keyspace_misses"):
         setattr(server, name, 0)
     _peaks.pop(server, None)
-    for hook in server.resetstat_hooks:
-        hook(server)
+    server.latency.histograms.clear()  # LATENCY HISTOGRAM, INFO latencystats
+    for component in server.components:
+        component.resetstat()

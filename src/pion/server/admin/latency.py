@@ -181,7 +181,8 @@ def _period(samples: Any) -> int:
 
 
 def install_latency(server: Server) -> LatencyMonitor:
-    """The server's monitor, with the INFO latencystats section and the CONFIG RESETSTAT hook."""
+    """The server's monitor, with the INFO latencystats section (CONFIG RESETSTAT clears its
+    histograms: ``pion.server.admin.info.reset_stats``)."""
     monitor = LatencyMonitor()
     sections = server.info_sections
     items = list(sections.items())
@@ -189,5 +190,4 @@ def install_latency(server: Server) -> LatencyMonitor:
     items.insert(at, ("latencystats", latencystats_section))
     sections.clear()
     sections.update(items)
-    server.resetstat_hooks.append(lambda srv: monitor.histograms.clear())
     return monitor

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pion.server.cluster.router import Router
 from pion.server.cluster.state import ClusterState
+from pion.server.component import Component
 
 if TYPE_CHECKING:
     from pion.server.app import Server
@@ -87,9 +88,29 @@ def install(server: Server) -> ClusterEngine | None:
     engine = server.parts.cluster = ClusterEngine(server)
     engine.router.kv_holds = lambda client, key: _kv_holds(server, client, key)
     server.admission.cluster = engine  # the slot check: after the ACL, before memory
-    server.info_sections["cluster"] = lambda _server: {"cluster_enabled": 1}
-    plain_server_section = server.info_sections["server"]
-    server.info_sections["server"] = lambda s: {**plain_server_section(s), "redis_mode": "cluster"}
-    server.startup_hooks.append(lambda _server: engine.poller.start())
-    server.shutdown_hooks.append(lambda _server: engine.poller.stop())
+    server.add_component(ClusterPart(engine))
     return engine
+
+
+class ClusterPart(Component):
+    """The cluster bus poller (started after recovery, stopped at shutdown), INFO ``# Cluster``
+    (``cluster_enabled:1``) and ``redis_mode:cluster`` in ``# Server``."""
+
+    name = "cluster"
+    info_name = "cluster"
+    info_extends = ("server",)
+
+    def __init__(self, engine: ClusterEngine) -> None:
+        self.engine = engine
+
+    async def start(self) -> None:
+        self.engine.poller.start()
+
+    async def stop(self) -> None:
+        await self.engine.poller.stop()
+
+    def info_section(self) -> dict[str, Any]:
+        return {"cluster_enabled": 1}
+
+    def info_extra(self, section: str) -> dict[str, Any]:
+        return {"redis_mode": "cluster"}

@@ -23,7 +23,7 @@ from pion.embedding.service import EmbedConfig, Embedder
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.server import deferred
-from pion.server.admin.info import add_section_before_pion
+from pion.server.component import Component
 from pion.server.context import Ctx
 from pion.server.registry import command
 
@@ -59,11 +59,30 @@ def install(server: Any) -> Embedder:
 
         raise StartupError(str(exc)) from None
     server.parts.embedding = embedder
-    server.startup_hooks.append(lambda srv: embedder.start())
-    server.shutdown_hooks.append(lambda srv: embedder.stop())
-    server.cron_hooks.append(lambda srv: embedder.cron())
-    add_section_before_pion(server.info_sections, "embedding", lambda srv: embedder.info())
+    server.add_component(EmbedderPart(embedder))
     return embedder
+
+
+class EmbedderPart(Component):
+    """The embedder's start (preload), stop, cron and INFO ``# Embedding`` (before ``# Pion``)."""
+
+    name = "embedding"
+    info_name = "embedding"
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    async def start(self) -> None:
+        self.embedder.start()
+
+    async def stop(self) -> None:
+        self.embedder.stop()
+
+    def cron(self) -> None:
+        self.embedder.cron()
+
+    def info_section(self) -> dict[str, Any]:
+        return self.embedder.info()
 
 
 def embedder_of(ctx: Ctx) -> Embedder:

@@ -22,6 +22,7 @@ from pion.semantic.owned import DimensionMismatch, field_text
 from pion.server.args import parse_float, parse_int, parse_nonneg_int
 from pion.server.commands.ai_embed import embedder_of, live_value, parse_options, run_writes, text_of, with_vectors
 from pion.server.commands.search_admin import engine as search_engine
+from pion.server.component import Component
 from pion.server.context import Ctx
 from pion.server.registry import command
 
@@ -39,16 +40,7 @@ def install(server: Any) -> None:
     """After recovery: every database whose marker says it had a semantic cache or agent memory
     gets its index again (the log carries the documents, not the index definitions)."""
 
-    def recreate(srv: Any) -> None:
-        eng = srv.parts.search
-        if eng is None:
-            return
-        for dbs in srv.all_db_lists():
-            for db in dbs:
-                for owned in (cache.OWNED, memory.OWNED):
-                    owned.recreate(eng, db, eng.values)
-
-    server.startup_hooks.append(recreate)
+    server.add_component(OwnedIndexes(server))
     if server.parts.agent_memory is None:
         server.parts.agent_memory = dict.fromkeys(COUNTERS, 0)
 
@@ -275,3 +267,23 @@ def memory_stats(ctx: Ctx, argv: list[bytes]):
     out.update({name.encode(): counts[name] for name in COUNTERS})
     return out
 
+
+
+class OwnedIndexes(Component):
+    """At start, after recovery and search's rebuild: the semantic cache's and agent memory's
+    indexes again, in every database whose marker says it had one."""
+
+    name = "ai-indexes"
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    async def start(self) -> None:
+        srv = self.server
+        eng = srv.parts.search
+        if eng is None:
+            return
+        for dbs in srv.all_db_lists():
+            for db in dbs:
+                for owned in (cache.OWNED, memory.OWNED):
+                    owned.recreate(eng, db, eng.values)

@@ -36,6 +36,7 @@ from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, Status
 from pion.server.args import arg, check_ns, strict_int
 from pion.server.commands.kv_stage import refuse_if_owned
+from pion.server.component import Component
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -55,8 +56,7 @@ def attention_engine(server) -> AttentionEngine:
         # BLAS's own threads spinning against the pool (or other processes) cost 2-5x under load
         threadpoolctl.threadpool_limits(1, user_api="blas")
         found = server.parts.attention = AttentionEngine(server.settings.attention_warm_bytes)
-        server.cron_hooks.append(partial(_sweep, ticks=[0]))
-        server.resetstat_hooks.append(lambda srv: srv.parts.attention.reset_stats())
+        server.add_component(AttentionPart(server, found))
         tenants = server.parts.tenants
         if tenants is not None:  # a tenant's warm views count against its quota (issue #13, item 6)
             tier = found.tier
@@ -65,14 +65,25 @@ def attention_engine(server) -> AttentionEngine:
     return found
 
 
-def _sweep(server, ticks: list[int]) -> None:
-    """Cron: forget views of rows dropped, evicted or overwritten (a view pins the chunks it was read from)."""
-    ticks[0] += 1
-    if ticks[0] % SWEEP_EVERY or server.loading:
-        return
-    kv = server.parts.kvcache
-    if kv is not None:
-        server.parts.attention.sweep(lambda key, view: source_current(kv.space(key[0]), view.source))
+class AttentionPart(Component):
+    """The attention engine, made at first use: its cron forgets views of rows dropped, evicted or
+    overwritten (a view pins the chunks it was read from); CONFIG RESETSTAT clears its counts."""
+
+    name = "attention"
+
+    def __init__(self, server, engine: AttentionEngine) -> None:
+        self.server, self.engine, self.ticks = server, engine, 0
+
+    def cron(self) -> None:
+        self.ticks += 1
+        if self.ticks % SWEEP_EVERY or self.server.loading:
+            return
+        kv = self.server.parts.kvcache
+        if kv is not None:
+            self.engine.sweep(lambda key, view: source_current(kv.space(key[0]), view.source))
+
+    def resetstat(self) -> None:
+        self.engine.reset_stats()
 
 
 def keep_warm(ctx, engine: AttentionEngine, key, view: PrefixView) -> None:

@@ -121,8 +121,8 @@ def config_set(ctx: Ctx, argv: list[bytes]):
     if failure is not None:
         raise ReplyError(_failed(failure[0], failure[1]))
     server.settings = new
-    for hook in server.config_hooks:
-        refusal = hook(server, old, new)
+    for component in server.components:  # the parts in start order (durability first)
+        refusal = component.config_changed(old, new)
         if refusal:
             server.settings = old
             apply_listeners(server, new, old)

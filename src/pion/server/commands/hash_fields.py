@@ -17,6 +17,7 @@ import weakref
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.server.args import parse_int
+from pion.server.component import Component
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.hash_value import NO_EXPIRE, HashValue
@@ -75,13 +76,25 @@ def schedule(ctx: Ctx, key: bytes, value: HashValue) -> None:
     heap = _SCHEDULES.get(server)
     if heap is None:
         heap = _SCHEDULES[server] = []
-        server.cron_hooks.append(sweep)
+        server.add_component(FieldExpirySweep(server))
     value.scheduled = value.next_expire
     heapq.heappush(heap, (value.next_expire, next(_TIE), ctx.db, key, value))
 
 
+class FieldExpirySweep(Component):
+    """The cron's part for hash fields (added at the first field TTL): ``sweep`` below."""
+
+    name = "hash-field-expiry"
+
+    def __init__(self, server) -> None:
+        self.server = server
+
+    def cron(self) -> None:
+        sweep(self.server)
+
+
 def sweep(server) -> None:
-    """Cron hook: expire the due fields of hashes nobody touched; log them as HDEL."""
+    """Cron: expire the due fields of hashes nobody touched; log them as HDEL."""
     heap = _SCHEDULES.get(server)
     if not heap or server.loading:
         return

@@ -17,6 +17,7 @@ import json
 import os
 import tempfile
 from concurrent.futures import Future
+from typing import Any
 
 from pion.moe import DISABLED_STATS, ExpertTier, Pruned, TierError
 from pion.moe.histograms import DEFAULT_NS, HistogramError
@@ -24,6 +25,7 @@ from pion.moe.resident import Entry, run_load
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, BulkParts
 from pion.server.args import arg
+from pion.server.component import Component
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -269,29 +271,44 @@ def install(server) -> ExpertTier | None:
     tier = ExpertTier(settings.moe_cache, settings.moe_cache_mib * 1024 * 1024, settings.dir)
     server.parts.moe = tier
 
-    def startup(srv):
+    server.add_component(ExpertTierPart(tier))
+    return tier
+
+
+class ExpertTierPart(Component):
+    """The expert tier: its resident-file directory opened at start and dropped at stop, its cron,
+    CONFIG SET moe-cache-mib, INFO ``# Moe`` (after ``# Pion``, where it always stood)."""
+
+    name = "moe"
+    info_name = "moe"
+    info_before = None
+
+    def __init__(self, tier: ExpertTier) -> None:
+        self.tier = tier
+
+    async def start(self) -> None:
         import asyncio
 
         from pion.server.errors import StartupError
 
         try:
-            tier.start(post=asyncio.get_running_loop().call_soon_threadsafe)
+            self.tier.start(post=asyncio.get_running_loop().call_soon_threadsafe)
         except (TierError, OSError) as exc:
             raise StartupError(f"MoE expert tier: {exc}") from None
 
-    server.startup_hooks.append(startup)
-    server.shutdown_hooks.append(lambda srv: tier.stop())
-    server.cron_hooks.append(lambda srv: tier.cron())
-    server.config_hooks.append(config_changed)
-    server.info_sections["moe"] = lambda srv: tier.info()
-    return tier
+    async def stop(self) -> None:
+        self.tier.stop()
 
+    def cron(self) -> None:
+        self.tier.cron()
 
-def config_changed(server, old, new) -> str | None:
-    """moe-cache is fixed at start; moe-cache-mib applies at once (evicting down to it)."""
-    if old.moe_cache != new.moe_cache:
-        return "moe-cache can only be set at start"
-    tier = server.parts.moe
-    if tier is not None and old.moe_cache_mib != new.moe_cache_mib:
-        tier.budget_changed(new.moe_cache_mib * 1024 * 1024)
-    return None
+    def config_changed(self, old, new) -> str | None:
+        """moe-cache is fixed at start; moe-cache-mib applies at once (evicting down to it)."""
+        if old.moe_cache != new.moe_cache:
+            return "moe-cache can only be set at start"
+        if old.moe_cache_mib != new.moe_cache_mib:
+            self.tier.budget_changed(new.moe_cache_mib * 1024 * 1024)
+        return None
+
+    def info_section(self) -> dict[str, Any]:
+        return self.tier.info()

@@ -17,7 +17,7 @@ from typing import Any
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, SetReply
-from pion.server.admin.info import add_section_before_pion
+from pion.server.component import Component
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.vector.engine import SearchEngine
@@ -66,11 +66,8 @@ def install(server: Any) -> SearchEngine:
     eng.databases = lambda: [db for dbs in server.all_db_lists() for db in dbs]
     server.key_hooks.append(eng.key_changed)
     server.reset_hooks.append(eng.database_reset)
-    server.startup_hooks.append(lambda srv: eng.start())
-    server.shutdown_hooks.append(lambda srv: eng.stop())
-    server.cron_hooks.append(lambda srv: eng.expire_temporary())
     server.parts.modules = list(MODULES)
-    add_section_before_pion(server.info_sections, "search", lambda srv: eng.info())
+    server.add_component(SearchPart(eng))
     memory = server.parts.memory
     if memory is not None and hasattr(memory, "extra_bytes"):
         memory.extra_bytes.append(eng.memory_bytes)
@@ -328,3 +325,26 @@ def eng_cursor_stats(ctx: Ctx, index: SearchIndex) -> dict[bytes, Any]:
     total = cursors.count(index)
     every = cursors.count(None)
     return {b"global_idle": every, b"global_total": every, b"index_capacity": 128, b"index_total": total}
+
+
+class SearchPart(Component):
+    """The search engine: indexes rebuilt from the loaded keyspace at start, closed at stop,
+    temporary indexes expired in the cron, INFO ``# Search`` (before ``# Pion``)."""
+
+    name = "search"
+    info_name = "search"
+
+    def __init__(self, eng: SearchEngine) -> None:
+        self.eng = eng
+
+    async def start(self) -> None:
+        self.eng.start()
+
+    async def stop(self) -> None:
+        self.eng.stop()
+
+    def cron(self) -> None:
+        self.eng.expire_temporary()
+
+    def info_section(self) -> dict[str, Any]:
+        return self.eng.info()

@@ -28,6 +28,7 @@ from pion.server.commands.ai_embed import embedder_of, text_of, with_vectors
 from pion.server.commands.search_admin import engine as search_engine
 from pion.server.commands.search_query import _sort_loader
 from pion.server.commands.search_replies import search_reply
+from pion.server.component import Component
 from pion.server.context import Ctx
 from pion.server.net.client import Client
 from pion.server.registry import command
@@ -234,12 +235,25 @@ def install(server: Any) -> AutoEmbedder:
     auto = AutoEmbedder(server)
     server.parts.auto_embed = auto
     server.key_hooks.append(auto.key_changed)
-    server.cron_hooks.append(lambda srv: auto.tick())  # scans (FT.CREATE, restarts) signal no keys
-    embedder = server.parts.embedding
-    section = server.info_sections.get("embedding") if embedder is not None else None
-    if section is not None:
-        server.info_sections["embedding"] = lambda srv: {**section(srv), **auto.info()}
+    server.add_component(AutoEmbedPart(auto))
     return auto
+
+
+class AutoEmbedPart(Component):
+    """The auto-embedder's cron (scans of FT.CREATE and restarts signal no keys) and its counts in
+    INFO ``# Embedding`` (where the embedder answers one)."""
+
+    name = "auto-embed"
+    info_extends = ("embedding",)
+
+    def __init__(self, auto: AutoEmbedder) -> None:
+        self.auto = auto
+
+    def cron(self) -> None:
+        self.auto.tick()
+
+    def info_extra(self, section: str) -> dict[str, Any]:
+        return self.auto.info()
 
 
 # -- FT.SEARCHTEXT ---------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def shutdown(ctx: Ctx, argv: list[bytes]):
 
     Pion stops at once (it never waits for replicas): NOW and FORCE are accepted and change
     nothing. SAVE asks the persistence engine for a snapshot first; the mode is left in
-    ``server.shutdown_mode`` for the shutdown hooks. On success the connection closes unanswered.
+    ``server.shutdown_mode`` for durability's final save. On success the connection closes unanswered.
     """
     options = {arg.upper() for arg in argv[1:]}
     if len(options) != len(argv) - 1 or not options <= {b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"}:

@@ -2,8 +2,8 @@
 
 ``install(server)`` (called by ``make_server``) takes the data-directory lock, opens the arenas,
 puts the journal in place (the write-ahead log when ``appendonly``), the memory guard, the INFO
-persistence section, the DEBUG RELOAD hook, and a startup hook that recovers the keyspace
-before the listeners open. ``server.parts.persistence`` is the ``Persistence`` object;
+persistence section, the DEBUG RELOAD hook, and its component (``persistence_hooks.Durability``),
+whose start recovers the keyspace before any other part starts and the listeners open. ``server.parts.persistence`` is the ``Persistence`` object;
 engines register ``SnapshotExtension``s on it (docs/dev/arena-contract.md).
 """
 

@@ -1,4 +1,5 @@
-"""The server hooks durability installs: recovery at startup, shutdown, admission, DEBUG RELOAD.
+"""What durability hands the server: recovery at start, the final save and the close at stop,
+the cron, CONFIG SET, INFO ``# Persistence``, admission, DEBUG RELOAD and friends.
 
 Recovery replays the log through the same command code as live traffic
 (``dispatcher.replay``). A blob argument arrives as a ``memoryview`` of its mapped arena for
@@ -15,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
+from pion.server.component import Component
 from pion.server.errors import StartupError
 from pion.storage.arena import ArenaError, BlobRef, snapshot_scope
 from pion.storage.recovery import RecoveryError, recover
 from pion.storage.serialize import PayloadError, load_value
 
 if TYPE_CHECKING:
+    from pion.config import Settings
     from pion.server.app import Server
     from pion.server.durability.persistence import Persistence
 
@@ -32,16 +35,27 @@ def wire(server: Server, owner: Persistence) -> None:
     server.parts.memory = owner.memory
     server.admission.durability = owner
     server.admission.memory = owner.memory
-    server.info_sections["persistence"] = owner.info
     server.debug_hooks["reload"] = lambda ctx, argv: debug_reload(owner, argv)
     server.debug_hooks["loadaof"] = lambda ctx, argv: debug_loadaof(owner)
     server.debug_hooks["panic"] = lambda ctx, argv: debug_panic(owner)
     server.debug_hooks["segfault"] = lambda ctx, argv: debug_segfault(owner)
     server.debug_hooks["fault"] = lambda ctx, argv: debug_fault(argv)
-    server.config_hooks.append(owner.config_changed)
-    server.cron_hooks.append(owner.cron)
+    server.add_component(Durability(owner))
 
-    async def startup(server: Server) -> None:
+
+class Durability(Component):
+    """Added first: recovery is the first start-up step (the keyspace is full before any other
+    part starts or a listener opens); stopped last: the log closed, the lock released. Its final
+    save is ``FinalSave``, a part of its own the assembler adds last."""
+
+    name = "durability"
+    info_name = "persistence"
+
+    def __init__(self, owner: Persistence) -> None:
+        self.owner = owner
+
+    async def start(self) -> None:
+        owner = self.owner
         owner.crash.start()
         try:
             load(owner)
@@ -55,11 +69,31 @@ def wire(server: Server, owner: Persistence) -> None:
         owner.started = True
         owner.status.tick(force=True)
 
-    async def shutdown(server: Server) -> None:
-        await stop(owner)
+    async def stop(self) -> None:
+        close(self.owner)
 
-    server.startup_hooks.append(startup)
-    server.shutdown_hooks.append(shutdown)
+    def cron(self) -> None:
+        self.owner.cron(self.owner.server)
+
+    def config_changed(self, old: Settings, new: Settings) -> str | None:
+        return self.owner.config_changed(self.owner.server, old, new)
+
+    def info_section(self) -> dict[str, Any]:
+        return self.owner.info(self.owner.server)
+
+
+class FinalSave(Component):
+    """Shutdown's save, before any engine tears its state down (the MoE tier forgets its models,
+    search closes its indexes: their snapshot extensions read them): the assembler adds it after
+    every engine, so it stops before them (``Component.stop`` runs in reverse)."""
+
+    name = "final-save"
+
+    def __init__(self, owner: Persistence) -> None:
+        self.owner = owner
+
+    async def stop(self) -> None:
+        await final_save(self.owner)
 
 
 def load(owner: Persistence) -> None:
@@ -182,8 +216,8 @@ class Replayer:
         return data
 
 
-async def stop(owner: Persistence) -> None:
-    """Shutdown: cancel a background save, save if snapshots are the only persistence, close."""
+async def final_save(owner: Persistence) -> None:
+    """Shutdown: cancel a background save, save if snapshots are the only persistence."""
     server = owner.server
     task = owner.task
     if task is not None:
@@ -198,6 +232,11 @@ async def stop(owner: Persistence) -> None:
             owner.save()
         except ReplyError:
             log.error("could not save the snapshot at shutdown")
+
+
+def close(owner: Persistence) -> None:
+    """Shutdown, after every other part stopped: the log closed, the status file says so, the
+    crash log stops and the data directory is unlocked."""
     owner.journal.close()
     owner.status.tick(force=True, state="stopped")
     owner.crash.stop()

@@ -3,9 +3,10 @@ WAIT, ROLE and INFO replication (docs/replication.md).
 
 ``install(server)`` (make_server, after persistence) puts a ``Replication`` in
 ``server.parts.replication``: a journal observer feeds the primary side's stream, an admission check
-refuses writes on a read-only replica, a startup hook follows ``replicaof`` from the config, a
-cron pings replicas and acknowledges to the primary, and a snapshot extension keeps a replica's
-replication id and offset with its data.
+refuses writes on a read-only replica, its component (``ReplicationPart``) follows ``replicaof``
+from the config at start, answers INFO replication and in the cron pings replicas and
+acknowledges to the primary, and a snapshot extension keeps a replica's replication id and
+offset with its data.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
+from pion.server.component import Component
 from pion.server.replication.primary import PrimarySide
 
 if TYPE_CHECKING:
@@ -180,29 +182,39 @@ def install(server: Server) -> Replication:
     if observers is not None:
         observers.append(repl.primary.feed)
     server.admission.replication = repl  # -READONLY on a read-only replica (pion.server.admission)
-    server.info_sections["replication"] = repl.info
-    stats = server.info_sections.get("stats")
-    if stats is not None:
-        def stats_with_syncs(server: Server, _stats: Any = stats) -> dict[str, Any]:
-            fields = _stats(server)
-            primary = repl.primary
-            fields.update({"sync_full": primary.full_syncs, "sync_partial_ok": primary.partial_syncs,
-                           "sync_partial_err": primary.partial_errors})
-            return fields
-
-        server.info_sections["stats"] = stats_with_syncs
-    server.cron_hooks.append(repl.cron)
+    server.add_component(ReplicationPart(server, repl))
     persistence = server.parts.persistence
     if persistence is not None:
         from pion.server.durability.persistence import SnapshotExtension
         from pion.server.replication.fullsync import EXTENSION
 
         persistence.snapshot_extensions.append(SnapshotExtension(EXTENSION, repl.dump, repl.load))
-
-    async def startup(server: Server) -> None:
-        target = server.settings.replicaof.split()
-        if len(target) == 2:
-            repl.follow(target[0], int(target[1]))
-
-    server.startup_hooks.append(startup)
     return repl
+
+
+class ReplicationPart(Component):
+    """Follows ``replicaof`` at start, feeds replicas in the cron, answers INFO ``# Replication``
+    and adds the full/partial sync counts to ``# Stats``."""
+
+    name = "replication"
+    info_name = "replication"
+    info_extends = ("stats",)
+
+    def __init__(self, server: Server, repl: Replication) -> None:
+        self.server, self.repl = server, repl
+
+    async def start(self) -> None:
+        target = self.server.settings.replicaof.split()
+        if len(target) == 2:
+            self.repl.follow(target[0], int(target[1]))
+
+    def cron(self) -> None:
+        self.repl.cron(self.server)
+
+    def info_section(self) -> dict[str, Any]:
+        return self.repl.info(self.server)
+
+    def info_extra(self, section: str) -> dict[str, Any]:
+        primary = self.repl.primary
+        return {"sync_full": primary.full_syncs, "sync_partial_ok": primary.partial_syncs,
+                "sync_partial_err": primary.partial_errors}

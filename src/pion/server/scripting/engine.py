@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
 from pion.server.admin.info import REDIS_VERSION
+from pion.server.component import Component
 from pion.server.scripting.busy import Runner, ScriptRun
 from pion.server.scripting.functions import Function, Libraries, parse_shebang
 from pion.server.scripting.runtime import LuaState, Rand48, sha1hex
@@ -152,12 +153,12 @@ def engine_of(server: Server) -> ScriptingEngine:
 
 
 def install(server: Server) -> ScriptingEngine:
-    """Wire scripting onto a server: the engine, the shutdown hook, the snapshot extension."""
+    """Wire scripting onto a server: the engine, its stop (``ScriptingPart``), the snapshot extension."""
     existing = server.parts.scripting
     if existing is not None:
         return existing
     engine = server.parts.scripting = ScriptingEngine(server)
-    server.shutdown_hooks.append(engine.runner.shutdown)
+    server.add_component(ScriptingPart(server, engine))
     persistence = server.parts.persistence
     if persistence is not None:
         from pion.server.durability.persistence import SnapshotExtension
@@ -166,3 +167,16 @@ def install(server: Server) -> ScriptingEngine:
             SnapshotExtension(name="functions", dump=engine.dump_libraries, load=engine.load_libraries)
         )
     return engine
+
+
+class ScriptingPart(Component):
+    """Scripting's one moment: at stop, a detached script (even one that wrote) is stopped at its
+    next hook."""
+
+    name = "scripting"
+
+    def __init__(self, server: Server, engine: ScriptingEngine) -> None:
+        self.server, self.engine = server, engine
+
+    async def stop(self) -> None:
+        self.engine.runner.shutdown(self.server)

@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
+from pion.server.component import Component
 from pion.server.errors import StartupError
 from pion.server.net import tls
 from pion.server.security import tenants
@@ -118,10 +119,24 @@ def install(server: Server, specs: list[Any]) -> Security:
         _configure_user(users, line, declared)
     if server.settings.tls_port:
         server.parts.tls = tls.make_context(server.settings)
-    server.config_hooks.append(tls.config_changed)
-    server.config_hooks.append(_pubsub_default_changed)
+    server.add_component(SecurityPart(server))
     server.config_checks.append(_config_changed)  # before any listener is bound
     return part
+
+
+class SecurityPart(Component):
+    """CONFIG SET of the TLS files (the context is reloaded) and of acl-pubsub-default."""
+
+    name = "security"
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def config_changed(self, old: Settings, new: Settings) -> str | None:
+        refusal = tls.config_changed(self.server, old, new)
+        if refusal:
+            return refusal
+        return _pubsub_default_changed(self.server, old, new)
 
 
 _USERS_AND_ACLFILE = ("Configuring Redis with users defined in redis.conf and at the same setting an ACL file path "

@@ -24,6 +24,7 @@ import crc32c
 
 from pion.config import ConfigError, Settings, parse_memory
 from pion.protocol.errors import ReplyError
+from pion.server.component import Component
 from pion.server.pubsub import TENANT_SHIFT
 from pion.server.security.auth import digest, users_of
 from pion.storage.memory import Accounting
@@ -347,7 +348,19 @@ def install(server: Server, specs: list[TenantSpec]) -> Tenants:
         from pion.server.durability.persistence import SnapshotExtension
 
         persistence.snapshot_extensions.append(SnapshotExtension("tenants", engine.dump, engine.load, engine.sections))
-    server.startup_hooks.append(lambda srv: engine.rescan())  # after recovery filled the keyspaces
+    server.add_component(TenantsPart(engine))
     if specs:
         log.info("tenants: %s", ", ".join(spec.name for spec in specs))
     return engine
+
+
+class TenantsPart(Component):
+    """At start, after recovery filled the keyspaces: count every tenant's memory again."""
+
+    name = "tenants"
+
+    def __init__(self, engine: Tenants) -> None:
+        self.engine = engine
+
+    async def start(self) -> None:
+        self.engine.rescan()
