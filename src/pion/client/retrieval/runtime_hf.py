@@ -105,16 +105,17 @@ class HfRuntime(RuntimeShim):
     def run_in_place(self, cache, token_ids, positions: np.ndarray, *, on_update=None, stop_after: int | None = None):
         """Recompute ``token_ids`` at ``positions`` (sorted, inside the cache) through the model.
 
-        Each token attends to every cached position up to its own; its new K/V replace the
+        Each token attends to every cached position up to its own (the attention reads the cache
+        only up to the last position recomputed); its new K/V replace the
         cached rows at its position, layer by layer. ``on_update(slot, new_k, new_v, old_k,
         old_v)`` sees them first (torch tensors ``[1, heads, m, dim]``). ``stop_after``: end the
         forward once that attention slot is written (CacheBlend's early-layer pass).
         """
         torch = self.torch
         index = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
-        total = int(cache.get_seq_length())
+        end = int(np.max(positions)) + 1  # nothing past the last token is visible: attend to [0, end) only
         dtype = cache.layers[self.adapter.layout.attn[0]].keys.dtype
-        visible = torch.arange(total, device=self.device)[None, :] <= index[:, None]
+        visible = torch.arange(end, device=self.device)[None, :] <= index[:, None]
         mask = torch.zeros(visible.shape, dtype=dtype, device=self.device)
         mask.masked_fill_(~visible, torch.finfo(dtype).min)
 
@@ -126,7 +127,7 @@ class HfRuntime(RuntimeShim):
                 on_update(layer_idx, key_states, value_states, layer.keys[:, :, index], layer.values[:, :, index])
             layer.keys[:, :, index] = key_states.to(layer.keys.dtype)
             layer.values[:, :, index] = value_states.to(layer.values.dtype)
-            return layer.keys, layer.values
+            return layer.keys[:, :, :end], layer.values[:, :, :end]
 
         cache.update = update
         try:
