@@ -256,6 +256,28 @@ def test_full_recompute_logits_equal_a_full_prefill_with_every_selector(rc, bloc
         assert int(np.argmax(got)) == int(np.argmax(expected))
 
 
+@pytest.mark.parametrize("plan", [Repair.cacheblend(0.2), Repair.cacheblend(0.2, 1, 2, 0.5, measure="kv"),
+                                  Repair.cacheblend(0.3, first_k=2, measure="k")], ids=["v1", "funnel-kv", "sinks-k"])
+def test_the_one_forward_funnel_equals_the_staged_passes(rc, plan):
+    """transformers narrows one forward (CacheBlend's progressive filtering: the unselected tokens'
+    hidden states dropped at each stage); it must choose and compute what separate passes do."""
+    from pion.client.retrieval.repair import run_repair
+
+    order = ["c2", "c3", "c0", "c1"]
+    ids = np.array(STUB + [t for c in order for t in CHUNKS[c]])
+    got = []
+    for one_pass in (True, False):
+        cache, _ = rc.prepare_multi(order, QUESTION)
+        report = run_repair(rc.composer.runtime, cache, ids, rc.last_prepare["segments"], plan, one_pass=one_pass)
+        got.append((report, rows(rc, cache), rc.adapter.forward(QUESTION, cache)))
+    (one, (k1, v1), logits1), (staged, (k2, v2), logits2) = got
+    assert one["positions"] == staged["positions"] and one["recomputed"] == staged["recomputed"]
+    assert one["compute"] <= staged["compute"]
+    assert rel_error(k1, k2) < 1e-5 and rel_error(v1, v2) < 1e-5 and rel_error(logits1, logits2) < 1e-5
+    if rc.adapter.runtime == "hf":
+        assert one["passes"] == 1 and one["compute"] < staged["compute"]
+
+
 def test_repair_validation(rc):
     with pytest.raises(ValueError):
         Repair(ratio=1.5)
@@ -278,7 +300,11 @@ def test_the_deviation_funnel_reranks_the_preselected_tokens_on_a_deeper_layer(r
     deviation = ((full_v[1, chunk_positions] - plain_v[1, chunk_positions]) ** 2).sum(axis=-1)
     preselected = set(chunk_positions[np.argsort(-deviation)[: int(np.ceil(0.5 * n))]].tolist())
     assert set(report["positions"]) <= preselected and report["recomputed"] == int(np.ceil(0.2 * n))
-    expected = (n * 2 + int(np.ceil(0.5 * n)) * 4 + report["recomputed"] * 4) / (n * 4)
+    pre = int(np.ceil(0.5 * n))
+    if report["passes"] == 1:  # one narrowing forward: n tokens through layers 0-1, the preselected through 2-3
+        expected = (n * 2 + pre * 2) / (n * 4)
+    else:  # a pass per stage from layer 0, then the chosen through every layer
+        expected = (n * 2 + pre * 4 + report["recomputed"] * 4) / (n * 4)
     assert report["compute"] == pytest.approx(expected)
     with pytest.raises(ValueError, match="deeper"):
         Repair.cacheblend(0.2, check_layer=2, refine_layer=1)

@@ -107,45 +107,65 @@ def top_deviation(positions: np.ndarray, deviation: np.ndarray, count: int) -> n
     return positions[order[:count]]
 
 
-def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, int]], plan: Repair) -> dict:
+def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, int]], plan: Repair,
+               one_pass: bool = True) -> dict:
     """Apply ``plan`` to ``cache`` (holding ``token_ids``; chunks at ``segments``); a report.
 
     The deviation selection is a funnel: every chunk token runs to ``check_layer`` (those layers
     become exact), the most deviating ``preselect`` share of them runs on to ``refine_layer``
     when one is given, and the top ``ratio`` by the last deviation measured is recomputed
-    through every layer. ``compute`` in the report is the work done, in token-layers, as a
-    share of prefilling the chunk tokens (what text RAG pays for them).
+    through every layer. Where the runtime can narrow a forward (``run_funnel``: transformers)
+    that is one forward that drops the unselected tokens' hidden states at each stage, as
+    CacheBlend does; otherwise (or ``one_pass=False``) one in-place pass per stage and a last one
+    for the chosen tokens, which computes the same rows. ``compute`` in the report is the work
+    done, in token-layers, as a share of prefilling the chunk tokens (what text RAG pays).
     """
     started = time.perf_counter()
     attn = runtime.adapter.layout.attn
     chunk_positions = np.concatenate([np.arange(s, e) for s, e in segments]) if segments else np.zeros(0, np.int64)
     chosen = first_tokens(segments, plan.first_k) if plan.first_k else np.zeros(0, np.int64)
-    token_layers, checked, check_ms = 0, 0, 0.0
+    token_layers, checked, check_ms, passes, in_one_forward = 0, 0, 0.0, 0, False
     if plan.ratio > 0 and len(chunk_positions):
         count = math.ceil(plan.ratio * len(chunk_positions))
-        candidates = np.setdiff1d(chunk_positions, chosen)
-        for layer, keep in plan.stages(len(chunk_positions)):
+        stages = plan.stages(len(chunk_positions))
+        for layer, _ in stages:
             if layer >= len(attn):
                 raise ValueError(f"Repair check layer {layer}: the model has {len(attn)} attention layers")
-            deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[layer], plan.measure)
-            token_layers += len(candidates) * (layer + 1)
-            checked = max(checked, len(candidates))
-            ranked = top_deviation(candidates, deviation, keep)  # most deviating first
-            candidates = np.sort(ranked)
-        check_ms = (time.perf_counter() - started) * 1000
-        chosen = np.concatenate([chosen, ranked[: max(0, count - len(chosen))]])
-    chosen = np.unique(chosen)
-    for run in in_blocks(chosen):
-        runtime.run_in_place(cache, token_ids[run], run)
-    token_layers += len(chosen) * len(attn)
+        funnel = getattr(runtime, "run_funnel", None) if one_pass else None
+        free_final = max(0, count - len(chosen))
+        spec = [(attn[layer], keep if i + 1 < len(stages) else min(keep, free_final), plan.measure)
+                for i, (layer, keep) in enumerate(stages)]
+        done = funnel(cache, token_ids[chunk_positions], chunk_positions, spec,
+                      np.isin(chunk_positions, chosen)) if funnel is not None else None
+        if done is not None:
+            chosen, counts = done
+            token_layers, checked, passes, in_one_forward = sum(counts), len(chunk_positions), 1, True
+        else:
+            candidates = np.setdiff1d(chunk_positions, chosen)
+            for layer, keep in stages:
+                deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[layer], plan.measure)
+                token_layers += len(candidates) * (layer + 1)
+                checked = max(checked, len(candidates))
+                passes += 1
+                ranked = top_deviation(candidates, deviation, keep)  # most deviating first
+                candidates = np.sort(ranked)
+            check_ms = (time.perf_counter() - started) * 1000
+            chosen = np.concatenate([chosen, ranked[:free_final]])
+    if not in_one_forward:
+        chosen = np.unique(chosen)
+        for run in in_blocks(chosen):
+            runtime.run_in_place(cache, token_ids[run], run)
+        token_layers += len(chosen) * len(attn)
+        passes += int(len(chosen) > 0)
     total = len(chunk_positions) * len(attn)
     return {
         "recomputed": int(len(chosen)),
-        "positions": chosen.tolist(),
+        "positions": np.sort(chosen).tolist(),
         "chunk_tokens": int(len(chunk_positions)),
         "recompute_fraction": len(chosen) / len(chunk_positions) if len(chunk_positions) else 0.0,
         "compute": token_layers / total if total else 0.0,
         "checked_tokens": checked,
+        "passes": passes,
         "check_ms": round(check_ms, 3),
         "repair_ms": round((time.perf_counter() - started) * 1000, 3),
         "plan": plan.describe(),

@@ -137,6 +137,83 @@ class HfRuntime(RuntimeShim):
         finally:
             del cache.update
 
+    def run_funnel(self, cache, token_ids, positions: np.ndarray, stages: list[tuple[int, int, str]],
+                   forced: np.ndarray | None = None) -> tuple[np.ndarray, list[int]] | None:
+        """CacheBlend's progressive filtering in one forward: ``positions`` recomputed in place,
+        narrowing as the forward goes deeper; the positions that went through every layer and
+        the count computed at each attention layer (None when this model's decoder loop cannot
+        be narrowed: the caller runs the stages as separate passes).
+
+        ``stages``: ``(attention slot, keep, measure)``: at that slot the alive tokens' deviation
+        (``repair.combine_deviation``) ranks them and only the ``keep`` most deviating (plus every
+        ``forced`` one) go on; the hidden states of the others are dropped, so each layer computes
+        only the tokens still selected. Positions are sorted; ``forced`` is a boolean per position.
+        """
+        from pion.client.retrieval.repair import combine_deviation, top_deviation
+
+        layers = getattr(getattr(self.model, "model", None), "layers", None)
+        if layers is None or len(layers) != len(cache.layers):
+            return None
+        torch = self.torch
+        positions = np.asarray(positions, dtype=np.int64)
+        forced = np.zeros(len(positions), bool) if forced is None else np.asarray(forced, bool)
+        index = torch.as_tensor(positions, device=self.device)
+        end = int(positions.max()) + 1
+        dtype = cache.layers[self.adapter.layout.attn[0]].keys.dtype
+        mask = torch.zeros((len(positions), end), dtype=dtype, device=self.device)
+        mask.masked_fill_(~(torch.arange(end, device=self.device)[None, :] <= index[:, None]), torch.finfo(dtype).min)
+        at_stage = {slot: (keep, measure) for slot, keep, measure in stages}
+        state = {"alive": np.arange(len(positions)), "pending": None}
+        counts: list[int] = []
+
+        def update(key_states, value_states, layer_idx, *args, **kwargs):
+            layer, alive = cache.layers[layer_idx], state["alive"]
+            rows = index[alive]
+            old_k, old_v = layer.keys[:, :, rows], layer.values[:, :, rows]
+            layer.keys[:, :, rows] = key_states.to(layer.keys.dtype)
+            layer.values[:, :, rows] = value_states.to(layer.values.dtype)
+            counts.append(len(alive))
+            if layer_idx in at_stage:
+                keep, measure = at_stage[layer_idx]
+                local, free = np.arange(len(alive)), ~forced[alive]
+                score = combine_deviation(measure, lambda: self.deviation(key_states, old_k)[free],
+                                          lambda: self.deviation(value_states, old_v)[free])
+                kept = top_deviation(local[free], score, keep)
+                state["pending"] = np.sort(np.concatenate([local[~free], kept]))
+            return layer.keys[:, :, :end], layer.values[:, :, :end]
+
+        def narrow(module, args, kwargs):
+            # the model hands every layer the full-width mask and rotary tables; the hidden states
+            # come from the layer before, already as narrow as the tokens alive there
+            pick = state["pending"]
+            if pick is not None:
+                state["pending"], state["alive"] = None, state["alive"][pick]
+                sel = torch.as_tensor(pick, device=self.device)
+                if args:
+                    args = (args[0][:, sel], *args[1:])
+                else:
+                    kwargs["hidden_states"] = kwargs["hidden_states"][:, sel]
+            if len(state["alive"]) == len(positions):
+                return args, kwargs
+            alive = torch.as_tensor(state["alive"], device=self.device)
+            kwargs["attention_mask"] = kwargs["attention_mask"][..., alive, :]
+            cos, sin = kwargs["position_embeddings"]
+            kwargs["position_embeddings"] = (cos[:, alive], sin[:, alive])
+            if kwargs.get("position_ids") is not None:
+                kwargs["position_ids"] = kwargs["position_ids"][:, alive]
+            return args, kwargs
+
+        hooks = [layer.register_forward_pre_hook(narrow, with_kwargs=True) for layer in layers]
+        cache.update = update
+        try:
+            self._forward(token_ids, index[None], cache, mask[None, None])
+        finally:
+            del cache.update
+            for hook in hooks:
+                hook.remove()
+        alive = state["alive"] if state["pending"] is None else state["alive"][state["pending"]]
+        return positions[alive], counts
+
     def _forward(self, token_ids, positions, cache, mask) -> None:
         torch = self.torch
         kwargs = {self.adapter._cache_kw: cache, "use_cache": True, "position_ids": positions}
