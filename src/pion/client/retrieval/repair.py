@@ -28,7 +28,7 @@ import numpy as np
 
 MEASURES = ("v", "k", "kv")
 #: tokens per in-place forward: a pass over many tokens runs as consecutive blocks (see ``in_blocks``)
-BLOCK = 512
+BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -112,13 +112,15 @@ def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, 
     """Apply ``plan`` to ``cache`` (holding ``token_ids``; chunks at ``segments``); a report.
 
     The deviation selection is a funnel: every chunk token runs to ``check_layer`` (those layers
-    become exact), the most deviating ``preselect`` share of them runs on to ``refine_layer``
-    when one is given, and the top ``ratio`` by the last deviation measured is recomputed
-    through every layer. Where the runtime can narrow a forward (``run_funnel``: transformers)
-    that is one forward that drops the unselected tokens' hidden states at each stage, as
-    CacheBlend does; otherwise (or ``one_pass=False``) one in-place pass per stage and a last one
-    for the chosen tokens, which computes the same rows. ``compute`` in the report is the work
-    done, in token-layers, as a share of prefilling the chunk tokens (what text RAG pays).
+    become exact; in position-ordered blocks, so that pass pays about half the attention, as a
+    causal prefill does), the most deviating ``preselect`` share of them runs on to
+    ``refine_layer`` when one is given, and the top ``ratio`` by the last deviation measured is
+    recomputed through every layer. Where the runtime can narrow a forward (``run_funnel``:
+    transformers) the deeper stages and the recompute are one forward that drops the unselected
+    tokens' hidden states at each stage, as CacheBlend does; otherwise (or ``one_pass=False``)
+    one in-place pass per stage and a last one for the chosen tokens, which computes the same
+    rows. ``compute`` in the report is the work done, in token-layers, as a share of
+    prefilling the chunk tokens (what text RAG pays for them).
     """
     started = time.perf_counter()
     attn = runtime.adapter.layout.attn
@@ -131,26 +133,35 @@ def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, 
         for layer, _ in stages:
             if layer >= len(attn):
                 raise ValueError(f"Repair check layer {layer}: the model has {len(attn)} attention layers")
-        funnel = getattr(runtime, "run_funnel", None) if one_pass else None
         free_final = max(0, count - len(chosen))
-        spec = [(attn[layer], keep if i + 1 < len(stages) else min(keep, free_final), plan.measure)
-                for i, (layer, keep) in enumerate(stages)]
-        done = funnel(cache, token_ids[chunk_positions], chunk_positions, spec,
-                      np.isin(chunk_positions, chosen)) if funnel is not None else None
+        (check, keep), deeper = stages[0], stages[1:]
+        candidates = np.setdiff1d(chunk_positions, chosen)
+        deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[check], plan.measure)
+        token_layers += len(candidates) * (check + 1)
+        checked, passes = len(candidates), 1
+        ranked = top_deviation(candidates, deviation, keep if deeper else free_final)  # most deviating first
+        funnel = getattr(runtime, "run_funnel", None) if one_pass and deeper else None
+        done = None
+        if funnel is not None:  # the deeper stages and the recompute in one narrowing forward
+            alive = np.sort(np.concatenate([chosen, ranked]))
+            spec = [(attn[layer], keep if i + 1 < len(deeper) else min(keep, free_final), plan.measure)
+                    for i, (layer, keep) in enumerate(deeper)]
+            done = funnel(cache, token_ids[alive], alive, spec, np.isin(alive, chosen))
         if done is not None:
             chosen, counts = done
-            token_layers, checked, passes, in_one_forward = sum(counts), len(chunk_positions), 1, True
+            token_layers += sum(counts)
+            passes += 1
+            in_one_forward = True
         else:
-            candidates = np.setdiff1d(chunk_positions, chosen)
-            for layer, keep in stages:
+            candidates = np.sort(ranked)
+            for layer, keep in deeper:
                 deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[layer], plan.measure)
                 token_layers += len(candidates) * (layer + 1)
-                checked = max(checked, len(candidates))
                 passes += 1
-                ranked = top_deviation(candidates, deviation, keep)  # most deviating first
+                ranked = top_deviation(candidates, deviation, keep)
                 candidates = np.sort(ranked)
-            check_ms = (time.perf_counter() - started) * 1000
             chosen = np.concatenate([chosen, ranked[:free_final]])
+        check_ms = (time.perf_counter() - started) * 1000
     if not in_one_forward:
         chosen = np.unique(chosen)
         for run in in_blocks(chosen):
