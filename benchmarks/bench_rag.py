@@ -175,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads for every path (1: on a shared, oversubscribed machine OpenMP's barriers "
                              "cost a scheduler quantum per small op, which hurts repair's small batches most)")
+    parser.add_argument("--name", default=None, help="results file stem (default rag_smollm2, rag_smoke with --smoke)")
+    parser.add_argument("--merge", default=None, metavar="A.json,B.json",
+                        help="measure nothing: join the rows of runs made in parallel (e.g. one per k) into one table")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args)
     if args.smoke:
         args.questions, args.ks, args.pion_k = 2, "1,3", 3
     ks = [int(k) for k in args.ks.split(",")]
@@ -215,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         pion_rc.set_shared_stub(stub)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    name = "rag_smoke" if args.smoke else "rag_smollm2"
+    name = args.name or ("rag_smoke" if args.smoke else "rag_smollm2")
 
     def save(rows: list[dict], final: bool = False) -> None:
         """Write the table so far (after every question, so a run cut short still leaves its numbers)."""
@@ -295,6 +300,26 @@ def run(args, ks, questions, contexts, passages, stub, rc, pion_rc, tok, save, r
                 for r in pair) + f"  load {os.getloadavg()[0]:.1f}", flush=True)
             save(rows)
     return rows
+
+
+def merge(args) -> int:
+    """Join runs made in parallel (``--ks 1,4,8`` and ``--ks 20`` at once, say) into one table and plot."""
+    parts = [json.loads(Path(p).read_text()) for p in args.merge.split(",")]
+    rows = [r for part in parts for r in part["rows"]]
+    ks = sorted({r["k"] for r in rows})
+    out = Path(args.out_dir)
+    name = args.name or "rag_smollm2"
+    load_avg = os.getloadavg()
+    table = summarize(rows, ks)
+    done = {k: len({r["q"] for r in rows if r["k"] == k}) for k in ks}
+    (out / f"{name}.json").write_text(json.dumps({
+        "model": parts[0]["model"], "questions": done, "ks": ks, "threads": parts[0]["threads"],
+        "loadavg": load_avg, "complete": all(p["complete"] for p in parts), "merged_from": args.merge.split(","),
+        "table": table, "rows": rows}, indent=1))
+    print_table(table, parts[0]["model"], min(done.values()), load_avg)
+    print("questions per k: " + ", ".join(f"k={k}: {n}" for k, n in done.items()))
+    plot(table, ks, out / f"{name}.png", parts[0]["model"], load_avg)
+    return 0
 
 
 def time_pion(pion_rc, names, question_ids, repair, base, config, expected_first) -> dict:
