@@ -92,7 +92,7 @@ class Settings:
     attention_warm_bytes: int = 1024**3
     # Stage 2: attend only the last N prefix tokens when a query does not say (0 = the whole prefix)
     attention_fa_window: int = 0
-    # breadcrumbs (pion.server.status): paths default to the data directory; breadcrumbs off: neither
+    # breadcrumbs (pion.server.durability.status): paths default to the data directory; breadcrumbs off: neither
     crash_log: str = ""
     status_file: str = ""
     breadcrumbs: bool = True
@@ -109,7 +109,44 @@ class Settings:
     hz: int = 10
     #: the config file the server was started with (CONFIG REWRITE rewrites it), "" for none
     config_file: str = ""
-    # parameters Redis clients may set that only shape OBJECT ENCODING or are stored as-is
+    # Redis's parameters that Pion acts on (REDIS_TYPED: checked by the config table at start too)
+    #: LATENCY HISTOGRAM and INFO latencystats record every command (pion.server.admin.latency)
+    latency_tracking: bool = True
+    #: ms at which a command or an expire pass is a LATENCY event (0: monitoring off)
+    latency_monitor_threshold: int = 0
+    #: the percentiles INFO latencystats prints
+    latency_tracking_info_percentiles: tuple[float, ...] = (50.0, 99.0, 99.9)
+    #: ms a script may run before other clients get -BUSY (alias lua-time-limit; 0: never)
+    busy_reply_threshold: int = 5000
+    #: refuse writes (-MISCONF) while the last background save failed
+    stop_writes_on_bgsave_error: bool = True
+    # replication (docs/replication.md): "host port" of the primary to follow ("" = a primary)
+    replicaof: str = ""
+    masterauth: str = ""
+    masteruser: str = ""
+    replica_read_only: bool = True
+    replica_priority: int = 100
+    repl_backlog_size: int = 1024 * 1024
+    repl_ping_replica_period: int = 10
+    repl_timeout: int = 60
+    # cluster mode (docs/scale-out.md)
+    cluster_enabled: bool = False
+    cluster_config_file: str = "nodes.conf"
+    cluster_announce_ip: str = ""
+    cluster_announce_port: int = 0
+    cluster_require_full_coverage: bool = True
+    #: the ACL LOG's length; the keys CLIENT TRACKING remembers (0: no limit); a stream node's entries
+    acllog_max_len: int = 128
+    tracking_table_max_keys: int = 1000000
+    stream_node_max_entries: int = 100
+    #: client-output-buffer-limit: (class, hard bytes, soft bytes, soft seconds) per client class
+    client_output_buffer_limit: tuple[tuple[str, int, int, int], ...] = (
+        ("normal", 0, 0, 0), ("slave", 256 * 1024**2, 64 * 1024**2, 60), ("pubsub", 32 * 1024**2, 8 * 1024**2, 60))
+    #: every other Redis parameter: accepted, checked and stored (CONFIG GET shows it, CONFIG
+    #: REWRITE writes it), "name" -> normalized value. Pion does not act on these (docs/config.md
+    #: says "no effect"), except two still read from here: the encoding sizes (listpack, intset,
+    #: hll-sparse-max-bytes) that shape OBJECT ENCODING, and ``aclfile`` (read at start, by ACL
+    #: LOAD/SAVE)
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -215,6 +252,31 @@ def format_bool(value: bool) -> str:
     return "yes" if value else "no"
 
 
+def parse_output_limits(text: str) -> tuple[tuple[str, int, int, int], ...]:
+    """``normal 0 0 0 slave ...`` (as the config table normalizes it) -> per-class limits."""
+    words = text.split()
+    if len(words) % 4:
+        raise ConfigError(f"argument must be 'class hard soft seconds' groups, got '{text}'")
+    try:
+        return tuple((words[j], int(words[j + 1]), int(words[j + 2]), int(words[j + 3]))
+                     for j in range(0, len(words), 4))
+    except ValueError:
+        raise ConfigError(f"argument must be 'class hard soft seconds' groups, got '{text}'") from None
+
+
+def format_output_limits(limits: tuple[tuple[str, int, int, int], ...]) -> str:
+    return " ".join(f"{name} {hard} {soft} {seconds}" for name, hard, soft, seconds in limits)
+
+
+def parse_float_list(text: str) -> tuple[float, ...]:
+    return tuple(parse_float_value(word) for word in text.split())
+
+
+def format_float_list(values: tuple[float, ...]) -> str:
+    """``50 99 99.9``: as Redis prints latency-tracking-info-percentiles."""
+    return " ".join(("%f" % value).rstrip("0").rstrip(".") for value in values)
+
+
 #: name -> (Settings field, parse, format). Parameters not listed here live in ``Settings.extra``.
 PARAMETERS: dict[str, tuple[str, object, object]] = {
     "port": ("port", parse_int_value, str),
@@ -283,7 +345,41 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "slowlog-max-len": ("slowlog_max_len", parse_int_value, str),
     "hz": ("hz", parse_int_value, str),
     "config-file": ("config_file", str, str),  # set by pion-server from its file argument, not settable
+    # Redis's own parameters with a typed field (REDIS_TYPED)
+    "latency-tracking": ("latency_tracking", parse_bool, format_bool),
+    "latency-monitor-threshold": ("latency_monitor_threshold", parse_int_value, str),
+    "latency-tracking-info-percentiles": ("latency_tracking_info_percentiles", parse_float_list, format_float_list),
+    "busy-reply-threshold": ("busy_reply_threshold", parse_int_value, str),
+    "stop-writes-on-bgsave-error": ("stop_writes_on_bgsave_error", parse_bool, format_bool),
+    "replicaof": ("replicaof", str, str),
+    "masterauth": ("masterauth", str, str),
+    "masteruser": ("masteruser", str, str),
+    "replica-read-only": ("replica_read_only", parse_bool, format_bool),
+    "replica-priority": ("replica_priority", parse_int_value, str),
+    "repl-backlog-size": ("repl_backlog_size", parse_memory, str),
+    "repl-ping-replica-period": ("repl_ping_replica_period", parse_int_value, str),
+    "repl-timeout": ("repl_timeout", parse_int_value, str),
+    "cluster-enabled": ("cluster_enabled", parse_bool, format_bool),
+    "cluster-config-file": ("cluster_config_file", str, str),
+    "cluster-announce-ip": ("cluster_announce_ip", str, str),
+    "cluster-announce-port": ("cluster_announce_port", parse_int_value, str),
+    "cluster-require-full-coverage": ("cluster_require_full_coverage", parse_bool, format_bool),
+    "acllog-max-len": ("acllog_max_len", parse_int_value, str),
+    "tracking-table-max-keys": ("tracking_table_max_keys", parse_int_value, str),
+    "stream-node-max-entries": ("stream_node_max_entries", parse_int_value, str),
+    "client-output-buffer-limit": ("client_output_buffer_limit", parse_output_limits, format_output_limits),
 }
+
+#: Redis's parameters (pion.server.admin.config_table) that moved out of ``Settings.extra`` into a
+#: typed field: their values are still checked and normalized by the config table at start, as
+#: CONFIG SET checks them, and an alias given at start (``slave-read-only``) sets the same field
+REDIS_TYPED = frozenset({
+    "latency-tracking", "latency-monitor-threshold", "latency-tracking-info-percentiles", "busy-reply-threshold",
+    "stop-writes-on-bgsave-error", "replicaof", "masterauth", "masteruser", "replica-read-only",
+    "replica-priority", "repl-backlog-size", "repl-ping-replica-period", "repl-timeout", "cluster-enabled",
+    "cluster-config-file", "cluster-announce-ip", "cluster-announce-port", "cluster-require-full-coverage",
+    "acllog-max-len", "tracking-table-max-keys", "stream-node-max-entries", "client-output-buffer-limit",
+})
 
 
 #: parameters that may be given more than once; each occurrence adds to a tuple

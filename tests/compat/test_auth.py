@@ -291,7 +291,7 @@ def test_config_get_never_shows_tenant_passwords(make_server):
 def test_a_config_set_refused_for_exposure_binds_nothing_first(r, monkeypatch):
     """Issue #13: ``CONFIG SET port P2 bind 0.0.0.0`` was refused only after P2 had been bound on
     every address (a probe connected once); the protected-mode check now runs before binding."""
-    from pion.server import config_rewrite
+    from pion.server.admin import config_rewrite
     from tests.support.servers import free_port
 
     calls: list = []
@@ -326,7 +326,7 @@ def test_guesses_from_many_connections_of_one_address_wait_in_line(locked):
 
 
 def test_an_address_with_a_full_queue_gets_its_auths_refused_unchecked(locked):
-    users = locked.server.engines["acl"]
+    users = locked.server.parts.acl
     guesser = RawConnection(locked.port)
     guesser.cmd("AUTH", "guess")
     assert guesser.read_some(5).startswith(b"-WRONGPASS")
@@ -344,8 +344,7 @@ def test_a_preauth_oversize_frame_is_answered_and_logged_once(locked, caplog, mo
     """Issue #13: with a password set, a large pre-auth frame arriving in one read was reset with
     no reply and ~1 KiB of traceback per connection in the log (the pre-auth caps were switched on
     only after the first read had been parsed without them)."""
-    from pion.server import conn_errors
-
+    from pion.server.net import conn_errors
     monkeypatch.setitem(conn_errors._preauth, "next", 0.0)  # the rate limit's window is per process
     caplog.set_level(logging.WARNING)
     for _ in range(20):

@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from pion.server.config_table import HIDDEN, LOOKUP
+from pion.server.admin.config_table import HIDDEN, LOOKUP
 from tests.conftest import RawConnection
 
 
@@ -187,7 +187,7 @@ def test_config_set_reaches_the_live_settings(r, server):
     settings = server.server.settings
     assert (settings.slowlog_max_len, settings.maxmemory_policy) == (7, "allkeys-lru")
     r.config_set("stream-node-max-entries", "50")
-    assert dict(server.server.settings.extra)["stream-node-max-entries"] == "50"
+    assert server.server.settings.stream_node_max_entries == 50
 
 
 def test_encoding_thresholds_are_settable_and_used(r):

@@ -139,7 +139,7 @@ def test_blocked_client_is_served_after_the_detached_script(fast, r):
 def test_stopping_the_server_stops_a_running_script(fast, r):
     Background(fast.port, "EVAL", SPIN, 0)
     wait_busy(r)
-    run = fast.server.engines["scripting"].runner.current
+    run = fast.server.parts.scripting.runner.current
     assert run is not None and run.detached
     fast.stop()
     assert run.done  # stopped at its next hook, not left suspended

@@ -32,21 +32,21 @@ def test_time_reply_is_two_bulk_strings(raw):
 
 
 def test_lastsave_is_the_persistence_engines_time(raw, server):
-    engine = server.server.engines.get("persistence")
+    engine = server.server.parts.persistence
     expected = 0 if engine is None else int(engine.lastsave() if callable(engine.lastsave) else engine.lastsave)
     raw.cmd("LASTSAVE")
     assert raw.read_some() == b":%d\r\n" % expected
 
 
 def test_lastsave_is_zero_without_a_persistence_engine(raw, server):
-    engines = server.server.engines
-    saved = server.call(engines.pop, "persistence", None)
+    parts = server.server.parts
+    saved = server.call(lambda: parts.persistence)
+    server.call(setattr, parts, "persistence", None)
     try:
         raw.cmd("LASTSAVE")
         assert raw.read_some() == b":0\r\n"
     finally:
-        if saved is not None:
-            server.call(engines.__setitem__, "persistence", saved)
+        server.call(setattr, parts, "persistence", saved)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -263,7 +263,7 @@ def test_lolwut(rr):
     art = rr.execute_command("LOLWUT")
     text = art.decode() if isinstance(art, bytes) else art
     from pion import __version__
-    from pion.server.info import REDIS_VERSION
+    from pion.server.admin.info import REDIS_VERSION
 
     assert text.endswith(f"Pion ver. {__version__} - Redis ver. {REDIS_VERSION}\n")
     assert rr.execute_command("LOLWUT", "VERSION", "5")

@@ -31,7 +31,7 @@ def fetch(r, sid: str) -> bytes:
 
 
 def held_views(node) -> int:
-    return len(node.call(node.server.engines["arenas"].held))
+    return len(node.call(node.server.parts.arenas.held))
 
 
 def test_rows_are_logged_by_reference_and_mapped_after_a_restart(node):
@@ -45,7 +45,7 @@ def test_rows_are_logged_by_reference_and_mapped_after_a_restart(node):
     r = node.client()
     assert fetch(r, "s") == blob
     assert held_views(node) >= 1  # the engine kept the mapped view it got on replay
-    assert node.server.engines["persistence"].recovery.records >= 2
+    assert node.server.parts.persistence.recovery.records >= 2
 
 
 def test_a_snapshot_refers_to_rows_instead_of_copying_them(node):
@@ -72,7 +72,7 @@ def test_dropped_rows_are_reclaimed_after_a_snapshot(node):
     node.restart()  # the rows now sit in an old (read-only) arena
     r = node.client()
     assert r.execute_command("V.DROP", "drop") == 1
-    arenas = node.server.engines["arenas"]
+    arenas = node.server.parts.arenas
     before = arenas.reclaimed_bytes
     r.execute_command("SAVE")
     assert arenas.reclaimed_bytes - before >= len(drop) - 8192

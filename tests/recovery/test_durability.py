@@ -50,7 +50,7 @@ def test_a_torn_tail_is_cut_at_every_byte_and_the_rest_loads(tmp_path):
         srv.start()
         r = srv.client()
         assert r.get("first") == b"1" and r.get("second") == b"2" and r.get("last") is None, cut
-        report = srv.server.engines["persistence"].recovery
+        report = srv.server.parts.persistence.recovery
         assert len(report.truncated) == (cut > last)
         srv.stop()
         assert os.path.getsize(wal.list_segments(str(tmp_path / "d" / "wal"))[0][1]) == last
@@ -166,14 +166,14 @@ def test_large_values_go_to_an_arena_and_the_log_stays_small(node):
 def test_restart_maps_zero_copy_blobs_instead_of_reading_them(node):
     node.start(blob_threshold=64 * 1024)
     server = node.server
-    persistence = server.engines["persistence"]
-    ref = node.call(server.engines["arenas"].put, b"z" * 100_000)
-    from pion.server.persistence_hooks import Replayer
+    persistence = server.parts.persistence
+    ref = node.call(server.parts.arenas.put, b"z" * 100_000)
+    from pion.server.durability.persistence_hooks import Replayer
 
     replayer = Replayer(persistence)
     view = replayer._blob(ref, zero_copy=True)
     copy = replayer._blob(ref, zero_copy=False)
-    assert isinstance(view, memoryview) and server.engines["arenas"].ref_of(view) == ref
+    assert isinstance(view, memoryview) and server.parts.arenas.ref_of(view) == ref
     assert isinstance(copy, bytes) and copy == b"z" * 100_000
 
 
@@ -207,8 +207,8 @@ def test_loading_refuses_commands_while_the_log_is_replayed(node, monkeypatch):
     node.start()
     node.client().set("k", "v")
     node.stop()
-    from pion.server import persistence_hooks
-    from pion.server.client import Client
+    from pion.server.durability import persistence_hooks
+    from pion.server.net.client import Client
 
     seen: list = []
     original = persistence_hooks.Replayer.apply

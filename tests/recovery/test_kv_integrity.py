@@ -37,7 +37,7 @@ def store_prefix(r: redis.Redis, ns: str, seed: int) -> dict:
 
 def blob_of(node: DirServer, data: bytes):
     """The arena ref of the blob holding ``data`` (as the server stored it)."""
-    arenas = node.server.engines["arenas"]
+    arenas = node.server.parts.arenas
     for ref in node.call(lambda: list(arenas.refs())):
         if ref.length == len(data) and bytes(node.call(arenas.view, ref)) == data:
             return ref

@@ -21,7 +21,7 @@ def client_for(make_server, policy, **more):
 
 
 def used(srv) -> int:
-    return srv.server.engines["memory"].used_memory()
+    return srv.server.parts.memory.used_memory()
 
 
 def fill(r, prefix, count, ttl=None, touch=(), pause_every=0):

@@ -181,7 +181,7 @@ def test_a_flush_or_swap_during_bgsave_restarts_it_and_the_result_is_exact(node,
     r.execute_command("SELECT", 1)
     r.set("in-db1", "x")
     r.execute_command("SELECT", 0)
-    persistence = node.server.engines["persistence"]
+    persistence = node.server.parts.persistence
     r.bgsave()
     r.execute_command(*command)
     r.set("after", "1")

@@ -234,7 +234,7 @@ def test_pion_owned_indexes_are_separate(server):
     r = redis.Redis(port=server.port, protocol=2)
     with pytest.raises(redis.ResponseError, match="reserved for Pion's own indexes"):
         r.execute_command("FT.CREATE", "__pion:mem", "SCHEMA", "t", "TEXT")
-    engine = server.server.engines["search"]
+    engine = server.server.parts.search
     db = server.server.dbs[0]
     server.call(engine.create, db, [b"FT.CREATE", b"__pion:mem", b"PREFIX", b"1", b"mem:", b"SCHEMA", b"t", b"TEXT"], True)
     r.execute_command("FT.CREATE", "mem", "PREFIX", "1", "mem:", "SCHEMA", "t", "TEXT")

@@ -13,7 +13,7 @@ from tests.support.servers import ThreadServer, make_settings
 
 from pion.codecs import get_codec
 from pion.server import deferred
-from pion.server.persistence import WAL_DIR
+from pion.server.durability.persistence import WAL_DIR
 
 TOKENS, DIM = 2048, 192  # 1.5 MB of fp32 a layer: over DEFER_MIN and the reader's BIG_ARG
 
@@ -107,7 +107,7 @@ def test_a_store_takes_effect_against_the_session_as_it_is_when_done(server, r, 
     writer.join(10)
     assert box == [b"OK"]
     assert other.execute_command("V.FETCH", "s", 0, "RANGE", 0, TOKENS, "FMT", "RAW") == get_codec("int8").encode(rows(0))
-    assert server.call(lambda: dict(server.server.engines["arenas"]._inflight)) == {}  # its arena room given up
+    assert server.call(lambda: dict(server.server.parts.arenas._inflight)) == {}  # its arena room given up
     other.execute_command("V.DROP", "s")
     with pytest.raises(redis.ResponseError, match="session not found"):
         r.execute_command("V.STOREBATCH", "s", 0, 0, TOKENS, rows(0).tobytes())

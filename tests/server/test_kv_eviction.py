@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import redis
 
-from pion.server.journal import Journal
+from pion.server.durability.journal import Journal
 
 TOKENS, DIM = 16, 32
 PREFIX_BYTES = 2 * TOKENS * DIM * 2  # K and V, one fp16 layer

@@ -167,7 +167,7 @@ def test_lookup_errors_record_nothing(r, args, message):
 
 def test_a_hit_waits_until_the_rows_are_durable(server, r):
     """A LOOKUP from another client is not answered HIT before the store's log record is durable."""
-    from pion.server.journal import Journal
+    from pion.server.durability.journal import Journal
 
     class ManualJournal(Journal):
         def __init__(self):
@@ -335,7 +335,7 @@ def test_a_seed_keeps_apart_chains_of_the_same_tokens(server, r):
     r.execute_command("KV.PREFIX.REGISTER", "a2", 32, "fp16", "SEED", SEED_A, "CHAIN", 16, longer)
     r.execute_command("KV.PREFIX.REGISTER", "c2", 32, "fp16", "CHAIN", 16, longer, "SEED", b"C" * 16)
     r.execute_command("KV.PREFIX.REGISTER", "z2", 32, "fp16", "CHAIN", 16, longer)
-    registry = server.server.engines["kvcache"].default.registry
+    registry = server.server.parts.kvcache.default.registry
     parents = server.call(lambda: {ns: registry.get(ns).parent for ns in (b"a2", b"c2", b"z2")})
     assert parents == {b"a2": b"a", b"c2": None, b"z2": b"z"}
 

@@ -269,7 +269,7 @@ def test_truncate_and_drop(r):
 
 
 def test_stores_are_logged_encoded_as_fmt_raw(server, r):
-    from pion.server.journal import Journal
+    from pion.server.durability.journal import Journal
 
     class Recorder(Journal):
         def __init__(self):
@@ -307,7 +307,7 @@ def test_tenants_get_separate_kv_spaces(server, r):
     assert err(other, "V.INFO", "shared-name") == "session not found"
     assert other.execute_command("V.CREATE", "shared-name", 64) == 0
     assert b"value_dim:32" in r.execute_command("V.INFO", "shared-name")
-    assert set(server.server.engines["kvcache"].spaces) == {b"", b"acme"}
+    assert set(server.server.parts.kvcache.spaces) == {b"", b"acme"}
 
 
 @pytest.mark.parametrize("count", [4, 8192])  # on the loop, and in the worker pool

@@ -115,7 +115,7 @@ def test_metrics_are_off_by_default(tmp_path):
     srv = ThreadServer(make_settings(tmp_path)).start()
     try:
         assert srv.settings.metrics_port == 0 and srv.settings.metrics_bind == "127.0.0.1"
-        assert "metrics" not in srv.server.engines
+        assert srv.server.parts.metrics is None
     finally:
         srv.stop()
 
@@ -180,7 +180,7 @@ def test_components_start_stop_cron_and_add_their_metrics(tmp_path):
         await server.start()
         try:
             server.cron_once()
-            return {f.name: f for f in text_string_to_metric_families(server.engines["metrics"].render().decode())}
+            return {f.name: f for f in text_string_to_metric_families(server.parts.metrics.render().decode())}
         finally:
             await server.stop()
 

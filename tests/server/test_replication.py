@@ -243,11 +243,12 @@ def test_replicaof_in_the_config_file_and_as_a_flag(tmp_path):
 
     conf = tmp_path / "pion.conf"
     conf.write_text("replicaof 10.0.0.5 1974\nmasteruser repl\nmasterauth pw\nrepl-backlog-size 4mb\n")
-    extra = dict(build_settings([str(conf)]).extra)
-    assert extra["replicaof"] == "10.0.0.5 1974" and extra["masteruser"] == "repl" and extra["masterauth"] == "pw"
-    assert dict(build_settings(["--replicaof", "h", "7000"]).extra)["replicaof"] == "h 7000"
-    assert "replicaof" not in dict(build_settings(["--replicaof", "no", "one"]).extra) or \
-        dict(build_settings(["--replicaof", "no", "one"]).extra)["replicaof"] == ""
+    settings = build_settings([str(conf)])
+    assert (settings.replicaof, settings.masteruser, settings.masterauth) == ("10.0.0.5 1974", "repl", "pw")
+    assert settings.repl_backlog_size == 4 * 1024 * 1024
+    assert build_settings(["--replicaof", "h", "7000"]).replicaof == "h 7000"
+    assert build_settings(["--slaveof", "h", "7000"]).replicaof == "h 7000"  # the alias sets the same field
+    assert build_settings(["--replicaof", "no", "one"]).replicaof == ""
 
 
 def test_masteruser_authenticates_as_an_acl_user(cluster):

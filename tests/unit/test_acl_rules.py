@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pion.server.acl_rules import ALL, READ, WRITE, Catalog, CommandRef, RuleError, Selector
-from pion.server.acl_users import DENIED_CHANNEL, DENIED_CMD, DENIED_KEY, OK, User, UserTable, hash_password
+from pion.server.security.acl_rules import ALL, READ, WRITE, Catalog, CommandRef, RuleError, Selector
+from pion.server.security.acl_users import DENIED_CHANNEL, DENIED_CMD, DENIED_KEY, OK, User, UserTable, hash_password
 
 CATALOG = Catalog([
     CommandRef("get", categories=frozenset({"read", "string", "fast"})),

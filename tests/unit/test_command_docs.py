@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pion.server.command_docs import render_markdown
+from pion.server.admin.command_docs import render_markdown
 from pion.server.commands import load_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "commands.md"

@@ -3,7 +3,7 @@ telling the transport on transitions only (uvicorn's MockTransport style)."""
 
 from __future__ import annotations
 
-from pion.server.flow_control import HELD, READ_AHEAD, WRITES, FlowControl
+from pion.server.net.flow_control import HELD, READ_AHEAD, WRITES, FlowControl
 
 
 class FakeTransport:

@@ -57,3 +57,50 @@ def test_type_checking_imports_do_not_count(tmp_path):
     })
     assert tool.strongly_connected(tool.import_graph(src, "pkg")) == []
     assert tool.main(["import_cycles", str(src), "pkg"]) == 0
+
+
+#: the server's wings, top to bottom (docs/architecture.md "Why this cut"): one imports only those after it
+WINGS = ["security", "durability", "admin", "net"]
+#: the server's core modules: they import no wing and nothing that imports the wings
+CORE = {"admission", "args", "blocking", "component", "context", "deferred", "dispatch", "errors", "parts",
+        "pause", "pubsub", "redaction", "registry", "tracking"}
+#: what sits above the wings (imports them): a core module must not reach these either
+ABOVE = {"app", "assembly", "run", "metrics", "commands", "scripting", "cluster", "replication"}
+
+
+def _server_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["pion", "server"] and len(parts) > 2 else None
+
+
+def wing_order_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every run-time import that climbs the wings' order, or leaves the core upwards."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = _server_part(module)
+        for target in sorted(targets):
+            there = _server_part(target)
+            if here == there or there is None:
+                continue
+            if here in WINGS and there in WINGS and WINGS.index(there) < WINGS.index(here):
+                found.append(f"{module} -> {target}")
+            elif here in CORE and (there in WINGS or there in ABOVE):
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_the_server_wings_stack_in_order():
+    graph = _tool().import_graph(ROOT / "src", "pion")
+    present = {_server_part(module) for module in graph}
+    assert set(WINGS) | CORE | ABOVE <= present  # every name above is a real module or package
+    for wing in WINGS:  # each wing is a folder of modules
+        assert sum(module.startswith(f"pion.server.{wing}.") for module in graph) >= 5, wing
+    assert wing_order_violations(graph) == []
+
+
+def test_a_climbing_import_is_a_violation():
+    graph = {"pion.server.net.tls": {"pion.server.security.auth"},
+             "pion.server.dispatch": {"pion.server.admin.info"},
+             "pion.server.security.auth": {"pion.server.net.client_info", "pion.server.dispatch"}}
+    assert wing_order_violations(graph) == ["pion.server.dispatch -> pion.server.admin.info",
+                                            "pion.server.net.tls -> pion.server.security.auth"]

@@ -1,6 +1,6 @@
 """The Stage-2 engine: the warm tier of every tenant and the counters ``ATTEND.PREFIX.INFO`` shows.
 
-The server keeps one (``server.engines["attention"]``). Its hooks are plain methods (``info``,
+The server keeps one (``server.parts.attention``). Its hooks are plain methods (``info``,
 ``metrics``, ``reset_stats``, ``sweep``, ``set_budget``) so a component wrapper only wires them.
 Keys of the tier are ``(tenant, sid, layer)``: tenants never share a view.
 """

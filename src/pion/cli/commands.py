@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pion.server.command_docs import render_markdown
+    from pion.server.admin.command_docs import render_markdown
     from pion.server.commands import load_table
 
     text = render_markdown(load_table())

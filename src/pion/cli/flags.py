@@ -13,8 +13,8 @@ import difflib
 import os
 import shlex
 
-from pion.config import PARAMETERS, ConfigError, read_config_file
-from pion.server import config_table as table
+from pion.config import PARAMETERS, REDIS_TYPED, ConfigError, read_config_file
+from pion.server.admin import config_table as table
 
 #: value-less flags: flag name -> the (parameter, value) it sets
 SWITCHES = {
@@ -118,12 +118,13 @@ def check_directive(name: str, values: list[str], where: str | None = None) -> t
             raise ConfigError(f"{label} must be a number of megabytes >= 1, got {value!r}")
         return "wal-segment-size", f"{int(value)}mb"
     param = table.LOOKUP.get(low)
-    if param is not None and low not in PARAMETERS and param.name not in PARAMETERS:
+    typed = param is not None and param.name in REDIS_TYPED
+    if param is not None and (typed or (low not in PARAMETERS and param.name not in PARAMETERS)):
         try:
             value = table.normalize(param, value, param.default)  # checked as CONFIG SET checks it
         except ConfigError as exc:
             raise ConfigError(f"{label}: {exc}") from None
-    return low, value
+    return (param.name if typed and param is not None else low), value
 
 
 def parse_args(args: list[str]) -> list[tuple[str, str]]:

@@ -269,7 +269,7 @@ def _check_manifest_codecs(manifest: dict, sessions: list[Session | None], spec:
 
 
 class KVEngine:
-    """What the server wires in as ``server.engines["kvcache"]``: the spaces and their ledgers,
+    """What the server wires in as ``server.parts.kvcache``: the spaces and their ledgers,
     one of each per tenant (b"" is the server's own)."""
 
     def __init__(self) -> None:

@@ -27,13 +27,13 @@ from pion.protocol.errors import ReplyError
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
     from pion.server.cluster import ClusterEngine
-    from pion.server.memory_guard import MemoryManager
-    from pion.server.persistence import Persistence
+    from pion.server.durability.memory_guard import MemoryManager
+    from pion.server.durability.persistence import Persistence
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
     from pion.server.replication import Replication
-    from pion.server.security import Security
+    from pion.server.security.security import Security
 
 #: what a RESP2 connection in subscribed mode may still send
 SUBSCRIBED_RESP2 = frozenset({

@@ -17,21 +17,22 @@ from typing import Any
 
 from pion import __version__
 from pion.config import Settings
+from pion.server.admin.info import default_info_sections, note_startup_memory
+from pion.server.admin.latency import LatencyMonitor, install_latency
+from pion.server.admin.slowlog import SlowLog
 from pion.server.admission import Admission
 from pion.server.blocking import BlockingManager
-from pion.server.client import Client
 from pion.server.commands import load_table
 from pion.server.component import Component
-from pion.server.connection import Connection
 from pion.server.context import Ctx
 from pion.server.dispatch import Dispatcher
-from pion.server.info import default_info_sections, note_startup_memory
-from pion.server.journal import Journal
-from pion.server.latency import LatencyMonitor, install_latency
+from pion.server.durability.journal import Journal
+from pion.server.net.client import Client
+from pion.server.net.connection import Connection
+from pion.server.parts import Parts
 from pion.server.pause import ClientPause
 from pion.server.pubsub import PubSubHub
 from pion.server.redaction import monitor_argv
-from pion.server.slowlog import SlowLog
 from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
 
@@ -80,6 +81,8 @@ class Server:
         self.stat_keyspace_hits = 0
         self.stat_keyspace_misses = 0
         self.paused_until = 0.0
+        #: SHUTDOWN's choice (SAVE, NOSAVE or neither), read by durability's shutdown hook
+        self.shutdown_mode = "default"
         self.pause = ClientPause(self)
         #: INFO sections by name, in INFO's order; engines add sections or replace the defaults
         self.info_sections: dict[str, Callable[[Server], dict[str, object]]] = default_info_sections()
@@ -101,8 +104,8 @@ class Server:
         self.key_hooks: list[Callable[[Database, bytes], Any]] = []
         #: called with (db, "flush" | "swap") when a database was emptied or swapped whole
         self.reset_hooks: list[Callable[[Database, str], Any]] = []
-        #: objects by name for the engines (kv cache, durability) to find each other
-        self.engines: dict[str, Any] = {}
+        #: the optional parts (durability, security, engines, scale-out), typed, set by their installers
+        self.parts = Parts()
         #: parts built on the component protocol (pion.server.component), in start order
         self.components: list[Component] = []
         #: tenant name -> its own databases (ids unique server-wide, see Database.id)
@@ -153,7 +156,7 @@ class Server:
     @property
     def requires_auth(self) -> bool:
         """New connections must AUTH: the default user is off or has a password (ACL)."""
-        users = self.engines.get("acl")
+        users = self.parts.acl
         return not users.open_to_all if users is not None else bool(self.settings.requirepass)
 
     @property
@@ -245,14 +248,9 @@ class Server:
         """(hard bytes, soft bytes, soft seconds) of client-output-buffer-limit for this client's
         class (``normal 0 0 0``, ``pubsub 32mb 8mb 60`` by default, as Redis)."""
         cached = self._obuf
-        if cached is None or cached[0] is not self.settings:
-            from pion.server.config_values import OBUF_DEFAULT, check_obuf, parse_obuf
-
-            raw = dict(self.settings.extra).get("client-output-buffer-limit", "")
-            try:
-                limits = parse_obuf(check_obuf(raw, OBUF_DEFAULT) if raw else OBUF_DEFAULT)
-            except (ValueError, IndexError):
-                limits = parse_obuf(OBUF_DEFAULT)
+        if cached is None or cached[0] is not self.settings:  # by class, once per settings object
+            limits = {name: (hard, soft, seconds)
+                      for name, hard, soft, seconds in self.settings.client_output_buffer_limit}
             cached = self._obuf = (self.settings, limits)
         kind = "pubsub" if client is not None and client.subscription_count else "normal"
         return cached[1].get(kind, (0, 0, 0))
@@ -307,10 +305,10 @@ class Server:
             server = await loop.create_server(lambda: Connection(self), hosts, settings.port, reuse_address=True, backlog=511)
             self._servers.append(server)
         if settings.tls_port:
-            from pion.server.tls import listen_tls
+            from pion.server.net.tls import listen_tls
 
-            self.engines["tls_listener"] = await listen_tls(self, list(settings.bind) or ["127.0.0.1"])
-            self._servers.append(self.engines["tls_listener"])
+            self.parts.tls_listener = await listen_tls(self, list(settings.bind) or ["127.0.0.1"])
+            self._servers.append(self.parts.tls_listener)
         if settings.unixsocket:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(settings.unixsocket)

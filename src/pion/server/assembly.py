@@ -21,9 +21,11 @@ from pion.server.commands.kvcache import clean_stale_exports, engine_of
 
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
-    from pion.server import cluster, metrics, persistence, replication, security
+    from pion.server import cluster, metrics, replication
     from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
+    from pion.server.durability import persistence
     from pion.server.scripting import engine as scripting
+    from pion.server.security import security
 
     tenant_specs = security.check_startup(settings)
     server = Server(settings)
@@ -48,17 +50,18 @@ def install_kvcache(server: Server) -> KVEngine:
     from pion.kvcache import persist
     from pion.server.commands.kv_stage import abort_idle
     from pion.server.commands.kv_substrates import info_section
-    from pion.server.persistence import SnapshotExtension
+    from pion.server.durability.persistence import SnapshotExtension
 
     kv = engine_of(server)
     server.info_sections["pion"] = info_section
     server.resetstat_hooks.append(lambda srv: kv.reset_ledgers())
     server.startup_hooks.append(clean_stale_exports)
     server.cron_hooks.append(abort_idle)  # staged stores whose writer went quiet
-    arenas = server.engines.get("arenas")
+    server.shutdown_hooks.append(lambda srv: kv.close_exports())  # V.EXPORT files (may be shared memory)
+    arenas = server.parts.arenas
     if arenas is not None:  # mapped rows are checked against their crc before use
         kv.check_blobs_with(arenas.blob_ok)
-    owner = server.engines.get("persistence")
+    owner = server.parts.persistence
     if owner is not None:
         owner.snapshot_extensions.append(SnapshotExtension(
             name="kvcache", dump=lambda: persist.dump(kv), load=lambda data: persist.load(kv, data)))

@@ -20,8 +20,8 @@ from pion.protocol.resp import NULL_ARRAY
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
     from pion.server.context import Ctx
+    from pion.server.net.client import Client
 
 NOT_READY = object()
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.storage.keyspace import Database
 
 

@@ -39,8 +39,8 @@ from pion.protocol.errors import ReplyError
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
     from pion.server.context import Ctx
+    from pion.server.net.client import Client
 
 log = logging.getLogger("pion.deferred")
 

@@ -22,7 +22,7 @@ from pion.storage.faults import DiskWriteError
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 #: returned to the connection when the client is now blocked; it must stop reading commands.
 BLOCKED = object()
@@ -78,11 +78,10 @@ class Dispatcher:
     def apply_settings(self, settings: Any) -> None:
         threshold = settings.slowlog_log_slower_than
         self.slow_usec = threshold if threshold >= 0 else 2**62
-        extra = dict(settings.extra)
         #: LATENCY HISTOGRAM / INFO latencystats on (``latency-tracking``)
-        self.latency_tracking = extra.get("latency-tracking", "yes") == "yes"
+        self.latency_tracking = settings.latency_tracking
         #: ms at which a command or expire pass is a latency event (0: monitoring off)
-        self.latency_threshold = int(extra.get("latency-monitor-threshold", "0") or 0)
+        self.latency_threshold = settings.latency_monitor_threshold
 
     def latency_sample(self, event: str, seconds: float) -> None:
         """A latency-monitor sample when it reaches ``latency-monitor-threshold``."""

@@ -3,7 +3,7 @@
 The exposition is ``prometheus_client``'s own (``generate_latest`` over a registry holding one
 collector). Nothing is counted twice: at each scrape the collector reads the counters the server
 already keeps for INFO, PION.STATS and LATENCY HISTOGRAM (``Dispatcher.stats``, the command
-histograms of ``pion.server.latency``, the K/V engine's ledgers, the journal's fsync histogram),
+histograms of ``pion.server.admin.latency``, the K/V engine's ledgers, the journal's fsync histogram),
 plus what each component's ``metrics()`` yields (``pion.server.component``), so metrics cost the
 command path nothing. The endpoint is served on the event loop, as every
 reader of that state must be; a scrape of a few hundred series takes a fraction of a millisecond.
@@ -23,13 +23,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pion.server.component import Component
+from pion.server.durability.wal_journal import WalJournal
 from pion.server.errors import StartupError
-from pion.server.security import is_loopback
-from pion.server.wal_journal import WalJournal
+from pion.server.security.security import is_loopback
 
 if TYPE_CHECKING:
+    from pion.server.admin.latency import Histogram
     from pion.server.app import Server
-    from pion.server.latency import Histogram
 
 log = logging.getLogger("pion.metrics")
 
@@ -106,7 +106,7 @@ class ServerCollector:
 
     def _keyspace(self, counter: Any, gauge: Any) -> Iterator[Any]:
         server = self.server
-        memory = server.engines.get("memory")
+        memory = server.parts.memory
         if memory is not None:
             yield gauge("pion_memory_used_bytes", "INFO used_memory: the dataset estimate under "
                         "maxmemory, else the resident size", value=memory.used_memory())
@@ -120,7 +120,7 @@ class ServerCollector:
         yield counter("pion_evicted_keys", "keys evicted under maxmemory", value=server.stat_evicted)
 
     def _kvcache(self, counter: Any, gauge: Any) -> Iterator[Any]:
-        engine = self.server.engines.get("kvcache")
+        engine = self.server.parts.kvcache
         if engine is None:
             return
         labels = ["tenant"]
@@ -160,7 +160,7 @@ class ServerCollector:
 
 def _histogram(name: str, documentation: str, labels: list[str], histograms: dict[str, Histogram],
                bounds: tuple[float, ...]) -> Any:
-    """A histogram family from ``pion.server.latency.Histogram``s (log-linear ns buckets, ~6% wide)."""
+    """A histogram family from ``pion.server.admin.latency.Histogram``s (log-linear ns buckets, ~6% wide)."""
     from prometheus_client.core import HistogramMetricFamily
 
     family = HistogramMetricFamily(name, documentation, labels=labels)
@@ -256,6 +256,6 @@ def install(server: Server) -> MetricsEndpoint | None:
     if exposed:
         log.warning("metrics on %s: no password protects /metrics (command names, counts, sizes)",
                     settings.metrics_bind)
-    server.engines["metrics"] = endpoint
+    server.parts.metrics = endpoint
     server.add_component(endpoint)
     return endpoint

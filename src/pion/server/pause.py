@@ -20,7 +20,7 @@ from pion.server.blocking import NOT_READY, BlockRequest
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 _WRITE_FLAGS = frozenset({"write", "may_replicate"})

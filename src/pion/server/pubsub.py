@@ -3,7 +3,7 @@
 Messages are pushed to each subscriber's connection (a RESP3 push, or an array in RESP2).
 Keyspace notifications are published through the same hub.
 
-Tenants (``pion.server.tenants``) each get a hub of their own, so their channels, patterns and
+Tenants (``pion.server.security.tenants``) each get a hub of their own, so their channels, patterns and
 keyspace events never meet another tenant's or the default user's. A tenant's hub is found from
 its databases' server-wide ids (``Database.id >> TENANT_SHIFT`` is non-zero for a tenant), so
 callers that only know a database id (expiry, keyspace events) reach the right hub.
@@ -18,7 +18,7 @@ from pion.storage.glob import glob_match
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 
 #: a tenant database's id is ``(owner << TENANT_SHIFT) | index``; the default databases' owner is 0

@@ -23,7 +23,7 @@ from pion.server.pubsub import TENANT_SHIFT
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
     from pion.storage.keyspace import Database
 
@@ -166,8 +166,7 @@ class Tracking:
         """tracking-table-max-keys: past it, forget keys (telling their readers) until under."""
         settings = self.server.settings
         if self._limit_source is not settings:
-            raw = dict(settings.extra).get("tracking-table-max-keys", "1000000")
-            self._limit_source, self._max_keys = settings, int(raw) if raw.isdigit() else 1000000
+            self._limit_source, self._max_keys = settings, settings.tracking_table_max_keys
         limit = self._max_keys
         while limit and len(self.table) > limit:
             slot = next(iter(self.table))

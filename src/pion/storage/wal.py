@@ -8,7 +8,7 @@ each argument as a bulk string ``$<len>``, or, for a blob kept in an arena, the 
 
 Reading distinguishes a *torn* tail (a write cut short by a crash: the record runs past the end
 of the file, or ends in zeros, and no valid record follows) from *corruption* (anything else).
-This module is pure: no threads, no server; ``pion.server.persistence`` drives it.
+This module is pure: no threads, no server; ``pion.server.durability.persistence`` drives it.
 """
 
 from __future__ import annotations

@@ -19,38 +19,36 @@ from pion.server.cluster.state import ClusterState
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 
 def enabled(settings: Any) -> bool:
-    return dict(settings.extra).get("cluster-enabled", "no") == "yes"
+    return bool(settings.cluster_enabled)
 
 
 def _my_address(settings: Any) -> tuple[str, int]:
-    extra = dict(settings.extra)
-    host = extra.get("cluster-announce-ip", "")
+    host = settings.cluster_announce_ip
     if not host:
         binds = [b for b in settings.bind if b not in ("*", "0.0.0.0", "::", "-::*")] if settings.bind else []
         host = binds[0].lstrip("-") if binds else "127.0.0.1"
-    port = int(extra.get("cluster-announce-port", "0") or 0) or settings.port
+    port = settings.cluster_announce_port or settings.port
     return host, port
 
 
 class ClusterEngine:
-    """``server.engines["cluster"]``: the state, the router and the peer poller."""
+    """``server.parts.cluster``: the state, the router and the peer poller."""
 
     def __init__(self, server: Server) -> None:
         from pion.server.cluster.peers import PeerPoller
 
         settings = server.settings
-        extra = dict(settings.extra)
-        path = extra.get("cluster-config-file", "nodes.conf") or "nodes.conf"
+        path = settings.cluster_config_file or "nodes.conf"
         if not os.path.isabs(path):
             path = os.path.join(settings.dir, path)
         host, port = _my_address(settings)
         self.state = ClusterState(path, host, port)
-        self.state.require_full_coverage = extra.get("cluster-require-full-coverage", "yes") == "yes"
+        self.state.require_full_coverage = settings.cluster_require_full_coverage
         self.router = Router(self.state)
         self.poller = PeerPoller(server, self.state)
         self._pokes: set = set()
@@ -76,7 +74,7 @@ def install(server: Server) -> ClusterEngine | None:
     """Make this server a cluster node when ``cluster-enabled yes``; None otherwise."""
     if not enabled(server.settings):
         return None
-    engine = server.engines["cluster"] = ClusterEngine(server)
+    engine = server.parts.cluster = ClusterEngine(server)
     server.admission.cluster = engine  # the slot check: after the ACL, before memory
     server.info_sections["cluster"] = lambda _server: {"cluster_enabled": 1}
     server.startup_hooks.append(lambda _server: engine.poller.start())

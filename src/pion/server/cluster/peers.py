@@ -107,10 +107,9 @@ class PeerPoller:
         link = self.links.get(key)
         if link is None:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(node.host, node.port), TIMEOUT)
-            extra = dict(self.server.settings.extra)
-            password = extra.get("masterauth", "")
+            password = self.server.settings.masterauth
             if password:
-                user = extra.get("masteruser", "")
+                user = self.server.settings.masteruser
                 writer.write(_encode("AUTH", *([user] if user else []), password))
                 reply = await asyncio.wait_for(_read_reply(reader), TIMEOUT)
                 if isinstance(reply, str) and reply.startswith("-"):

@@ -17,8 +17,8 @@ from pion.protocol.errors import ReplyError
 from pion.protocol.keyslot import key_slot
 
 if TYPE_CHECKING:
-    from pion.server.client import Client
     from pion.server.cluster.state import ClusterState, Node
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"

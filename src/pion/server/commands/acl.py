@@ -1,9 +1,9 @@
-"""ACL: Redis 7's users, rules and selectors (``pion.server.acl_rules``/``acl_users``), with the
+"""ACL: Redis 7's users, rules and selectors (``pion.server.security.acl_rules``/``acl_users``), with the
 ACL file (``aclfile``) for ACL SAVE/LOAD and restarts.
 
 A ``--tenant`` is a user bound to its own keyspace: ACL SETUSER may change its password and
 narrow its rules (keys, channels, commands), but the tenant limits (no @admin, no scripting,
-``pion.server.tenants``) hold whatever the rules say, and ACL DELUSER refuses it (it owns data;
+``pion.server.security.tenants``) hold whatever the rules say, and ACL DELUSER refuses it (it owns data;
 remove its --tenant and restart). Users made with ACL SETUSER share the main keyspace, as in
 Redis. Deleting a user disconnects its clients; narrowing a user's channels disconnects its
 subscribers that lost a channel, as Redis does.
@@ -17,14 +17,14 @@ import secrets
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, SetReply, Status
-from pion.server.acl_check import check, message
-from pion.server.acl_users import DENIED_CMD, User, save_file
-from pion.server.acl_users import OK as ACL_OK
 from pion.server.args import parse_int
-from pion.server.auth import users_of
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.server.tenants import tenant_denied
+from pion.server.security.acl_check import check, message
+from pion.server.security.acl_users import DENIED_CMD, User, save_file
+from pion.server.security.acl_users import OK as ACL_OK
+from pion.server.security.auth import users_of
+from pion.server.security.tenants import tenant_denied
 
 log = logging.getLogger("pion.acl")
 

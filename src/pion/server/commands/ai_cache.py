@@ -163,7 +163,7 @@ def sc_stats(ctx: Ctx, argv: list[bytes]):
     model, and the hit/miss counters (the server's, or the tenant's)."""
     index = _existing(ctx)
     counts = kv_ledger(ctx).counts
-    embedder = ctx.server.engines.get("embedding")
+    embedder = ctx.server.parts.embedding
     meta = live_value(ctx, cache.OWNED.meta_key)
     fields = getattr(meta, "fields", {}) or {}
     return {

@@ -1,7 +1,7 @@
 """AI.EMBED, the reference's other AI.* names (refused with the reason), and ``install``, which puts
 the embedding component (``pion.embedding.service.Embedder``) on a server.
 
-The embedder is ``server.engines["embedding"]``. A command that needs vectors calls
+The embedder is ``server.parts.embedding``. A command that needs vectors calls
 ``with_vectors(ctx, texts, finish)``: the texts are embedded in the embedder's wait pool (the
 event loop never waits on the model, ``pion.server.deferred``), then ``finish(ctx, vectors)``
 runs on the loop and applies the change. Embedding commands are flagged ``noscript no_multi``:
@@ -23,6 +23,7 @@ from pion.embedding.service import EmbedConfig, Embedder
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.server import deferred
+from pion.server.admin.info import add_section_before_pion
 from pion.server.context import Ctx
 from pion.server.registry import command
 
@@ -48,7 +49,7 @@ def embed_config(settings: Any) -> EmbedConfig:
 def install(server: Any) -> Embedder:
     """The embedder (not started: the model loads on first use, or at start with embed-preload),
     its stop hook and INFO ``# Embedding``."""
-    embedder = server.engines.get("embedding")
+    embedder = server.parts.embedding
     if embedder is not None:
         return embedder
     try:
@@ -57,22 +58,16 @@ def install(server: Any) -> Embedder:
         from pion.server.errors import StartupError
 
         raise StartupError(str(exc)) from None
-    server.engines["embedding"] = embedder
+    server.parts.embedding = embedder
     server.startup_hooks.append(lambda srv: embedder.start())
     server.shutdown_hooks.append(lambda srv: embedder.stop())
     server.cron_hooks.append(lambda srv: embedder.cron())
-    sections = getattr(server, "info_sections", None)
-    if sections is not None:  # before Pion's own section, which INFO keeps last
-        ordered = list(sections.items())
-        at = next((i for i, (name, _) in enumerate(ordered) if name == "pion"), len(ordered))
-        ordered.insert(at, ("embedding", lambda srv: embedder.info()))
-        sections.clear()
-        sections.update(ordered)
+    add_section_before_pion(server.info_sections, "embedding", lambda srv: embedder.info())
     return embedder
 
 
 def embedder_of(ctx: Ctx) -> Embedder:
-    embedder = ctx.server.engines.get("embedding")
+    embedder = ctx.server.parts.embedding
     if embedder is None:
         raise ReplyError("ERR embeddings are not enabled on this server")
     return embedder

@@ -40,7 +40,7 @@ def install(server: Any) -> None:
     gets its index again (the log carries the documents, not the index definitions)."""
 
     def recreate(srv: Any) -> None:
-        eng = srv.engines.get("search")
+        eng = srv.parts.search
         if eng is None:
             return
         for dbs in srv.all_db_lists():
@@ -49,11 +49,14 @@ def install(server: Any) -> None:
                     owned.recreate(eng, db, eng.values)
 
     server.startup_hooks.append(recreate)
-    server.engines.setdefault("agent_memory", dict.fromkeys(COUNTERS, 0))
+    if server.parts.agent_memory is None:
+        server.parts.agent_memory = dict.fromkeys(COUNTERS, 0)
 
 
 def _count(ctx: Ctx, name: str, amount: int = 1) -> None:
-    counts = ctx.server.engines.setdefault("agent_memory", dict.fromkeys(COUNTERS, 0))
+    counts = ctx.server.parts.agent_memory
+    if counts is None:
+        counts = ctx.server.parts.agent_memory = dict.fromkeys(COUNTERS, 0)
     counts[name] += amount
 
 
@@ -261,7 +264,7 @@ def memory_stats(ctx: Ctx, argv: list[bytes]):
     server's counters (adds, dedups, recalls, hybrid_recalls, forgets)."""
     index = _memory_index(ctx)
     meta = getattr(live_value(ctx, memory.OWNED.meta_key), "fields", None) or {}
-    counts = ctx.server.engines.get("agent_memory") or dict.fromkeys(COUNTERS, 0)
+    counts = ctx.server.parts.agent_memory or dict.fromkeys(COUNTERS, 0)
     out: dict[bytes, Any] = {
         b"memories": len(index.docs) if index is not None else 0,
         b"sessions": len(index.tags["s"].values) if index is not None else 0,

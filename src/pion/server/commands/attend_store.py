@@ -58,15 +58,15 @@ SWEEP_EVERY = 10  # cron ticks between checks for views whose rows changed
 
 def attention_engine(server) -> AttentionEngine:
     """The server's Stage-2 engine (made at first use), following ``attention-warm-bytes``."""
-    found = server.engines.get("attention")
+    found = server.parts.attention
     if found is None:
         # one BLAS thread per kernel call: the worker pool spreads a query over the cores, and
         # BLAS's own threads spinning against the pool (or other processes) cost 2-5x under load
         threadpoolctl.threadpool_limits(1, user_api="blas")
-        found = server.engines["attention"] = AttentionEngine(server.settings.attention_warm_bytes)
+        found = server.parts.attention = AttentionEngine(server.settings.attention_warm_bytes)
         server.cron_hooks.append(partial(_sweep, ticks=[0]))
-        server.resetstat_hooks.append(lambda srv: srv.engines["attention"].reset_stats())
-        tenants = server.engines.get("tenants")
+        server.resetstat_hooks.append(lambda srv: srv.parts.attention.reset_stats())
+        tenants = server.parts.tenants
         if tenants is not None:  # a tenant's warm views count against its quota (issue #13, item 6)
             tier = found.tier
             tenants.usage_sources.append(lambda name: tier.bytes_of(lambda key, owner=name.encode(): key[0] == owner))
@@ -79,15 +79,15 @@ def _sweep(server, ticks: list[int]) -> None:
     ticks[0] += 1
     if ticks[0] % SWEEP_EVERY or server.loading:
         return
-    kv = server.engines.get("kvcache")
+    kv = server.parts.kvcache
     if kv is not None:
-        server.engines["attention"].sweep(lambda key, view: source_current(kv.space(key[0]), view.source))
+        server.parts.attention.sweep(lambda key, view: source_current(kv.space(key[0]), view.source))
 
 
 def keep_warm(ctx, engine: AttentionEngine, key, view: PrefixView) -> None:
     """Keep ``view`` in the warm tier, unless the client's tenant has no quota left for it: the
     warm tier is a cache, so a full quota means the view serves this query and is not kept."""
-    tenants = ctx.server.engines.get("tenants")
+    tenants = ctx.server.parts.tenants
     if tenants is not None and ctx.client is not None and ctx.client.tenant is not None:
         held = engine.tier.entries.get(key)
         if tenants.charge(ctx.client, view.nbytes - (held.nbytes if held is not None else 0)) is not None:
@@ -274,7 +274,7 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
     sid, layer_id, heads, n, dim = parse_store(argv)
     cubes, blobs, crcs, summary = prepared
     sp = space(ctx)
-    arenas = ctx.server.engines.get("arenas")
+    arenas = ctx.server.parts.arenas
     try:
         refuse_if_owned(ctx, sp, sides(sid)[0], "ATTEND.PREFIX.STORE")  # a staged store may have published
         check_sessions(sp, sid, layer_id, heads * dim)  # another client may have made them meanwhile

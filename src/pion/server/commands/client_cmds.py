@@ -13,11 +13,11 @@ from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Status, Verbatim
 from pion.server.args import parse_int
-from pion.server.client import Client
-from pion.server.client_info import CLIENT_TYPES, client_line, client_type, valid_attr
 from pion.server.context import Ctx
+from pion.server.net.client import Client
+from pion.server.net.client_info import CLIENT_TYPES, client_line, client_type, valid_attr
 from pion.server.registry import command
-from pion.server.tenants import visible_clients
+from pion.server.security.tenants import visible_clients
 
 _USER = "noscript loading stale"
 _ADMIN = "admin noscript loading stale"
@@ -192,7 +192,7 @@ def _parse_or(raw: bytes, default: int) -> int:
 
 
 def _user_exists(ctx: Ctx, name: str) -> bool:
-    acl = ctx.server.engines.get("acl")
+    acl = ctx.server.parts.acl
     users = getattr(acl, "users", None)
     return name == "default" or (users is not None and name in users)
 

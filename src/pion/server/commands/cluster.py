@@ -53,7 +53,7 @@ def cluster_disabled(ctx: Ctx, argv: list[bytes]):
 
     Refused unless this server is a cluster node (``cluster-enabled yes``).
     """
-    engine = ctx.server.engines.get("cluster")
+    engine = ctx.server.parts.cluster
     if engine is None:
         raise ReplyError(DISABLED)
     from pion.server.cluster import admin
@@ -75,7 +75,7 @@ def cluster_connection(ctx: Ctx, argv: list[bytes]):
     ASKING lets the next command run on a slot this node is importing; READONLY/READWRITE are
     accepted (there are no replicas to read from). Refused unless this is a cluster node.
     """
-    if ctx.server.engines.get("cluster") is None:
+    if ctx.server.parts.cluster is None:
         raise ReplyError(DISABLED)
     flags = ctx.client.flags
     word = argv[0].lower()

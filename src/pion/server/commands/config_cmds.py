@@ -16,10 +16,10 @@ from pion.config import PARAMETERS, ConfigError, Settings
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
-from pion.server import config_table as table
-from pion.server.config_rewrite import apply_listeners, rewrite_config_file
+from pion.server.admin import config_table as table
+from pion.server.admin.config_rewrite import apply_listeners, rewrite_config_file
+from pion.server.admin.info import reset_stats
 from pion.server.context import Ctx
-from pion.server.info import reset_stats
 from pion.server.registry import command
 from pion.storage.glob import glob_match
 

@@ -6,9 +6,9 @@ from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, PONG, Push, Status
 from pion.server.args import parse_int
-from pion.server.auth import authenticate
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.server.security.auth import authenticate
 
 REDIS_COMPAT_VERSION = "7.2.0"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import SetReply, Status, Verbatim
-from pion.server.command_meta import command_docs, command_info, keys_with_flags
+from pion.server.admin.command_meta import command_docs, command_info, keys_with_flags
+from pion.server.admin.info import render_info
 from pion.server.context import Ctx
-from pion.server.info import render_info
 from pion.server.registry import CommandSpec, CommandTable, command
 from pion.storage.glob import glob_match
 
@@ -153,7 +153,7 @@ def info(ctx: Ctx, argv: list[bytes]):
     """INFO [section [section ...]]"""
     names = [arg.decode("utf-8", "replace") for arg in argv[1:]]
     if ctx.client.tenant is not None:  # a tenant sees its own usage and keyspace, not the server's
-        from pion.server.tenants import tenant_info
+        from pion.server.security.tenants import tenant_info
 
         return Verbatim(tenant_info(ctx, names))
     return Verbatim(render_info(ctx.server, names))

@@ -44,7 +44,6 @@ def v_export(ctx, argv):
     exports = sp.exports
     if exports.directory is None:
         tenant = getattr(ctx.client, "tenant", None) or b""
-        remove_at_shutdown(ctx.server)
         try:
             base = engine_of(ctx.server).export_root(ctx.server.settings.dir)
             exports.open_directory(base, tenant.encode() if isinstance(tenant, str) else tenant)
@@ -85,13 +84,6 @@ def v_export(ctx, argv):
         abandon()
         raise
     return finish(ctx, None)
-
-
-def remove_at_shutdown(server) -> None:
-    """Once per server: a clean shutdown deletes the export files (they may be shared memory)."""
-    if not getattr(server, "exports_hooked", False):
-        server.exports_hooked = True
-        server.shutdown_hooks.append(lambda srv: engine_of(srv).close_exports())
 
 
 def guarded(job, path) -> None:

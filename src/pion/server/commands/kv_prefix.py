@@ -344,9 +344,9 @@ def prefix_info_rows(ctx) -> list[tuple[str, object]]:
         ("staged_bytes", sum(st.row_bytes + st.ssm_bytes for st in sp.stagings.values())),
         ("wal_enabled", int(ctx.server.settings.appendonly and hasattr(journal, "log_bytes"))),
         ("wal_bytes", getattr(journal, "log_bytes", 0)), ("wal_appended", journal.seq),
-        ("wal_replayed", getattr(ctx.server, "replayed_records", 0)),
+        ("wal_replayed", ctx.server.replayed_records),
         ("directory_enabled", 0), ("my_worker_id", 0), ("directory_entries", 0),
-        *sdpa_rows(ctx.server.engines.get("attention")),
+        *sdpa_rows(ctx.server.parts.attention),
     ]
 
 
@@ -389,7 +389,7 @@ def kv_prefix_save(ctx, argv):
     if len(argv) == 2:
         check_relative_path(arg(argv[1]))
         raise ReplyError("ERR KV.PREFIX.SAVE: a custom path is not supported (the snapshot is written to the data directory)")
-    persistence = ctx.server.engines.get("persistence")
+    persistence = ctx.server.parts.persistence
     if persistence is None:
         raise ReplyError("ERR KV.PREFIX.SAVE failed (no data directory)")
     try:

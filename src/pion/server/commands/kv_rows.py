@@ -97,7 +97,7 @@ def input_rows_checked(spec: LayerSpec, fmt: bytes, blob, count: int) -> np.ndar
 def finish_store(ctx, argv: list[bytes], plan: StorePlan, encoded: memoryview, room=None, crc: int | None = None):
     """The deferred store's second half: commit the arena room the workers wrote and store. If
     the session went away or changed shape meanwhile, the command is planned again as it stands."""
-    arenas = ctx.server.engines.get("arenas")
+    arenas = ctx.server.parts.arenas
     session = current_session(space(ctx), plan)
     if session is None or session.spec(plan.layer_id) != plan.spec:
         if room is not None:

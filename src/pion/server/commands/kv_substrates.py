@@ -170,7 +170,7 @@ def pion_stats(ctx, argv):
 
 def info_section(server) -> dict[str, object]:
     """INFO ``# Pion``: the ledger (without the µs fields) and the K/V cache's size."""
-    kv = server.engines.get("kvcache")
+    kv = server.parts.kvcache
     if kv is None:
         return {}
     rows = dict(kv.ledger.info_fields(int(time.time() - server.start_time)))

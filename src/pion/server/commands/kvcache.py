@@ -21,9 +21,9 @@ NS_LENGTH = "ERR ns_key length must be 1..200"
 
 
 def engine_of(server) -> KVEngine:
-    found = server.engines.get("kvcache")
+    found = server.parts.kvcache
     if found is None:
-        found = server.engines["kvcache"] = KVEngine()
+        found = server.parts.kvcache = KVEngine()
     return found
 
 
@@ -99,7 +99,7 @@ def charge(ctx: Ctx, nbytes: int, what: str) -> None:
     buffer, an export file) over ``maxmemory`` or the client's tenant quota."""
     if replaying(ctx):
         return
-    memory = ctx.server.engines.get("memory")
+    memory = ctx.server.parts.memory
     refusal = memory.admit(ctx.client, nbytes, what) if memory is not None else None
     if refusal is not None:
         raise refusal
@@ -138,7 +138,7 @@ def durable_arenas(ctx: Ctx, nbytes: int) -> ArenaStore | None:
     """The arena store a live blob of ``nbytes`` goes to (the log is on, the blob is large), or None."""
     if replaying(ctx) or nbytes < ARENA_MIN or not ctx.server.settings.appendonly:
         return None
-    return ctx.server.engines.get("arenas")
+    return ctx.server.parts.arenas
 
 
 def write_reserved(arenas: ArenaStore, room, data, at: int = 0) -> int:

@@ -79,7 +79,7 @@ def migrate(ctx: Ctx, argv: list[bytes]):
     if not batch:
         return Status("NOKEY")
     commands = ([[b"AUTH", *options.auth]] if options.auth else []) + [[b"SELECT", b"%d" % dbid]]
-    restore = b"RESTORE-ASKING" if "cluster" in ctx.server.engines else b"RESTORE"  # as Redis in cluster mode
+    restore = b"RESTORE-ASKING" if ctx.server.parts.cluster is not None else b"RESTORE"  # as Redis in cluster mode
     for key, ttl, payload in batch:
         commands.append([restore, key, b"%d" % ttl, payload] + ([b"REPLACE"] if options.replace else []))
     replies = _exchange(argv[1], argv[2], commands, timeout_s)

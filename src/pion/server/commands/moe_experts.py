@@ -35,7 +35,7 @@ _ADMIN = dict(categories="@admin @pion", group="pion", since="0.1.0")
 
 
 def tier_of(ctx) -> ExpertTier:
-    found = ctx.server.engines.get("moe")
+    found = ctx.server.parts.moe
     if found is None:
         raise ReplyError(UNAVAILABLE)
     return found
@@ -150,7 +150,7 @@ def location_reply(located) -> list:
 @command("MOE.EXPERT.PREFETCH", -4, "readonly", **_READ)
 def moe_prefetch(ctx, argv):
     """MOE.EXPERT.PREFETCH model layer expert [expert ...]: start loading them; +OK at once."""
-    tier = ctx.server.engines.get("moe")
+    tier = ctx.server.parts.moe
     experts = [index(raw) for raw in argv[3:]]
     if tier is not None:
         calling(tier.prefetch, text(argv[1]), index(argv[2]), experts)
@@ -160,7 +160,7 @@ def moe_prefetch(ctx, argv):
 @command("MOE.EXPERT.PIN", 4, "readonly", **_READ)
 def moe_pin(ctx, argv):
     """MOE.EXPERT.PIN model layer expert: keep the expert resident (loaded now if it is not)."""
-    tier = ctx.server.engines.get("moe")
+    tier = ctx.server.parts.moe
     if tier is None:
         return OK
     future = calling(tier.pin, text(argv[1]), index(argv[2]), index(argv[3]))
@@ -172,7 +172,7 @@ def moe_pin(ctx, argv):
 @command("MOE.EXPERT.UNPIN", 4, "readonly", **_READ)
 def moe_unpin(ctx, argv):
     """MOE.EXPERT.UNPIN model layer expert: let the policy evict it again."""
-    tier = ctx.server.engines.get("moe")
+    tier = ctx.server.parts.moe
     if tier is not None:
         calling(tier.unpin, text(argv[1]), index(argv[2]), index(argv[3]))
     return OK
@@ -188,7 +188,7 @@ def moe_info(ctx, argv):
 @command("MOE.EXPERT.STATS", 1, "readonly", **_READ)
 def moe_stats(ctx, argv):
     """MOE.EXPERT.STATS: the tier's budget, residency and counters, as JSON (always answers)."""
-    tier = ctx.server.engines.get("moe")
+    tier = ctx.server.parts.moe
     return json.dumps(DISABLED_STATS if tier is None else tier.stats(), separators=(",", ":")).encode()
 
 
@@ -267,7 +267,7 @@ def install(server) -> ExpertTier | None:
     if not settings.moe_cache:
         return None
     tier = ExpertTier(settings.moe_cache, settings.moe_cache_mib * 1024 * 1024, settings.dir)
-    server.engines["moe"] = tier
+    server.parts.moe = tier
 
     def startup(srv):
         import asyncio
@@ -291,7 +291,7 @@ def config_changed(server, old, new) -> str | None:
     """moe-cache is fixed at start; moe-cache-mib applies at once (evicting down to it)."""
     if old.moe_cache != new.moe_cache:
         return "moe-cache can only be set at start"
-    tier = server.engines.get("moe")
+    tier = server.parts.moe
     if tier is not None and old.moe_cache_mib != new.moe_cache_mib:
         tier.budget_changed(new.moe_cache_mib * 1024 * 1024)
     return None

@@ -20,7 +20,7 @@ NOT_ENABLED = "ERR persistence is not available on this server (no data director
 
 
 def _engine(ctx: Ctx) -> Any:
-    engine = ctx.server.engines.get("persistence")
+    engine = ctx.server.parts.persistence
     if engine is None:
         raise ReplyError(NOT_ENABLED)
     return engine

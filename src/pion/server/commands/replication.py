@@ -1,9 +1,9 @@
 """Replication's commands: ROLE, REPLICAOF/SLAVEOF, WAIT, WAITAOF, SYNC, PSYNC, REPLCONF.
 
-The state behind them is ``pion.server.replication.Replication`` (``server.engines
-["replication"]``, docs/replication.md). A bare server without it (unit tests) answers as a
+The state behind them is ``pion.server.replication.Replication`` (``server.parts.replication``,
+docs/replication.md). A bare server without it (unit tests) answers as a
 master that has no replicas: ROLE at offset 0, WAIT counting 0. WAITAOF reports the local fsync
-of the caller's last write (the log's group commit, ``pion.server.wal_journal``) and the
+of the caller's last write (the log's group commit, ``pion.server.durability.wal_journal``) and the
 replicas that acknowledged it.
 """
 
@@ -38,7 +38,7 @@ def _never(ctx: Ctx) -> Any:
 
 
 def _repl(ctx: Ctx) -> Any:
-    return ctx.server.engines.get("replication")
+    return ctx.server.parts.replication
 
 
 @command("ROLE", 1, "noscript loading stale fast", categories="@admin @fast @dangerous", group="server", since="2.8.12")
@@ -204,7 +204,7 @@ def psync(ctx: Ctx, argv: list[bytes]):
 def _attach(ctx: Ctx, replid: bytes, wanted: int, legacy: bool) -> Any:
     repl = _repl(ctx)
     client = ctx.client
-    if repl is None or client.conn is None or ctx.server.engines.get("persistence") is None:
+    if repl is None or client.conn is None or ctx.server.parts.persistence is None:
         raise ReplyError("ERR this server cannot serve replicas: it runs without a data directory")
     if repl.is_replica:
         raise ReplyError("ERR Pion replicas do not serve replicas of their own (no chained replication): "

@@ -2,7 +2,7 @@
 (and the old FT.DROP), FT.INFO, FT._LIST, FT.ALTER, FT.ALIASADD/ALIASDEL/ALIASUPDATE,
 FT.TAGVALS, and ``install``, which puts the search engine on a server.
 
-The engine (``pion.vector.engine``) is ``server.engines["search"]``. Index definitions are
+The engine (``pion.vector.engine``) is ``server.parts.search``. Index definitions are
 durable twice over: FT.CREATE/ALTER/DROPINDEX are logged like any write, and the snapshot carries
 the definitions as the ``search`` extension; the documents are re-indexed from the keyspace
 after a restart, in the background (FT.INFO ``indexing`` until done).
@@ -17,6 +17,7 @@ from typing import Any
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, SetReply
+from pion.server.admin.info import add_section_before_pion
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.vector.engine import SearchEngine
@@ -31,7 +32,7 @@ MB = float(1 << 20)
 
 
 def engine(ctx: Ctx) -> SearchEngine:
-    eng = ctx.server.engines.get("search")
+    eng = ctx.server.parts.search
     if eng is None:
         raise ReplyError("ERR the search engine is not enabled on this server")
     return eng
@@ -42,10 +43,10 @@ def install(server: Any) -> SearchEngine:
     rebuild, the snapshot extension, INFO ``# Search``, memory accounting and MODULE LIST."""
     from pion.storage.keyspace import now_ms
 
-    eng = server.engines.get("search")
+    eng = server.parts.search
     if eng is not None:
         return eng
-    eng = server.engines["search"] = SearchEngine()
+    eng = server.parts.search = SearchEngine()
 
     def schedule(fn):
         try:
@@ -68,27 +69,21 @@ def install(server: Any) -> SearchEngine:
     server.startup_hooks.append(lambda srv: eng.start())
     server.shutdown_hooks.append(lambda srv: eng.stop())
     server.cron_hooks.append(lambda srv: eng.expire_temporary())
-    server.engines["modules"] = list(MODULES)
-    sections = getattr(server, "info_sections", None)
-    if sections is not None:  # before Pion's own section, which INFO keeps last
-        ordered = list(sections.items())
-        at = next((i for i, (name, _) in enumerate(ordered) if name == "pion"), len(ordered))
-        ordered.insert(at, ("search", lambda srv: eng.info()))
-        sections.clear()
-        sections.update(ordered)
-    memory = server.engines.get("memory")
+    server.parts.modules = list(MODULES)
+    add_section_before_pion(server.info_sections, "search", lambda srv: eng.info())
+    memory = server.parts.memory
     if memory is not None and hasattr(memory, "extra_bytes"):
         memory.extra_bytes.append(eng.memory_bytes)
-    tenants = server.engines.get("tenants")
+    tenants = server.parts.tenants
     if tenants is not None:  # a tenant's indexes count against its quota (issue #13, item 6)
         from pion.server.pubsub import TENANT_SHIFT
-        from pion.server.tenants import owner_of
+        from pion.server.security.tenants import owner_of
 
         tenants.usage_sources.append(
             lambda name: eng.memory_bytes_where(lambda db_id, owner=owner_of(name): db_id >> TENANT_SHIFT == owner))
-    persistence = server.engines.get("persistence")
+    persistence = server.parts.persistence
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
 
         persistence.snapshot_extensions.append(SnapshotExtension(name="search", dump=eng.dump, load=eng.load))
     return eng

@@ -24,12 +24,12 @@ import numpy as np
 
 from pion.embedding.providers import EmbeddingError
 from pion.protocol.errors import ReplyError
-from pion.server.client import Client
 from pion.server.commands.ai_embed import embedder_of, text_of, with_vectors
 from pion.server.commands.search_admin import engine as search_engine
 from pion.server.commands.search_query import _sort_loader
 from pion.server.commands.search_replies import search_reply
 from pion.server.context import Ctx
+from pion.server.net.client import Client
 from pion.server.registry import command
 from pion.storage.hash_value import HashValue
 from pion.vector import search
@@ -56,7 +56,7 @@ class AutoEmbedder:
     # -- finding work (event loop) --------------------------------------------------------------
 
     def _embed_indexes(self) -> list[tuple[Any, Any]]:
-        eng = self.server.engines.get("search")
+        eng = self.server.parts.search
         if eng is None:
             return []
         return [(key, index) for key, index in eng.indexes.items()
@@ -76,7 +76,7 @@ class AutoEmbedder:
         indexes = self._embed_indexes()
         if not indexes or self.server.loading:
             return
-        self.server.engines["search"].catch_up()
+        self.server.parts.search.catch_up()
         for (db_id, name), index in indexes:
             mark = self.watermarks.get((db_id, name), 0)
             fresh = []
@@ -101,7 +101,7 @@ class AutoEmbedder:
         """(db id, index, key, field, text) for each EMBED field of the document whose vector is
         missing or was computed from another text (its marker says which); text None: the text
         is gone, so is the vector it was made from."""
-        eng = self.server.engines["search"]
+        eng = self.server.parts.search
         index = eng.indexes.get((db_id, name))
         found = self._database(db_id)
         key = index.docs.get(doc) if index is not None else None
@@ -124,7 +124,7 @@ class AutoEmbedder:
         if not work:
             return
         try:
-            embedder = self.server.engines["embedding"]
+            embedder = self.server.parts.embedding
         except KeyError:
             return
         texts = [raw.decode("utf-8", "replace") for *_, raw in work]
@@ -163,11 +163,11 @@ class AutoEmbedder:
                                f"but field {spec.name} has DIM {spec.vector.dim}")
             return
         found = self._database(db_id)
-        index = self.server.engines["search"].indexes.get((db_id, name))
+        index = self.server.parts.search.indexes.get((db_id, name))
         if found is None or index is None:
             return
         dbs, db, tenant = found
-        value = self.server.engines["search"].values(db, key)
+        value = self.server.parts.search.values(db, key)
         if value.__class__ is not HashValue or _text(index, spec, value) != text or not _stale(index, spec, value):
             return  # changed meanwhile: its next indexing brings it back if it still needs a vector
         field, marker = spec.identifier.encode(), _marker(spec)
@@ -186,7 +186,7 @@ class AutoEmbedder:
 
     def _failed(self, item: tuple, reason: str) -> None:
         db_id, name, key, _, _ = item
-        index = self.server.engines["search"].indexes.get((db_id, name))
+        index = self.server.parts.search.indexes.get((db_id, name))
         self.stats["failed"] += 1
         if index is not None:
             index.failures += 1
@@ -232,10 +232,10 @@ def _source_identifier(index: Any, source: str | None) -> str:
 
 def install(server: Any) -> AutoEmbedder:
     auto = AutoEmbedder(server)
-    server.engines["auto_embed"] = auto
+    server.parts.auto_embed = auto
     server.key_hooks.append(auto.key_changed)
     server.cron_hooks.append(lambda srv: auto.tick())  # scans (FT.CREATE, restarts) signal no keys
-    embedder = server.engines.get("embedding")
+    embedder = server.parts.embedding
     section = server.info_sections.get("embedding") if embedder is not None else None
     if section is not None:
         server.info_sections["embedding"] = lambda srv: {**section(srv), **auto.info()}

@@ -13,11 +13,11 @@ from pion import __version__
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Status, Verbatim
+from pion.server.admin.info import REDIS_VERSION
+from pion.server.admin.latency import doctor_report
 from pion.server.args import parse_int
 from pion.server.commands.client_cmds import syntax_error_for
 from pion.server.context import Ctx
-from pion.server.info import REDIS_VERSION
-from pion.server.latency import doctor_report
 from pion.server.registry import command
 
 _ADMIN = "admin noscript loading stale"
@@ -41,7 +41,7 @@ def lastsave(ctx: Ctx, argv: list[bytes]):
 
     The persistence engine's last successful snapshot time; 0 while there is none.
     """
-    engine = ctx.server.engines.get("persistence")
+    engine = ctx.server.parts.persistence
     value = getattr(engine, "lastsave", 0) if engine is not None else 0
     return int(value() if callable(value) else value)
 
@@ -63,7 +63,7 @@ def shutdown(ctx: Ctx, argv: list[bytes]):
     if b"ABORT" in options:
         raise ReplyError("ERR No shutdown in progress.")
     server = ctx.server
-    engine = server.engines.get("persistence")
+    engine = server.parts.persistence
     if b"SAVE" in options and engine is not None and callable(getattr(engine, "save", None)):
         try:
             engine.save()
@@ -130,7 +130,7 @@ def slowlog_help(ctx: Ctx, argv: list[bytes]):
     return help_lines(SLOWLOG_HELP)
 
 
-# -- LATENCY (pion.server.latency) --------------------------------------------------------------------------
+# -- LATENCY (pion.server.admin.latency) --------------------------------------------------------------------------
 
 LATENCY_HELP = [
     "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -153,7 +153,7 @@ LATENCY_HELP = [
 def latency_latest(ctx: Ctx, argv: list[bytes]):
     """LATENCY LATEST
 
-    Per event (pion.server.latency): the time and latency of its last sample, and its all-time high.
+    Per event (pion.server.admin.latency): the time and latency of its last sample, and its all-time high.
     """
     return ctx.server.latency.latest()
 
@@ -279,7 +279,7 @@ def module_list(ctx: Ctx, argv: list[bytes]):
     Pion loads no Redis modules; its built-in engines that stand in for one (search, JSON) are
     listed under the module's name and version, so clients enable their features.
     """
-    return [dict(entry) for entry in ctx.server.engines.get("modules", ())]
+    return [dict(entry) for entry in ctx.server.parts.modules]
 
 
 def _no_modules(ctx: Ctx, argv: list[bytes]):

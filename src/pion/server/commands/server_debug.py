@@ -15,11 +15,11 @@ import time
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Attribute, BigNumber, Push, Replies, SetReply, Status, Verbatim
+from pion.server.admin.info import rss_bytes, used_memory
 from pion.server.args import parse_float, parse_int
 from pion.server.commands.client_cmds import syntax_error_for
 from pion.server.commands.server_admin import help_lines
 from pion.server.context import Ctx
-from pion.server.info import rss_bytes, used_memory
 from pion.server.registry import command
 from pion.storage.encodings import encoding_of
 from pion.storage.memory import key_size
@@ -86,7 +86,7 @@ def memory_stats(ctx: Ctx, argv: list[bytes]):
 def _dataset(server) -> tuple[int, int]:
     """(estimated bytes of the keys and values, number of keys); sampled when the keyspace is big."""
     keys = sum(len(db.data) for db in server.dbs)
-    memory = server.engines.get("memory")
+    memory = server.parts.memory
     if memory is not None and hasattr(memory, "used_memory"):
         return int(memory.used_memory()), keys
     sample = [(k, v) for db in server.dbs for k, v in list(db.data.items())[:1000]]

@@ -72,8 +72,7 @@ class TrimSpec:
 
 def node_entries(ctx: Ctx) -> int:
     """stream-node-max-entries (0: no node granularity, ``~`` then trims exactly)."""
-    raw = dict(ctx.server.settings.extra).get("stream-node-max-entries", "100")
-    return int(raw) if raw.isdigit() else 100
+    return ctx.server.settings.stream_node_max_entries
 
 
 def parse_trim(argv: list[bytes], i: int, spec: TrimSpec) -> int:

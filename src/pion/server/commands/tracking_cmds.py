@@ -7,10 +7,10 @@ from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, SetReply
 from pion.server.args import parse_int
-from pion.server.client import Client
 from pion.server.context import Ctx
+from pion.server.net.client import Client
 from pion.server.registry import command
-from pion.server.tenants import visible_clients
+from pion.server.security.tenants import visible_clients
 from pion.server.tracking import overlaps
 
 _USER = "noscript loading stale"

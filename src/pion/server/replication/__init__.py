@@ -2,7 +2,7 @@
 WAIT, ROLE and INFO replication (docs/replication.md).
 
 ``install(server)`` (make_server, after persistence) puts a ``Replication`` in
-``server.engines["replication"]``: a journal observer feeds the primary side's stream, an admission check
+``server.parts.replication``: a journal observer feeds the primary side's stream, an admission check
 refuses writes on a read-only replica, a startup hook follows ``replicaof`` from the config, a
 cron pings replicas and acknowledges to the primary, and a snapshot extension keeps a replica's
 replication id and offset with its data.
@@ -32,8 +32,7 @@ class Replication:
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        extra = dict(server.settings.extra)
-        self.primary = PrimarySide(server, os.urandom(20).hex(), _backlog_size(extra.get("repl-backlog-size")))
+        self.primary = PrimarySide(server, os.urandom(20).hex(), _backlog_size(server.settings.repl_backlog_size))
         self.side: ReplicaSide | None = None
         #: as a replica: the primary's replication id, the stream offset applied, and durable here
         self.replid_followed = ""
@@ -99,16 +98,15 @@ class Replication:
         read-only replica; the primary's stream is applied by the replay path, not here."""
         if self.side is None or "write" not in flags:
             return None
-        if _yes(dict(self.server.settings.extra).get("replica-read-only", "yes")):
+        if self.server.settings.replica_read_only:
             return ReplyError(READONLY)
         return None
 
     def cron(self, server: Server) -> None:
-        extra = dict(server.settings.extra)
-        self.primary.backlog_size = _backlog_size(extra.get("repl-backlog-size"))
+        self.primary.backlog_size = _backlog_size(server.settings.repl_backlog_size)
         if self.primary.backlog is not None:
             self.primary.backlog.resize(self.primary.backlog_size)
-        self.primary.cron(int(extra.get("repl-ping-replica-period", "10") or 10))
+        self.primary.cron(server.settings.repl_ping_replica_period)
         if self.side is not None:
             self.side.cron()
 
@@ -119,8 +117,8 @@ class Replication:
         if self.side is not None:
             fields.update(self.side.info_lines())
             fields.update({
-                "slave_priority": dict(server.settings.extra).get("replica-priority", "100"),
-                "slave_read_only": int(_yes(dict(server.settings.extra).get("replica-read-only", "yes"))),
+                "slave_priority": server.settings.replica_priority,
+                "slave_read_only": int(server.settings.replica_read_only),
                 "replica_announced": 1,
             })
         fields.update(primary.info_lines())
@@ -156,22 +154,13 @@ class Replication:
             self.restore(*words)
 
 
-def _yes(value: str) -> bool:
-    return value.strip().lower() in ("yes", "1", "true")
-
-
-def _backlog_size(raw: str | None) -> int:
-    from pion.config import parse_memory
-
-    try:
-        return max(16 * 1024, int(parse_memory(raw))) if raw else 1024 * 1024
-    except (TypeError, ValueError):
-        return 1024 * 1024
+def _backlog_size(size: int) -> int:
+    return max(16 * 1024, size)  # as Redis's CONFIG_REPL_BACKLOG_MIN_SIZE
 
 
 def install(server: Server) -> Replication:
     repl = Replication(server)
-    server.engines["replication"] = repl
+    server.parts.replication = repl
     observers = getattr(server.journal, "observers", None)
     if observers is not None:
         observers.append(repl.primary.feed)
@@ -188,15 +177,15 @@ def install(server: Server) -> Replication:
 
         server.info_sections["stats"] = stats_with_syncs
     server.cron_hooks.append(repl.cron)
-    persistence = server.engines.get("persistence")
+    persistence = server.parts.persistence
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
         from pion.server.replication.fullsync import EXTENSION
 
         persistence.snapshot_extensions.append(SnapshotExtension(EXTENSION, repl.dump, repl.load))
 
     async def startup(server: Server) -> None:
-        target = dict(server.settings.extra).get("replicaof", "").split()
+        target = server.settings.replicaof.split()
         if len(target) == 2:
             repl.follow(target[0], int(target[1]))
 

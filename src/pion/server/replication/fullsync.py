@@ -27,12 +27,12 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
-from pion.server.bgsave import SaveAborted, SaveJob
+from pion.server.durability.bgsave import SaveAborted, SaveJob
 from pion.storage.arena import BlobRef, snapshot_scope
 from pion.storage.snapshot import ExtensionRecord, KeyRecord, SnapshotReader, Tombstone
 
 if TYPE_CHECKING:
-    from pion.server.persistence import Persistence
+    from pion.server.durability.persistence import Persistence
 
 MAGIC = b"PIONSYNC1"
 SYNC_FILE = "repl-sync.pion"
@@ -109,7 +109,7 @@ def load_received(owner: Persistence, path: str, mapping: dict[BlobRef, BlobRef]
     """Replace this server's data with the received snapshot (on the loop, blocking: Redis's
     replica also stops serving while it loads), then save a snapshot of its own. Returns the
     number of keys loaded."""
-    from pion.server.persistence_hooks import Replayer
+    from pion.server.durability.persistence_hooks import Replayer
 
     started = time.perf_counter()
     server = owner.server

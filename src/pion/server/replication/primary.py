@@ -22,7 +22,7 @@ from pion.server.replication.stream import Backlog, Chunk, StreamEncoder, comman
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 log = logging.getLogger("pion.replication")
 
@@ -173,7 +173,7 @@ class PrimarySide:
             log.info("replica %s:%d is gone", link.ip, link.port)
 
     async def _full_sync(self, link: ReplicaLink, legacy: bool = False) -> None:
-        owner = self.server.engines.get("persistence")
+        owner = self.server.parts.persistence
         try:
             while owner.job is not None:  # one snapshot at a time (they share the change tracking)
                 await asyncio.sleep(0.05)

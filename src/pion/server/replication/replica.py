@@ -109,10 +109,10 @@ class ReplicaSide:
         self.state = "connecting"
         reader, writer = await asyncio.open_connection(self.host, self.port, limit=2 ** 24)
         self.writer = writer
-        settings = dict(self.server.settings.extra)
-        password = settings.get("masterauth", "")
+        settings = self.server.settings
+        password = settings.masterauth
         if password:
-            user = settings.get("masteruser", "")
+            user = settings.masteruser
             await self._call(reader, writer, [b"AUTH", user.encode(), password.encode()] if user
                              else [b"AUTH", password.encode()])
         await self._call(reader, writer, [b"PING"])
@@ -172,7 +172,7 @@ class ReplicaSide:
         self.sync_total = int(header[1:])
         self.sync_read = 0
         self.sync_started = time.time()
-        owner = self.server.engines["persistence"]
+        owner = self.server.parts.persistence
         arenas = owner.arenas
         head = await self._read(reader, len(MAGIC) + 8)
         if head[:len(MAGIC)] != MAGIC:
@@ -222,10 +222,7 @@ class ReplicaSide:
         return data
 
     def _timeout(self) -> float:
-        try:
-            return float(dict(self.server.settings.extra).get("repl-timeout", "60"))
-        except ValueError:
-            return 60.0
+        return float(self.server.settings.repl_timeout)
 
     # -- the stream ---------------------------------------------------------------------------------
 
@@ -280,7 +277,7 @@ class ReplicaSide:
         """Apply one record's effects and log them here as one record (with the offset reached)."""
         server = self.server
         dispatcher = server.dispatcher
-        arenas = server.engines["arenas"]
+        arenas = server.parts.arenas
         threshold = server.settings.blob_threshold
         logged: list[tuple[int, list]] = []
         for db, argv in effects:

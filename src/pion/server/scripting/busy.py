@@ -39,8 +39,8 @@ from pion.server.dispatch import BLOCKED
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
     from pion.server.context import Ctx
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 log = logging.getLogger("pion.script")
@@ -112,8 +112,6 @@ class Runner:
         self.server = server
         self.current: ScriptRun | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._threshold_source: Any = None
-        self._threshold = 5.0
         #: one greenlet runs script after script: making a greenlet costs ~40 us, a switch ~1 us
         self._worker: Any = None
 
@@ -149,15 +147,7 @@ class Runner:
 
     def threshold(self) -> float:
         """busy-reply-threshold (alias lua-time-limit) in seconds; 0 means never BUSY."""
-        settings = self.server.settings
-        if self._threshold_source is not settings.extra:
-            self._threshold_source = settings.extra
-            raw = dict(settings.extra).get("busy-reply-threshold") or dict(settings.extra).get("lua-time-limit")
-            try:
-                self._threshold = int(raw) / 1000 if raw is not None else 5.0
-            except ValueError:
-                self._threshold = 5.0
-        return self._threshold
+        return self.server.settings.busy_reply_threshold / 1000
 
     def _can_detach(self, ctx: Ctx) -> bool:
         client = ctx.client
@@ -169,7 +159,7 @@ class Runner:
             self.loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        persistence = self.server.engines.get("persistence")
+        persistence = self.server.parts.persistence
         return getattr(persistence, "job", None) is None
 
     def _detach(self, run: ScriptRun) -> BlockRequest:

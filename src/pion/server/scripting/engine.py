@@ -1,7 +1,7 @@
 """The scripting engine of one server: the two Lua states, the EVAL script cache, the function
 libraries and the runner; what the EVAL/FCALL handlers call.
 
-``server.engines["scripting"]``. Libraries persist (FUNCTION LOAD/DELETE/FLUSH/RESTORE are logged
+``server.parts.scripting``. Libraries persist (FUNCTION LOAD/DELETE/FLUSH/RESTORE are logged
 writes; a snapshot carries them as the ``functions`` extension, in FUNCTION DUMP's format); the
 script cache does not, as in Redis.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
-from pion.server.info import REDIS_VERSION
+from pion.server.admin.info import REDIS_VERSION
 from pion.server.scripting.busy import Runner, ScriptRun
 from pion.server.scripting.functions import Function, Libraries, parse_shebang
 from pion.server.scripting.runtime import LuaState, Rand48, sha1hex
@@ -145,7 +145,7 @@ class ScriptingEngine:
 
 
 def engine_of(server: Server) -> ScriptingEngine:
-    engine = server.engines.get("scripting")
+    engine = server.parts.scripting
     if engine is None:
         engine = install(server)
     return engine
@@ -153,14 +153,14 @@ def engine_of(server: Server) -> ScriptingEngine:
 
 def install(server: Server) -> ScriptingEngine:
     """Wire scripting onto a server: the engine, the shutdown hook, the snapshot extension."""
-    existing = server.engines.get("scripting")
+    existing = server.parts.scripting
     if existing is not None:
         return existing
-    engine = server.engines["scripting"] = ScriptingEngine(server)
+    engine = server.parts.scripting = ScriptingEngine(server)
     server.shutdown_hooks.append(engine.runner.shutdown)
-    persistence = server.engines.get("persistence")
+    persistence = server.parts.persistence
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
 
         persistence.snapshot_extensions.append(
             SnapshotExtension(name="functions", dump=engine.dump_libraries, load=engine.load_libraries)

@@ -12,15 +12,16 @@ import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
-from pion.server import tenants, tls
-from pion.server.acl_check import refusal as acl_refusal
-from pion.server.auth import Users, users_of
 from pion.server.errors import StartupError
+from pion.server.net import tls
+from pion.server.security import tenants
+from pion.server.security.acl_check import refusal as acl_refusal
+from pion.server.security.auth import Users, users_of
 
 if TYPE_CHECKING:
     from pion.config import Settings
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec
 
 
@@ -108,7 +109,7 @@ def install(server: Server, specs: list[Any]) -> Security:
         if error is not None:
             raise StartupError(f"Aborting startup because of ACL errors: {error}")
     if server.settings.tls_port:
-        server.engines["tls"] = tls.make_context(server.settings)
+        server.parts.tls = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
     server.config_checks.append(_config_changed)  # before any listener is bound
     return part

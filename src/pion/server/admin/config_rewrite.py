@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pion.server.config_table import MULTI_ARG, PARAMS
+from pion.server.admin.config_table import MULTI_ARG, PARAMS
 
 if TYPE_CHECKING:
     from pion.config import Settings
@@ -47,7 +47,7 @@ def apply_listeners(server: Server, old: Settings, new: Settings) -> tuple[str, 
         return ("bind", "Failed to bind to specified addresses.") if same_port else (
             "port", "Unable to listen on this port. Check server logs.")
     dropped = not same_port or bool(set(_hosts(old.bind)) - set(_hosts(new.bind)))
-    tls = server.engines.get("tls_listener")  # the TLS listener keeps its addresses (SECURITY.md)
+    tls = server.parts.tls_listener  # the TLS listener keeps its addresses (SECURITY.md)
     closing = [srv for srv in server._servers if _is_tcp(srv) and srv is not tls] if dropped else []
     for listener in closing:
         listener.close()
@@ -70,7 +70,7 @@ def _host(host: str) -> str:
 
 
 def _serve(server: Server, sock: socket.socket) -> None:
-    from pion.server.connection import Connection
+    from pion.server.net.connection import Connection
 
     loop = asyncio.get_running_loop()
     task = loop.create_task(loop.create_server(lambda: Connection(server), sock=sock, backlog=511))

@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.resp import encode_error
-from pion.server.journal import Journal
-from pion.server.latency import Histogram
+from pion.server.admin.latency import Histogram
+from pion.server.durability.journal import Journal
 from pion.storage import wal
 from pion.storage.arena import ArenaStore, BlobRef
 from pion.storage.faults import DiskWriteError
 
 if TYPE_CHECKING:
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 log = logging.getLogger("pion.wal")
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pion import __version__
-from pion.server.info import rss_bytes
+from pion.server.admin.info import rss_bytes
 
 if TYPE_CHECKING:
     from pion.server.app import Server

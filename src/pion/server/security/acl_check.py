@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from pion.protocol.errors import ReplyError
-from pion.server.acl_rules import READ, WRITE, Catalog, CommandRef
-from pion.server.acl_users import DENIED_CHANNEL, DENIED_CMD, DENIED_KEY, OK, User
-from pion.server.command_meta import categories_of, keys_with_flags
+from pion.server.admin.command_meta import categories_of, keys_with_flags
+from pion.server.security.acl_rules import READ, WRITE, Catalog, CommandRef
+from pion.server.security.acl_users import DENIED_CHANNEL, DENIED_CMD, DENIED_KEY, OK, User
 
 if TYPE_CHECKING:
-    from pion.server.auth import Users
-    from pion.server.client import Client
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec, CommandTable
+    from pion.server.security.auth import Users
 
 _CATALOGS: WeakKeyDictionary = WeakKeyDictionary()
 _WRITE_FLAGS = {"insert", "delete", "update"}

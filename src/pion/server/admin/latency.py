@@ -142,8 +142,7 @@ def percentile_label(pct: float) -> str:
 
 def latencystats_section(server: Server) -> dict[str, Any]:
     """INFO latencystats: ``latency_percentiles_usec_<cmd>:p50=...,p99=...`` per command."""
-    extra = dict(server.settings.extra)
-    wanted = [float(p) for p in extra.get("latency-tracking-info-percentiles", "50 99 99.9").split()]
+    wanted = server.settings.latency_tracking_info_percentiles
     out = {}
     for name, histogram in server.latency.histograms.items():
         if histogram.total:

@@ -25,7 +25,7 @@ from pion.storage.serialize import dump_value
 from pion.storage.snapshot import FILENAME, SnapshotEncoder, SnapshotFile
 
 if TYPE_CHECKING:
-    from pion.server.persistence import Persistence
+    from pion.server.durability.persistence import Persistence
 
 log = logging.getLogger("pion.snapshot")
 

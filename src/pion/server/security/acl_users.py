@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pion.server.acl_rules import ALL, READ, WRITE, Catalog, CommandRef, RuleError, Selector, has_spaces
+from pion.server.security.acl_rules import ALL, READ, WRITE, Catalog, CommandRef, RuleError, Selector, has_spaces
 
 #: ACLCheckAllUserCommandPerm's results, ordered as Redis picks "the most relevant" refusal
 OK, DENIED_CMD, DENIED_KEY, DENIED_CHANNEL = 0, 1, 2, 3

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 #: CLIENT LIST/KILL TYPE names (Redis's getClientTypeByName); ``replica`` is ``slave``
 CLIENT_TYPES = {"normal": "normal", "slave": "slave", "replica": "slave", "pubsub": "pubsub", "master": "master"}

@@ -26,7 +26,7 @@ _RESCAN = frozenset({b"flushall", b"flushdb", b"swapdb"})
 
 
 class MemoryManager:
-    """``server.engines["memory"]``: INFO's ``used_memory`` and the eviction guard."""
+    """``server.parts.memory``: INFO's ``used_memory`` and the eviction guard."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -49,7 +49,7 @@ class MemoryManager:
         tables) while maxmemory is set; otherwise the process's resident size."""
         if self.active:
             return self.accounting.used + self.structures + sum(extra() for extra in self.extra_bytes)
-        from pion.server.info import rss_bytes
+        from pion.server.admin.info import rss_bytes
 
         return rss_bytes()
 
@@ -86,7 +86,7 @@ class MemoryManager:
         kinds = self._kinds
         for db_index, argv in effects:
             if db_index >= len(dbs):
-                continue  # a tenant's database (server-wide id): its quota is counted by pion.server.tenants
+                continue  # a tenant's database (server-wide id): its quota is counted by pion.server.security.tenants
             kind = kinds.get(argv[0])
             if kind is None:
                 kind = kinds[argv[0]] = self._kind(argv[0])
@@ -146,7 +146,7 @@ class MemoryManager:
             if used + held + nbytes > limit:
                 return ReplyError(f"OOM command not allowed when used memory > 'maxmemory' (a {nbytes}-byte "
                                   f"{what}; {used} bytes of data and {held} of unsent replies are held)")
-        tenants = self.server.engines.get("tenants")
+        tenants = self.server.parts.tenants
         if tenants is not None and client is not None and client.tenant is not None:
             return tenants.charge(client, nbytes, f"the {what}")
         return None

@@ -22,14 +22,14 @@ from pion.storage.serialize import PayloadError, load_value
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.persistence import Persistence
+    from pion.server.durability.persistence import Persistence
 
 log = logging.getLogger("pion.persistence")
 
 
 def wire(server: Server, owner: Persistence) -> None:
-    server.engines["persistence"] = owner
-    server.engines["memory"] = owner.memory
+    server.parts.persistence = owner
+    server.parts.memory = owner.memory
     server.admission.durability = owner
     server.admission.memory = owner.memory
     server.info_sections["persistence"] = owner.info
@@ -191,7 +191,7 @@ async def stop(owner: Persistence) -> None:
         with contextlib.suppress(BaseException):
             await task
         owner.job = None
-    mode = getattr(server, "shutdown_mode", "default")  # SHUTDOWN SAVE has saved already
+    mode = server.shutdown_mode  # SHUTDOWN SAVE has saved already
     if mode == "default" and owner.started and not server.settings.appendonly and server.dirty \
             and server.settings.save.strip():
         try:

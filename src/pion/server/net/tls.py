@@ -88,12 +88,12 @@ def _reason(exc: BaseException) -> str:
 
 
 async def listen_tls(server: Server, hosts: list[str]) -> asyncio.AbstractServer:
-    """Open the TLS listener with the context built at start (``server.engines["tls"]``)."""
-    from pion.server.connection import Connection
+    """Open the TLS listener with the context built at start (``server.parts.tls``)."""
+    from pion.server.net.connection import Connection
 
-    context = server.engines.get("tls")
+    context = server.parts.tls
     if context is None:
-        context = server.engines["tls"] = make_context(server.settings)
+        context = server.parts.tls = make_context(server.settings)
     loop = asyncio.get_running_loop()
     hosts = [{"*": "0.0.0.0", "::*": "::"}.get(host.lstrip("-"), host.lstrip("-")) for host in hosts]
     return await loop.create_server(lambda: Connection(server), hosts, server.settings.tls_port, ssl=context,
@@ -102,7 +102,7 @@ async def listen_tls(server: Server, hosts: list[str]) -> asyncio.AbstractServer
 
 def config_changed(server: Server, old: Settings, new: Settings) -> str | None:
     """CONFIG SET of TLS files: load them into the live context (refused, and rolled back, if bad)."""
-    context = server.engines.get("tls")
+    context = server.parts.tls
     if context is None or all(getattr(old, name) == getattr(new, name) for name in _FILES):
         return None
     try:

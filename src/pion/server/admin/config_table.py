@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pion.server import config_values as v
+from pion.server.admin import config_values as v
 from pion.storage.encodings import DEFAULT_THRESHOLDS
 
 INT_MAX = 2**31 - 1
@@ -189,7 +189,7 @@ _TLS = [_bool("tls-cluster", False), _bool("tls-replication", False),
         "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-client-cert-file", "tls-client-key-file",
         "tls-client-key-file-pass", "tls-dh-params-file", "tls-ca-cert-file", "tls-ca-cert-dir",
         "tls-protocols", "tls-ciphers", "tls-ciphersuites")]
-#: Pion's breadcrumbs (pion.server.status): read at start, so CONFIG SET refuses them
+#: Pion's breadcrumbs (pion.server.durability.status): read at start, so CONFIG SET refuses them
 _PION_IMMUTABLE = [_str("crash-log", flags=IMMUTABLE), _str("status-file", flags=IMMUTABLE),
                    _bool("breadcrumbs", True, IMMUTABLE), _int("rss-warn-pct", 70, 1, INT_MAX, IMMUTABLE),
                    _int("metrics-port", 0, 0, 65535, IMMUTABLE), _str("metrics-bind", "127.0.0.1", IMMUTABLE)]

@@ -80,7 +80,7 @@ def rss_bytes() -> int:
 
 def used_memory(server: Server) -> int:
     """The memory engine's account when there is one, else the process's resident size."""
-    memory = server.engines.get("memory")
+    memory = server.parts.memory
     if memory is not None and hasattr(memory, "used_memory"):
         return int(memory.used_memory())
     return rss_bytes()
@@ -125,7 +125,7 @@ def clients_section(server: Server) -> dict[str, Any]:
 def script_counts(server: Server) -> dict[str, int]:
     """Redis's script cache and function counts (the suite reads them after SCRIPT FLUSH); the
     scripting engine is installed lazily, so a server that never ran a script has none."""
-    engine = server.engines.get("scripting")
+    engine = server.parts.scripting
     scripts = getattr(engine, "scripts", {})
     libraries = getattr(engine, "libraries", None)
     return {
@@ -153,7 +153,7 @@ def memory_section(server: Server) -> dict[str, Any]:
         # what maxmemory does not cover: the interpreter and libraries at start, and how much
         # more the process holds than its data (allocator slack, freed memory not returned)
         "used_memory_startup": _startup_rss.get(server, 0),
-        "mem_clients_normal": sum(server.held_output.values()) if getattr(server, "held_output", None) else 0,
+        "mem_clients_normal": sum(server.held_output.values()),
         "mem_fragmentation_ratio": "%.2f" % (max(rss - _startup_rss.get(server, 0), 0) / used if used else 0.0),
     }
 
@@ -192,12 +192,11 @@ def stats_section(server: Server) -> dict[str, Any]:
 
 
 def replication_section(server: Server) -> dict[str, Any]:
-    extra = dict(server.settings.extra)
     return {
         "role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
         "master_replid": server.run_id, "master_replid2": "0" * 40, "master_repl_offset": 0,
         "second_repl_offset": -1, "repl_backlog_active": 0,
-        "repl_backlog_size": extra.get("repl-backlog-size", "1048576"),
+        "repl_backlog_size": server.settings.repl_backlog_size,
         "repl_backlog_first_byte_offset": 0, "repl_backlog_histlen": 0,
     }
 
@@ -252,6 +251,15 @@ def default_info_sections() -> dict[str, Section]:
         "cpu": cpu_section, "modules": _empty, "commandstats": commandstats_section,
         "errorstats": errorstats_section, "cluster": _cluster, "keyspace": keyspace_section,
     }
+
+
+def add_section_before_pion(sections: dict[str, Section], name: str, section: Section) -> None:
+    """Add an engine's section just before Pion's own (``pion``), which INFO keeps last."""
+    ordered = list(sections.items())
+    at = next((i for i, (key, _) in enumerate(ordered) if key == "pion"), len(ordered))
+    ordered.insert(at, (name, section))
+    sections.clear()
+    sections.update(ordered)
 
 
 def reset_stats(server: Server) -> None:

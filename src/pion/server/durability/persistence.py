@@ -3,7 +3,7 @@
 ``install(server)`` (called by ``make_server``) takes the data-directory lock, opens the arenas,
 puts the journal in place (the write-ahead log when ``appendonly``), the memory guard, the INFO
 persistence section, the DEBUG RELOAD hook, and a startup hook that recovers the keyspace
-before the listeners open. ``server.engines["persistence"]`` is the ``Persistence`` object;
+before the listeners open. ``server.parts.persistence`` is the ``Persistence`` object;
 engines register ``SnapshotExtension``s on it (docs/dev/arena-contract.md).
 """
 
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.server.bgsave import SaveJob
+from pion.server.durability.bgsave import SaveJob
+from pion.server.durability.memory_guard import MemoryManager
+from pion.server.durability.status import DataDirLock, DirLockedError, breadcrumbs, last_command
+from pion.server.durability.wal_journal import ObservedJournal, WalJournal
 from pion.server.errors import StartupError
-from pion.server.memory_guard import MemoryManager
-from pion.server.status import DataDirLock, DirLockedError, breadcrumbs, last_command
-from pion.server.wal_journal import ObservedJournal, WalJournal
 from pion.storage import wal
 from pion.storage.arena import ArenaStore
 from pion.storage.recovery import ARENA_DIR, WAL_DIR
@@ -104,7 +104,7 @@ class Persistence:
         self.lock.acquire()
         settings = self.server.settings
         self.arenas = ArenaStore(os.path.join(self.directory, ARENA_DIR), _arena_size(settings))
-        self.server.engines["arenas"] = self.arenas
+        self.server.parts.arenas = self.arenas
         if settings.appendonly:
             os.makedirs(self.wal_dir, exist_ok=True)
             self.journal = WalJournal(self.wal_dir, self.arenas, self._next_segment(), settings)
@@ -369,7 +369,7 @@ def _rules(settings: Settings) -> list[tuple[int, int]]:
 
 
 def _stop_writes(settings: Settings) -> bool:
-    return dict(settings.extra).get("stop-writes-on-bgsave-error", "yes").lower() == "yes"
+    return settings.stop_writes_on_bgsave_error
 
 
 def _arena_size(settings: Settings) -> int:
@@ -379,7 +379,7 @@ def _arena_size(settings: Settings) -> int:
 
 def install(server: Server) -> Persistence:
     """Wire durability onto a server (make_server). Raises StartupError for a locked directory."""
-    from pion.server.persistence_hooks import wire
+    from pion.server.durability.persistence_hooks import wire
 
     owner = Persistence(server)
     try:

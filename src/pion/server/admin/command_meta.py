@@ -28,7 +28,7 @@ FLAG_ORDER = (
 
 @lru_cache(maxsize=1)
 def redis_meta() -> dict[str, dict[str, Any]]:
-    text = resources.files("pion.server").joinpath("redis_commands.json").read_text(encoding="utf-8")
+    text = resources.files("pion.server.admin").joinpath("redis_commands.json").read_text(encoding="utf-8")
     return json.loads(text)["commands"]
 
 

@@ -10,7 +10,7 @@ from pion.server.redaction import slowlog_argv
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 MAX_ARGS = 32
 MAX_ARG_LEN = 128

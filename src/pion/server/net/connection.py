@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from pion.protocol.errors import ProtocolError
 from pion.protocol.reader import RequestReader
 from pion.protocol.resp import VECTORED_MIN, Push, Replies, Vectored, encode, encode_error, encode_vectored
-from pion.server.client import Client
-from pion.server.conn_errors import note_broken, note_preauth_error
 from pion.server.context import Ctx
 from pion.server.dispatch import BLOCKED
-from pion.server.flow_control import HELD, READ_AHEAD, WRITES, FlowControl
+from pion.server.net.client import Client
+from pion.server.net.conn_errors import note_broken, note_preauth_error
+from pion.server.net.flow_control import HELD, READ_AHEAD, WRITES, FlowControl
 
 if TYPE_CHECKING:
     from pion.server.app import Server
@@ -61,7 +61,7 @@ class Connection(asyncio.BufferedProtocol):
         #: a command of this client is finishing in the worker pool (pion.server.deferred): run
         #: nothing more from its pipeline until it has answered
         self.deferred = False
-        #: why reading is paused (WRITES, HELD, READ_AHEAD): pion.server.flow_control
+        #: why reading is paused (WRITES, HELD, READ_AHEAD): pion.server.net.flow_control
         self.flow = FlowControl()
         self.close_after_flush = False
         #: loop time until which replies are held and reading is paused (failed AUTH), 0 if none

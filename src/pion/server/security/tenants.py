@@ -24,14 +24,14 @@ import crc32c
 
 from pion.config import ConfigError, Settings, parse_memory
 from pion.protocol.errors import ReplyError
-from pion.server.auth import digest, users_of
 from pion.server.pubsub import TENANT_SHIFT
+from pion.server.security.auth import digest, users_of
 from pion.storage.memory import Accounting
 
 if TYPE_CHECKING:
     from pion.server.app import Server
-    from pion.server.client import Client
     from pion.server.context import Ctx
+    from pion.server.net.client import Client
     from pion.server.registry import CommandSpec, CommandTable
 
 log = logging.getLogger("pion.tenants")
@@ -151,7 +151,7 @@ def nopermission(client: Client, spec: CommandSpec) -> ReplyError:
 
 
 class Tenants:
-    """``server.engines["tenants"]``: the tenants' databases and quotas (their K/V spaces and
+    """``server.parts.tenants``: the tenants' databases and quotas (their K/V spaces and
     ledgers are the K/V engine's, by tenant name)."""
 
     def __init__(self, server: Server, specs: list[TenantSpec]) -> None:
@@ -196,7 +196,7 @@ class Tenants:
         V.EXPORT files, replies its connections have not read yet, and whatever other engines
         report through ``usage_sources`` (``source(name) -> bytes``: indexes, caches)."""
         total = self.accounting[name].used
-        kv = self.server.engines.get("kvcache")
+        kv = self.server.parts.kvcache
         if kv is not None and name.encode() in kv.spaces:
             space = kv.space(name.encode())
             total += space.nbytes + space.state.nbytes + space.exports.nbytes
@@ -291,7 +291,7 @@ class Tenants:
 
 
 def tenants_of(server: Server) -> Tenants | None:
-    return server.engines.get("tenants")
+    return server.parts.tenants
 
 
 # -- views a tenant gets -------------------------------------------------------------------------
@@ -309,7 +309,7 @@ def visible_clients(ctx: Ctx) -> dict[int, Client]:
 def tenant_info(ctx: Ctx, names: list[str]) -> str:
     """INFO for a tenant: server, its own clients, memory (its usage and quota) and keyspace."""
     server, tenant = ctx.server, ctx.client.tenant
-    engine = ctx.server.engines["tenants"]
+    engine = ctx.server.parts.tenants
     used, quota = engine.used(tenant), engine.specs[tenant].quota
     sections: dict[str, dict[str, Any]] = {
         "server": server.info_sections["server"](server),
@@ -338,13 +338,13 @@ def _human(size: int) -> str:
 
 def install(server: Server, specs: list[TenantSpec]) -> Tenants:
     """Create the tenants' databases and users, count their memory, put their keys in snapshots."""
-    engine = server.engines["tenants"] = Tenants(server, specs)
+    engine = server.parts.tenants = Tenants(server, specs)
     observers = getattr(server.journal, "observers", None)
     if observers is not None:
         observers.append(engine.observe)
-    persistence = server.engines.get("persistence")
+    persistence = server.parts.persistence
     if persistence is not None:
-        from pion.server.persistence import SnapshotExtension
+        from pion.server.durability.persistence import SnapshotExtension
 
         persistence.snapshot_extensions.append(SnapshotExtension("tenants", engine.dump, engine.load, engine.sections))
     server.startup_hooks.append(lambda srv: engine.rescan())  # after recovery filled the keyspaces

@@ -1,7 +1,7 @@
 """Authentication: the users (the default user of ``requirepass`` and the ``--tenant`` users),
 AUTH/HELLO credential checks, the cost of a failed guess and the ACL log. What the server shows
 of credentials is ``pion.server.redaction``; the checks that refuse an unsafe start and the
-wiring of users, tenants and TLS are ``pion.server.security``.
+wiring of users, tenants and TLS are ``pion.server.security.security``.
 
 A failed AUTH holds the connection's replies for a delay that doubles with each recent failure
 from the same connection or address (25 ms up to 2 s), queued behind the address's other pending
@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
-from pion.server.acl_users import User, UserTable
+from pion.server.security.acl_users import User, UserTable
 
 if TYPE_CHECKING:
-    from pion.config import Settings
     from pion.server.app import Server
-    from pion.server.client import Client
+    from pion.server.net.client import Client
 
 log = logging.getLogger("pion.auth")
 
@@ -49,12 +48,12 @@ def digest(password: bytes) -> bytes:
 
 
 class Users:
-    """``server.engines["acl"]``: the ACL users (``pion.server.acl_users``), the failure counters
+    """``server.parts.acl``: the ACL users (``pion.server.security.acl_users``), the failure counters
     and the ACL log. The default user takes ``requirepass`` as its password; each ``--tenant`` is a
     user bound to its own keyspace (``User.tenant``)."""
 
     def __init__(self, server: Server) -> None:
-        from pion.server.acl_check import catalog_of
+        from pion.server.security.acl_check import catalog_of
 
         self.server = server
         self.table = UserTable(catalog_of(server.table))
@@ -136,9 +135,9 @@ def _host_of(client: Client) -> str:
 
 
 def users_of(server: Server) -> Users:
-    found = server.engines.get("acl")
+    found = server.parts.acl
     if found is None:
-        found = server.engines["acl"] = Users(server)
+        found = server.parts.acl = Users(server)
     return found
 
 
@@ -207,7 +206,7 @@ class AclLog:
         self.next_id = 0
 
     def add(self, client: Client, reason: str, obj: str, username: str) -> None:
-        from pion.server.client_info import client_line
+        from pion.server.net.client_info import client_line
 
         now = int(time.time() * 1000)
         context = "lua" if client.in_script else ("multi" if client.executing or client.multi is not None
@@ -224,7 +223,7 @@ class AclLog:
                                 "username": username, "created": now, "updated": now, "client-info": info,
                                 "entry-id": self.next_id})
         self.next_id += 1
-        limit = _int_setting(self.server.settings, "acllog-max-len", 128)
+        limit = self.server.settings.acllog_max_len
         del self.entries[max(limit, 0):]
 
     def reply(self, count: int | None) -> list[dict[bytes, Any]]:
@@ -236,8 +235,3 @@ class AclLog:
             b"age-seconds": (now - e["created"]) / 1000.0, b"client-info": e["client-info"].encode(),
             b"entry-id": e["entry-id"], b"timestamp-created": e["created"], b"timestamp-last-updated": e["updated"],
         } for e in chosen]
-
-
-def _int_setting(settings: Settings, name: str, default: int) -> int:
-    raw = dict(settings.extra).get(name, "")
-    return int(raw) if raw.lstrip("-").isdigit() else default

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pion.server.command_meta import meta_of
+from pion.server.admin.command_meta import meta_of
 from pion.server.registry import CommandSpec, CommandTable
 
 #: the order groups appear in, Redis's groups first, then Pion's own
