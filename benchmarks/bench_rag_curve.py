@@ -118,8 +118,42 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"model": model_name, "k": args.k, "loadavg": os.getloadavg(),
                                    "table": summarize(rows, args.k), "rows": rows}, indent=1))
-    print_table(summarize(rows, args.k), model_name, args.k)
+    table = summarize(rows, args.k)
+    print_table(table, model_name, args.k)
+    plot(table, out.with_suffix(".png"), model_name, args.k)
     return 0
+
+
+def plot(table: list[dict], path: Path, model_name: str, k: int) -> None:
+    """KL to text RAG and greedy agreement against the recomputed share, one line per selector."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    by = {e["plan"]: e for e in table}
+    for family in ("v1", "k1", "sink4+v1", "funnel"):
+        points = [(0.0, by["none"])] + [(r, by[f"{family}@{round(r * 100)}"]) for r in RATIOS
+                                        if f"{family}@{round(r * 100)}" in by]
+        xs = [100 * r for r, _ in points]
+        left.plot(xs, [e["kl"] for _, e in points], "o-", label=family)
+        right.plot(xs, [100 * e["free"] for _, e in points], "o-", label=family)
+    if "first16" in by:
+        left.plot([100 * by["first16"]["recomputed"]], [by["first16"]["kl"]], "k^", label="first16 (EPIC)")
+        right.plot([100 * by["first16"]["recomputed"]], [100 * by["first16"]["free"]], "k^", label="first16 (EPIC)")
+    left.set_ylabel("KL(text RAG || composed), mean over answer tokens")
+    right.set_ylabel("32-token greedy agreement with text RAG (%)")
+    right.axhline(98, color="grey", linestyle=":", linewidth=1)
+    for axis in (left, right):
+        axis.set_xlabel("passage tokens recomputed (%)")
+        axis.legend(fontsize=7)
+    fig.suptitle(f"repair selectors, {model_name}, k={k}, {table[0]['n']} questions")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def summarize(rows: list[dict], k: int) -> list[dict]:
