@@ -18,6 +18,7 @@ Rows are written to ``benchmarks/results/rag_curve.json`` after every question; 
 ``--resume`` skips questions already there.
 
     python benchmarks/bench_rag_curve.py --questions 6 --k 8
+    python benchmarks/bench_rag_curve.py --smoke --out /tmp/curve.json   # tiny random model
 """
 
 from __future__ import annotations
@@ -52,20 +53,16 @@ def plans(n_layers: int):
     return out
 
 
-def answer_logprobs(model, torch, cache, ids: list[int]) -> np.ndarray:
-    """Log-probabilities at every position of ``ids`` run on top of ``cache`` (one forward)."""
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-    return torch.log_softmax(out.logits[0].float(), -1).numpy()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--resume", action="store_true", help="keep the questions already in the JSON")
+    parser.add_argument("--smoke", action="store_true", help="tiny random model, 2 questions, k = 3 (CI-sized)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rag_curve.json"))
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.questions, args.k = 2, 3
 
     import torch
 
@@ -75,12 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if args.resume and out.exists() else []
     done = {r["q"] for r in rows if r["k"] == args.k}
-    model, tok, model_name = B.load(False)
+    model, tok, model_name = B.load(args.smoke)
     towns = rag_corpus.towns(24)
     questions = rag_corpus.questions(towns)[: args.questions]
-    passages = {t.name: tok.encode(f"Passage: {rag_corpus.passage(t, words=190)}\n\n") for t in towns}
+    passages = {t.name: tok.encode(f"Passage: {rag_corpus.passage(t, words=40 if args.smoke else 190)}\n\n")
+                for t in towns}
     stub = tok.encode(B.STUB)
-    rc = HybridRetrievalCache(model, tokenizer=tok.tok)
+    rc = HybridRetrievalCache(model, tokenizer=None if args.smoke else tok.tok)
     rc.set_shared_stub(stub)
     adapter, end = rc.adapter, tok.end_ids()
     for qi, q in enumerate(questions, 1):
@@ -95,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         reference, _ = B.greedy(adapter, adapter.new_cache(), context + question_ids, end)
         forced_ids = question_ids + reference[:-1]
         at = len(question_ids) - 1  # the logits that predict the answer's tokens
-        ref_lp = answer_logprobs(model, torch, adapter.prefill(context), forced_ids)[at:]
+        ref_lp = B.answer_logprobs(adapter, adapter.prefill(context), forced_ids)[at:]
         base = {"q": qi, "k": args.k, "hops": q.hops, "answer": q.answer, "prompt_tokens": len(context + question_ids)}
         rows.append({**base, "plan": "text", "kl": 0.0, "forced": 1.0, "free": 1.0, "recomputed": 1.0, "work": 1.0,
                      "match": q.answer.lower() in tok.decode(reference).lower(), "text": tok.decode(reference)})
@@ -104,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             cache, _ = rc.prepare_multi(names, question_ids, repair=plan, allow_fine_grain=True)
             prepare_ms = (time.perf_counter() - started) * 1000
             snapshot = rc.composer.rows(cache)
-            lp = answer_logprobs(model, torch, cache, forced_ids)[at:]
+            lp = B.answer_logprobs(adapter, cache, forced_ids)[at:]
             kl = float((np.exp(ref_lp) * (ref_lp - lp)).sum(-1).mean())
             forced = float(np.mean(lp.argmax(-1) == np.array(reference)))
             tokens, _ = B.greedy(adapter, rc.composer.build([snapshot]), question_ids, end)
