@@ -195,6 +195,8 @@ class HfRuntime(RuntimeShim):
                     kwargs["hidden_states"] = kwargs["hidden_states"][:, sel]
             if len(state["alive"]) == len(positions):
                 return args, kwargs
+            if not {"attention_mask", "position_embeddings"} <= kwargs.keys():
+                raise _NotNarrowable  # another decoder-layer signature: the caller runs staged passes
             alive = torch.as_tensor(state["alive"], device=self.device)
             kwargs["attention_mask"] = kwargs["attention_mask"][..., alive, :]
             cos, sin = kwargs["position_embeddings"]
@@ -207,6 +209,8 @@ class HfRuntime(RuntimeShim):
         cache.update = update
         try:
             self._forward(token_ids, index[None], cache, mask[None, None])
+        except _NotNarrowable:
+            return None  # rows written so far are the staged passes' values; they recompute them
         finally:
             del cache.update
             for hook in hooks:
@@ -233,3 +237,7 @@ class HfRuntime(RuntimeShim):
         """Per token: squared distance between fresh and cached rows ``[1, heads, m, dim]`` (float32)."""
         diff = (new.float() - old.float()) ** 2
         return diff.sum(dim=(0, 1, 3)).cpu().numpy()
+
+
+class _NotNarrowable(Exception):
+    """The decoder layers do not take the arguments ``run_funnel`` narrows."""
