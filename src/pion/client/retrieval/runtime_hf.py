@@ -15,6 +15,7 @@ torch is imported by the adapter (``pion.client.adapters.transformers``), never 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -163,7 +164,7 @@ class HfRuntime(RuntimeShim):
         mask = torch.zeros((len(positions), end), dtype=dtype, device=self.device)
         mask.masked_fill_(~(torch.arange(end, device=self.device)[None, :] <= index[:, None]), torch.finfo(dtype).min)
         at_stage = {slot: (keep, measure) for slot, keep, measure in stages}
-        state = {"alive": np.arange(len(positions)), "pending": None}
+        state: dict[str, Any] = {"alive": np.arange(len(positions)), "pending": None}
         counts: list[int] = []
 
         def update(key_states, value_states, layer_idx, *args, **kwargs):
