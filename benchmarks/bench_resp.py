@@ -7,6 +7,7 @@ result plus a table with the ratio Pion/Redis.
     python benchmarks/bench_resp.py              # full matrix (a few minutes)
     python benchmarks/bench_resp.py --smoke      # CI-sized
     python benchmarks/bench_resp.py --shapes     # EVAL, redis-cli --pipe, -P 16: issue 21's shapes
+    python benchmarks/bench_resp.py --shapes --baseline-src /tmp/base/src   # and another tree's Pion
 
 ``--shapes`` runs each shape against Pion twice (``appendonly no``, then the default durable
 config) and against redis-server in the same run, and prints wall-clock ops/s and the server's
@@ -103,38 +104,73 @@ def shapes(port: int, pid: int, requests: int, pipe: Path, pipe_commands: int) -
     }
 
 
+def _pion(work: Path, name: str, flags: list[str], src: str | None) -> ProcessServer:
+    """A Pion server; ``src``: from another source tree (its ``src`` folder first on the path)."""
+    saved = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src
+    try:
+        return ProcessServer(work / name, *flags, "--loglevel", "warning").start()
+    finally:
+        if src is not None:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+
+
 def run_shapes(args: argparse.Namespace, work: Path) -> int:
+    """Each shape against Pion (and, with ``--baseline-src``, a second Pion from another tree:
+    before/after in one run) and redis-server, for both Pion configs."""
     pipe = pipe_file(work / "pipe.resp", args.pipe_commands)
     redis = RedisServer(work / "redis").start()
+    pions = [("pion", None)] + ([("baseline", args.baseline_src)] if args.baseline_src else [])
     rows = []
     try:
         for config, flags in (("appendonly no", ["--appendonly", "no"]), ("durable default", [])):
+            results: dict[str, dict[str, dict[str, float]]] = {}
             load_before = os.getloadavg()
-            pion = ProcessServer(work / config.replace(" ", "-"), *flags, "--loglevel", "warning").start()
-            try:
-                ours = shapes(pion.port, pion.proc.pid, args.requests, pipe, args.pipe_commands)  # type: ignore[union-attr]
-            finally:
-                pion.stop()
+            for label, src in pions:
+                pion = _pion(work, f"{label}-{config.replace(' ', '-')}", flags, src)
+                try:
+                    results[label] = shapes(pion.port, pion.proc.pid, args.requests, pipe, args.pipe_commands)  # type: ignore[union-attr]
+                finally:
+                    pion.stop()
             redis.stop()
             redis = RedisServer(work / "redis").start()  # a fresh baseline right after, same keys
             theirs = shapes(redis.port, redis.proc.pid, args.requests, pipe, args.pipe_commands)  # type: ignore[union-attr]
-            for shape, mine in ours.items():
-                ref = theirs[shape]
-                row = {"shape": shape, "pion": config, **{f"pion_{k}": v for k, v in mine.items()},
-                       **{f"redis_{k}": v for k, v in ref.items()},
-                       "ratio_ops": round(mine["ops_s"] / ref["ops_s"], 3),
-                       "load": [round(x, 2) for x in load_before]}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            for label, _src in pions:
+                for shape, mine in results[label].items():
+                    ref = theirs[shape]
+                    row = {"shape": shape, "pion": config + (" (baseline)" if label == "baseline" else ""),
+                           **{f"pion_{k}": v for k, v in mine.items()},
+                           **{f"redis_{k}": v for k, v in ref.items()},
+                           "ratio_ops": round(mine["ops_s"] / ref["ops_s"], 3),
+                           "ratio_cpu": round(ref["cpu_us_op"] / mine["cpu_us_op"], 3) if mine["cpu_us_op"] else None,
+                           "load": [round(x, 2) for x in load_before]}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     finally:
         redis.stop()
     print(f"\n{time.strftime('%Y-%m-%d')} {platform.machine()} {os.cpu_count()} cores; load before "
-          f"{os.getloadavg()[0]:.2f} after; --pipe of {args.pipe_commands} SETs")
-    print(f"{'shape':<14}{'pion config':<17}{'pion ops/s':>12}{'redis ops/s':>12}{'ratio':>7}"
-          f"{'pion cpu us':>12}{'redis cpu us':>13}")
+          f"{rows[0]['load'] if rows else '?'}, {os.getloadavg()[0]:.2f} after; --pipe of {args.pipe_commands} SETs; "
+          "cpu ratio = Redis's CPU time per op / Pion's (steadier than the wall-clock ratio on a shared machine)")
+    print(f"{'shape':<14}{'pion config':<28}{'pion ops/s':>12}{'redis ops/s':>12}{'ratio':>7}"
+          f"{'pion cpu us':>12}{'redis cpu us':>13}{'cpu ratio':>10}")
     for row in rows:
-        print(f"{row['shape']:<14}{row['pion']:<17}{row['pion_ops_s']:>12,}{row['redis_ops_s']:>12,}"
-              f"{row['ratio_ops']:>7.2f}{row['pion_cpu_us_op']:>12.2f}{row['redis_cpu_us_op']:>13.2f}")
+        print(f"{row['shape']:<14}{row['pion']:<28}{row['pion_ops_s']:>12,}{row['redis_ops_s']:>12,}"
+              f"{row['ratio_ops']:>7.2f}{row['pion_cpu_us_op']:>12.2f}{row['redis_cpu_us_op']:>13.2f}"
+              f"{row['ratio_cpu'] or 0:>10.2f}")
+    for row in rows:
+        if row["shape"] == "pipe":
+            print(f"--pipe {row['pion']}: Pion {args.pipe_commands / row['pion_ops_s']:.2f} s, Redis "
+                  f"{args.pipe_commands / row['redis_ops_s']:.2f} s ({row['redis_ops_s'] / row['pion_ops_s']:.1f}x Redis's time)")
+    by = {(row["shape"], row["pion"]): row for row in rows}
+    for config in dict.fromkeys(row["pion"] for row in rows):
+        one, ten = by.get(("eval_1_call", config)), by.get(("eval_10_calls", config))
+        if one and ten:  # 9 more calls (INCR instead of SET, about the same work)
+            print(f"redis.call {config}: ~{(ten['pion_cpu_us_op'] - one['pion_cpu_us_op']) / 9:.1f} us CPU per call "
+                  f"(Redis ~{(ten['redis_cpu_us_op'] - one['redis_cpu_us_op']) / 9:.1f} us)")
     return 0
 
 
@@ -149,6 +185,9 @@ def main() -> int:
     parser.add_argument("--durable", action="store_true", help="Pion with its default durable log (appendfsync always)")
     parser.add_argument("--shapes", action="store_true", help="EVAL, redis-cli --pipe and -P 16, both Pion configs")
     parser.add_argument("--pipe-commands", type=int, default=200_000)
+    parser.add_argument("--baseline-src", metavar="DIR",
+                        help="with --shapes: also run a Pion from this source folder (its 'src', e.g. of "
+                             "'git worktree add /tmp/base main'), same run: before/after")
     args = parser.parse_args()
     if not shutil.which("redis-benchmark") or not shutil.which("redis-server"):
         print("needs redis-server and redis-benchmark (apt-get install redis-server redis-tools)", file=sys.stderr)

@@ -18,7 +18,7 @@ def make_server(tmp_path):
 
     def start(**overrides: object) -> ThreadServer:
         datadir = tmp_path / f"data{len(started)}"
-        datadir.mkdir()
+        datadir.mkdir(exist_ok=True)
         srv = ThreadServer(make_settings(datadir, **overrides)).start()
         started.append(srv)
         return srv

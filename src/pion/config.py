@@ -43,6 +43,8 @@ class Settings:
     #: ``NAME:PASSWORD[:quota=1gb]`` specs, one per --tenant (repeatable), never shown by CONFIG
     tenants: tuple[str, ...] = ()
     tenants_file: str = ""
+    #: redis.conf ``user <name> <rules>`` lines (repeatable), applied at start (ACLLoadConfiguredUsers)
+    users: tuple[str, ...] = ()
     tls_port: int = 0
     tls_cert_file: str = ""
     tls_key_file: str = ""
@@ -145,8 +147,8 @@ class Settings:
     #: every other Redis parameter: accepted, checked and stored (CONFIG GET shows it, CONFIG
     #: REWRITE writes it), "name" -> normalized value. Pion does not act on these (docs/config.md
     #: says "no effect"), except two still read from here: the encoding sizes (listpack, intset,
-    #: hll-sparse-max-bytes) that shape OBJECT ENCODING, and ``aclfile`` (read at start, by ACL
-    #: LOAD/SAVE)
+    #: hll-sparse-max-bytes) that shape OBJECT ENCODING, ``aclfile`` (read at start, by ACL
+    #: LOAD/SAVE) and ``acl-pubsub-default`` (the channels of users made after it)
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -296,6 +298,7 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "requirepass": ("requirepass", str, str),
     "tenant": ("tenants", lambda t: (t,), " ".join),  # repeatable: settings_from_pairs appends
     "tenants-file": ("tenants_file", str, str),
+    "user": ("users", lambda u: (u,), "\n".join),  # repeatable, like tenant
     "tls-port": ("tls_port", parse_int_value, str),
     "tls-cert-file": ("tls_cert_file", str, str),
     "tls-key-file": ("tls_key_file", str, str),
@@ -383,7 +386,7 @@ REDIS_TYPED = frozenset({
 
 
 #: parameters that may be given more than once; each occurrence adds to a tuple
-REPEATABLE = frozenset({"tenant"})
+REPEATABLE = frozenset({"tenant", "user"})
 
 
 def settings_from_pairs(pairs: list[tuple[str, str]], base: Settings | None = None) -> Settings:

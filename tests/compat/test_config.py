@@ -67,7 +67,7 @@ def test_hidden_parameters_need_an_exact_name(r):
     ("save", "", ""),
     ("client-output-buffer-limit", "REPLICA 1k 2 3", "normal 0 0 0 slave 1000 2 3 pubsub 33554432 8388608 60"),
     ("appendfsync", "EVERYSEC", "everysec"),
-    ("maxmemory-clients", "10%", "10%"),
+    ("maxmemory-clients", "0%", "0"),
     ("latency-tracking-info-percentiles", "50 99.9", "50 99.9"),
     ("hash-max-ziplist-entries", "7", "7"),
     ("list-max-listpack-size", "0", "0"),
@@ -156,6 +156,15 @@ def test_config_set_errors_match_redis(rr, redis_ref, args, message):
     with pytest.raises(redis.ResponseError) as theirs:
         ref_client(redis_ref).execute_command("CONFIG", "SET", *args)
     assert str(theirs.value) == message
+
+
+@pytest.mark.parametrize("value", ["10%", "3mb", "1"])
+def test_client_eviction_is_refused_not_ignored(r, value):
+    """Pion has no client eviction: a maxmemory-clients limit would be silently ignored, so it is
+    refused with the reason (Redis's Tcl unit/client-eviction then fails fast instead of hanging)."""
+    with pytest.raises(redis.ResponseError, match="client eviction \\(maxmemory-clients\\) is not supported by Pion"):
+        r.config_set("maxmemory-clients", value)
+    assert r.config_get("maxmemory-clients") == {"maxmemory-clients": "0"}
 
 
 def test_config_enum_error_lists_the_choices(r):

@@ -48,3 +48,14 @@ def test_node_redis_client_side_cache(which, request):
     done = subprocess.run([NODE, "csc.mjs", str(srv.port)], cwd=NODE_DIR, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok invalidated by FLUSHALL" in done.stdout
+
+
+@pytest.mark.parametrize("which", ["pion", "redis"])
+def test_node_redis_own_client_side_cache_tests(which, request):
+    """node-redis's own cache.spec.ts integration tests (Basic Cache, Pooled Cache, stats; the
+    bodies unchanged, in csc_suite.mjs): 16 tests, RESP3, CLIENT TRACKING driven by the client."""
+    srv = request.getfixturevalue("server" if which == "pion" else "redis_ref")
+    done = subprocess.run([NODE, "csc_suite.mjs", str(srv.port)], cwd=NODE_DIR, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "16 passed, 0 failed" in done.stdout

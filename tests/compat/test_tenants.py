@@ -186,7 +186,7 @@ def test_admin_commands_are_refused_to_tenants(trio, command, name):
     admin, _, bob = trio
     with pytest.raises(redis.exceptions.NoPermissionError) as exc:
         bob.execute_command(*command)
-    assert str(exc.value) == f"User bob has no permissions to run the '{name}' command"
+    assert str(exc.value) == f"this user has no permissions to run the '{name}' command"
     entries = admin.acl_log()
     assert any(e["reason"] == "command" and e["object"] == name and e["username"] == "bob" for e in entries)
 
@@ -197,7 +197,7 @@ def test_a_refused_command_in_multi_aborts_the_transaction(srv):
     raw.read_exactly(b"+OK\r\n")
     raw.send(b"MULTI\r\nSET a 1\r\nCONFIG SET maxmemory 1\r\nEXEC\r\n")
     data = raw.read_some()
-    assert b"-NOPERM User bob has no permissions to run the 'config|set' command" in data
+    assert b"-NOPERM this user has no permissions to run the 'config|set' command" in data
     assert data.endswith(b"-EXECABORT Transaction discarded because of previous errors.\r\n")
     raw.close()
 

@@ -23,9 +23,15 @@
 # history (an APPENDed number still reads as "int"); encodings are not behaviour.
 # The harness itself skips `external:skip` tests in this mode; skiplist.txt names the rest.
 #
+# REDIS_SUITE_MODE=spawn runs the harness in its own mode instead: it starts a server per test
+# group itself (from a config file, with the group's overrides: aclfile, acl-pubsub-default, user
+# lines, ...) through a src/redis-server shim that execs $PION_SERVER, so the `external:skip` tests
+# run too (unit/acl, unit/acl-v2, unit/auth, unit/info, unit/pubsubshard are entirely so tagged).
+#
 # Environment: REDIS_SUITE_CACHE (default ~/.cache/pion/redis-suite), PION_SERVER (default
 # .venv/bin/pion-server), REDIS_SUITE_TIMEOUT (seconds per unit, default 900),
-# REDIS_SUITE_TAGS (extra --tags words, e.g. "-slow").
+# REDIS_SUITE_TAGS (extra --tags words, e.g. "-slow"), REDIS_SUITE_LOGDIR (keep each unit's
+# harness log there, colours stripped: which tests ran, passed, were skipped).
 # Exit status: 0 when no unit had a failed test or an aborted run, 1 otherwise.
 set -u
 
@@ -72,6 +78,25 @@ fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/pion-redis-suite.XXXXXX")"
 cp -r "$SRC/tests" "$WORK/tests"
 sed -i 's/^    r function flush$/    catch {r function flush}/' "$WORK/tests/support/server.tcl"
+MODE="${REDIS_SUITE_MODE:-external}"
+if [ "$MODE" = spawn ]; then
+  # The harness runs src/redis-server CONFIG [args] and waits for " PID: <pid>" in its stdout,
+  # pings for ~1 s, then waits for "Ready to accept". Pion logs "<pid>:M ... ready to accept
+  # connections" once it listens (Python starts slower than that ping window), so the shim, which
+  # keeps the pid (exec), prints the PID line then, or when the start fails so the harness says so.
+  mkdir -p "$WORK/src"
+  cat >"$WORK/src/redis-server" <<SHIM
+#!/usr/bin/env bash
+exec "$SERVER_BIN" "\$@" > >(exec sed -u -E \\
+  -e "/ready to accept connections/{s/ready to/Ready to/; s/^/pion PID: \$\$\\n/}" \\
+  -e "s/address already in use/address already in use (Failed listening on port)/" \\
+  -e "/ERROR pion[.]server:|Traceback|^pion-server: /s/^/pion PID: \$\$\\n/") 2>&1
+SHIM
+  chmod +x "$WORK/src/redis-server"
+  for tool in redis-cli redis-benchmark redis-check-aof; do
+    command -v "$tool" >/dev/null && ln -s "$(command -v "$tool")" "$WORK/src/$tool"
+  done
+fi
 
 SERVER_PID=""
 PORT=""
@@ -115,14 +140,21 @@ total_ok=0; total_err=0; total_skip=0; bad=0
 for unit in "${UNITS[@]}"; do
   # A fresh server per unit, as the harness gives each unit in its normal mode: units leave
   # settings behind (list.tcl raises proto-max-bulk-len, pubsub.tcl sets maxmemory, ...).
-  stop_server
-  rm -rf "$WORK/data"
-  start_server
   log="$WORK/$(echo "$unit" | tr / _).log"
-  (cd "$WORK" && timeout "$UNIT_TIMEOUT" tclsh tests/test_helper.tcl --host 127.0.0.1 --port "$PORT" \
-      --single "$unit" --clients 1 --tags "$SKIP_TAGS" --skipfile "$SKIPFILE" --ignore-encoding \
-      --baseport "$BASEPORT" --portcount 100 >"$log" 2>&1)
-  rc=$?
+  if [ "$MODE" = spawn ]; then
+    (cd "$WORK" && timeout "$UNIT_TIMEOUT" tclsh tests/test_helper.tcl --single "$unit" --clients 1 \
+        --tags "$SKIP_TAGS" --skipfile "$SKIPFILE" --ignore-encoding --baseport "$BASEPORT" --portcount 1000 \
+        >"$log" 2>&1)
+    rc=$?
+  else
+    stop_server
+    rm -rf "$WORK/data"
+    start_server
+    (cd "$WORK" && timeout "$UNIT_TIMEOUT" tclsh tests/test_helper.tcl --host 127.0.0.1 --port "$PORT" \
+        --single "$unit" --clients 1 --tags "$SKIP_TAGS" --skipfile "$SKIPFILE" --ignore-encoding \
+        --baseport "$BASEPORT" --portcount 100 >"$log" 2>&1)
+    rc=$?
+  fi
   clean="$(sed 's/\x1b\[[0-9;]*m//g' "$log")"
   ok=$(grep -c '^\[ok\]:' <<<"$clean")
   err=$(grep -c '^\[err\]:' <<<"$clean")
@@ -132,7 +164,10 @@ for unit in "${UNITS[@]}"; do
   elif [ "$rc" = 124 ]; then note="aborted: timeout"; bad=1
   elif ! grep -q 'All tests passed\|The following tests failed' <<<"$clean"; then note="aborted (rc $rc)"; bad=1
   fi
-  alive || note="$note server died"
+  if [ -n "${REDIS_SUITE_LOGDIR:-}" ]; then
+    mkdir -p "$REDIS_SUITE_LOGDIR" && printf '%s\n' "$clean" >"$REDIS_SUITE_LOGDIR/$(basename "$log")"
+  fi
+  [ "$MODE" = spawn ] || alive || note="$note server died"
   [ "$err" -gt 0 ] && bad=1
   printf '%-28s %6d %6d %6d  %s\n' "$unit" "$ok" "$err" "$skip" "$note"
   if [ "${REDIS_SUITE_VERBOSE:-0}" = 1 ] || [ "$err" -gt 0 ] || [ -n "$note" ]; then

@@ -68,7 +68,6 @@ REFUSED = {
     # redis.conf directives that are not CONFIG parameters
     "include": "not supported: put every directive in one config file",
     "rename-command": "not supported", "loadmodule": "modules are not supported",
-    "user": "ACL users are fixed at start: use --requirepass and --tenant (SECURITY.md)",
     "sentinel": "sentinel is not supported",
 }
 #: Settings fields set only by pion-server itself
@@ -90,6 +89,8 @@ def value_count_ok(name: str, count: int) -> bool:
     param = table.LOOKUP.get(name)
     if param is not None and param.flags & table.MULTI_ARG:
         return count >= 1 or name == "save"
+    if name == "user":  # user <name> <rule> ...
+        return count >= 1
     return count == 1
 
 

@@ -161,7 +161,10 @@ def gate_for(max_bulk: int, big_arg: int) -> re.Pattern[bytes]:
     a ``*`` count of a million or more, or a ``$`` length of as many digits as the smaller of
     ``max_bulk + 1`` and ``big_arg`` (bytes without a match need no header walk)."""
     digits = len(str(min(max_bulk + 1, big_arg)))
-    return _GATES.setdefault(digits, re.compile(rb"\*[0-9]{7}|\$[0-9]{%d}" % digits))
+    gate = _GATES.get(digits)
+    if gate is None:  # compiled once (asked for every read: no re.compile, not even its cache, per read)
+        gate = _GATES[digits] = re.compile(rb"\*[0-9]{7}|\$[0-9]{%d}" % digits)
+    return gate
 
 
 _GATES: dict[int, re.Pattern[bytes]] = {}

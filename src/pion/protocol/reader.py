@@ -49,7 +49,7 @@ class RequestReader:
     __slots__ = (
         "_hiredis", "_inline", "_in_hiredis", "_chunks", "_chunks_len", "_frames_since",
         "max_bulk_len", "max_multibulk_len", "strict", "_check_at", "_big", "_after", "zero_copy",
-        "_ahead", "_tail", "_poison", "_walk", "_suspect",
+        "_ahead", "_tail", "_poison", "_walk", "_suspect", "_consumed",
     )
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
@@ -61,6 +61,9 @@ class RequestReader:
         self._chunks: list[bytes] = []
         self._chunks_len = 0
         self._frames_since = 0
+        #: bytes of the held chunks that the ``_frames_since`` frames took (so trimming the held
+        #: bytes of a long pipeline needs no walk over them: ``_trim_chunks``)
+        self._consumed = 0
         self.max_bulk_len = max_bulk_len
         self.max_multibulk_len = MAX_MULTIBULK_LEN
         #: parse with the pre-auth caps (the connection sets it while its client is not authenticated)
@@ -137,7 +140,9 @@ class RequestReader:
             receiving = self._walk_held(bytes(part))
         except ProtocolError as exc:
             self._poison = exc
-            return part[: max(self._walk.frame - self._chunks_len, 0)]  # type: ignore[union-attr]
+            if self._walk is None:  # the held frames themselves are malformed: nothing more goes in
+                return part[:0]
+            return part[: max(self._walk.frame - self._chunks_len, 0)]
         if receiving >= BIG_ARG:
             self._check_at = 0  # the frame goes to BigFrame at the next look
         self._suspect = True
@@ -173,6 +178,7 @@ class RequestReader:
         self._chunks = []
         self._chunks_len = 0
         self._frames_since = 0
+        self._consumed = 0
         self._tail = b""
         self._walk = None
         data = self._guard(data)
@@ -236,6 +242,8 @@ class RequestReader:
                 return None
             self._check_failed_frame()
             raise ProtocolError(_hiredis_message(str(exc))) from None
+        except TypeError:  # a '%' map or '~' set element holding an array: hiredis cannot hash it
+            raise ProtocolError("expected '$', got something else") from None
         if frame is False:
             if self._chunks_len >= self._check_at:
                 self._check_pending()
@@ -243,18 +251,25 @@ class RequestReader:
         self._check_at = PENDING_CHECK
         if frame is None:  # "*-1": Redis skips a frame of no arguments
             frame = []
-        if frame.__class__ is not list:
+            size = 5
+        elif frame.__class__ is not list:
             raise ProtocolError(f"expected '*', got '{_type_byte(frame)}'")
+        else:
+            # the frame's bytes: hiredis takes only canonical numbers (no sign, no leading zero)
+            size = 3 + len(str(len(frame)))
         max_bulk = self.max_bulk_len
         for arg in frame:
             if arg.__class__ is not bytes:
                 raise ProtocolError("expected '$', got something else")
-            if len(arg) > max_bulk:
+            length = len(arg)
+            if length > max_bulk:
                 raise ProtocolError("invalid bulk length")
+            size += length + (6 if length < 10 else 7 if length < 100 else 5 + len(str(length)))
         if len(frame) > self.max_multibulk_len:
             raise ProtocolError("invalid multibulk length")
         if self._hiredis.has_data():
             self._frames_since += 1
+            self._consumed += size
             if self._chunks_len > 1 << 20:
                 self._trim_chunks()
         else:  # a clean boundary: hiredis is empty, the next frame may be inline again
@@ -262,6 +277,7 @@ class RequestReader:
             self._chunks = []
             self._chunks_len = 0
             self._frames_since = 0
+            self._consumed = 0
             self._walk = None
         return frame
 
@@ -271,12 +287,20 @@ class RequestReader:
         return joined
 
     def _trim_chunks(self) -> None:
+        """Drop the held bytes of the frames already returned (a long pipeline that never ends
+        on a frame boundary would otherwise keep all it sent). Where they end is known from the
+        frames' sizes (``_consumed``), checked against the bytes: a frame that broke the
+        canonical form (a ``+simple`` element, which hiredis also takes) makes the check fail,
+        and the frames are walked instead (``skip_frames``, which refuses such a frame)."""
         joined = self._joined()
-        cut = skip_frames(joined, self._frames_since)
+        cut = self._consumed
+        if not (joined[cut - 2 : cut] == b"\r\n" and (cut == len(joined) or joined[cut] == 0x2A)):
+            cut = skip_frames(joined, self._frames_since)
         rest = joined[cut:]
         self._chunks = [rest]
         self._chunks_len = len(rest)
         self._frames_since = 0
+        self._consumed = 0
         walk = self._walk
         if walk is not None:  # its offsets count from the start of the held bytes
             walk.pos -= cut
@@ -318,6 +342,7 @@ class RequestReader:
         self._chunks = []
         self._chunks_len = 0
         self._frames_since = 0
+        self._consumed = 0
         self._check_at = PENDING_CHECK
         self._inline = bytearray(rest) + self._inline
 
@@ -357,6 +382,7 @@ class RequestReader:
         self._chunks = []
         self._chunks_len = 0
         self._frames_since = 0
+        self._consumed = 0
         self._check_at = PENDING_CHECK
         self._big = BigFrame(self.max_multibulk_len, self.max_bulk_len)
         self._feed_big(pending, 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
@@ -32,6 +33,9 @@ log = logging.getLogger("pion.dispatch")
 #: distinct (command, exception type) pairs whose traceback was logged; later ones only count
 _LOGGED_LIMIT = 1000
 
+#: spellings of command names kept by ``lookup`` (a client inventing names cannot grow it further)
+_NAMES_LIMIT = 4096
+
 _MULTI_PASS = {b"multi", b"exec", b"discard", b"watch", b"quit", b"reset"}
 #: shown to MONITOR before they run, so the commands a script runs follow it (Redis's evalCommand)
 _MONITOR_FIRST = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
@@ -41,6 +45,9 @@ class Dispatcher:
     def __init__(self, server: Server, table: CommandTable) -> None:
         self.server = server
         self.table = table
+        #: command names as clients spell them (``SET``, ``set``) -> the spec: one dict hit
+        #: instead of a miss, a ``lower()`` and a second lookup (bounded: names seen are few)
+        self._names: dict[bytes, CommandSpec] = {}
         self.depth = 0
         #: effects of the running top-level command: (db index, argv)
         self.pending: list[tuple[int, list[bytes]]] = []
@@ -100,11 +107,14 @@ class Dispatcher:
 
     def lookup(self, argv: list[bytes]) -> CommandSpec | ReplyError:
         """The spec for argv, or the error Redis gives for an unknown name, subcommand or arity."""
-        spec = self.table.by_name.get(argv[0])
+        name = argv[0]
+        spec = self._names.get(name)
         if spec is None:
-            spec = self.table.by_name.get(argv[0].lower())
+            spec = self.table.by_name.get(name) or self.table.by_name.get(name.lower())
             if spec is None:
-                return ReplyError(errors.unknown_command(argv[0], argv[1:]))
+                return ReplyError(errors.unknown_command(name, argv[1:]))
+            if len(self._names) < _NAMES_LIMIT and name.__class__ is bytes:
+                self._names[name] = spec
         if spec.subcommands and not (len(argv) == 1 and spec.handler is not None):  # bare COMMAND runs itself
             if len(argv) < 2:
                 return ReplyError(errors.wrong_arity(spec.name))
@@ -179,26 +189,30 @@ class Dispatcher:
     # -- running -----------------------------------------------------------------------
 
     def call(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> Any:
-        """Run a handler (also used by EXEC and scripts, nested); logs effects at depth 0."""
+        """Run a handler (also used by EXEC and scripts, nested); logs effects at depth 0.
+
+        The hot path of every command: the per-command questions are answered once per spec
+        (``CommandSpec.is_write``, ``stages``, ``is_read``, ``full_name``), the time is one pair
+        of ``perf_counter_ns`` reads, and stats, latency and effect capture are inline."""
         server = self.server
         ctx = client.ctx
-        outer = ctx.effects, ctx.rewritten  # a nested call (EXEC, scripts) must not clobber them
+        outer_effects, outer_rewritten = ctx.effects, ctx.rewritten  # a nested call (EXEC, scripts) must not clobber them
         ctx.effects = None
         ctx.rewritten = False
-        if self.depth == 0 and (spec.name == "exec" or "write" in spec.flags) and "zero_copy" not in spec.flags:
+        if spec.stages and self.depth == 0:
             refusal = self._stage(client, spec, argv)
             if refusal is not None:
-                ctx.effects, ctx.rewritten = outer
+                ctx.effects, ctx.rewritten = outer_effects, outer_rewritten
                 return refusal
         dirty_before = server.dirty
         db = client.dbs[client.db_index]
         db_index = db.id
         # a read-only command's lookups count as keyspace hits/misses (INFO stats), as in Redis
-        counted = "readonly" in spec.flags and db.read_stats is None
+        counted = spec.is_read and db.read_stats is None
         if counted:
             db.read_stats = server
         self.depth += 1
-        start = time.perf_counter()
+        start = perf_counter_ns()
         failed = crashed = False
         try:
             reply = spec.handler(ctx, argv)  # type: ignore[misc]
@@ -212,28 +226,47 @@ class Dispatcher:
             self.depth -= 1
             if counted:
                 db.read_stats = None
-        elapsed = time.perf_counter() - start
-        usec = int(elapsed * 1_000_000)
-        self._count(spec.full_name, usec, failed=failed)
-        if reply.__class__ is not BlockRequest:  # a blocked command is recorded when it ends
-            self.record_latency(spec, elapsed)
-        if failed or reply.__class__ is ReplyError:
+        elapsed_ns = perf_counter_ns() - start
+        usec = elapsed_ns // 1000
+        name = spec.full_name
+        entry = self.stats.get(name)  # INFO commandstats: [calls, usec, rejected, failed]
+        if entry is None:
+            entry = self.stats[name] = [0, 0, 0, 0]
+        entry[0] += 1
+        entry[1] += usec
+        if failed:
+            entry[3] += 1
+            server.stat_failed += 1
+        server.stat_numcommands += 1
+        cls = reply.__class__
+        if cls is not BlockRequest:  # a blocked command is recorded when it ends
+            if self.latency_tracking:
+                histogram = server.latency.histograms.get(name)
+                if histogram is None:
+                    server.latency.record_command(name, elapsed_ns)
+                else:
+                    histogram.record(elapsed_ns)
+            if self.latency_threshold:
+                self.latency_sample("fast-command" if "fast" in spec.flags else "command", elapsed_ns / 1e9)
+        if failed or cls is ReplyError:
             self.count_error(reply)
         client.commands_processed += 1
-        client.last_cmd = spec.full_name
+        client.last_cmd = name
         if client.tracking is not None and not failed:
             server.tracking.after_command(client, spec, argv)
-        if crashed:
-            pass  # its own argv would crash the replay the same way: not logged (docs/durability.md)
-        else:
-            self._collect(ctx, db_index, argv, dirty_before, "write" in spec.flags)
-        ctx.effects, ctx.rewritten = outer
-        if reply.__class__ is BlockRequest:
+        if not crashed:  # a crash's own argv would crash the replay the same way: not logged (docs/durability.md)
+            # the one effect capture: the command's rewrites, else its argv when it made the server dirty
+            if ctx.rewritten:
+                self.pending.extend((db_index, effect) for effect in ctx.effects or ())
+            elif spec.is_write and server.dirty != dirty_before:
+                self.pending.append((db_index, argv))
+        ctx.effects, ctx.rewritten = outer_effects, outer_rewritten
+        if cls is BlockRequest:
             reply.argv = argv
             reply.usec = usec  # logged to the slowlog when it ends (BlockingManager.unblock)
             server.blocking.block(client, reply)
             reply = BLOCKED
-        elif reply.__class__ is deferred.Deferred:
+        elif cls is deferred.Deferred:
             reply.argv = argv
             deferred.start(server, client, reply)
             reply = BLOCKED
@@ -371,7 +404,16 @@ class Dispatcher:
         self.server.stat_numcommands += 1
 
     def _count_rejected(self, argv: list[bytes]) -> None:
-        self.server.stat_rejected += 1
+        """Redis's rejectCommand: a call refused by the lookup counts as a rejected call of the
+        command it names when there is one (a wrong arity), in commandstats."""
+        table = self.table.by_name
+        spec = table.get(argv[0]) or table.get(argv[0].lower())
+        if spec is not None and spec.subcommands and len(argv) > 1:
+            spec = spec.subcommands.get(argv[1].lower())
+        if spec is None:
+            self.server.stat_rejected += 1
+        else:
+            self._count(spec.full_name, 0, rejected=True)
 
     def count_unblocked_error(self, argv: list[bytes] | None, error: ReplyError) -> None:
         """A blocked command that ends in an error (its group destroyed, CLIENT UNBLOCK ERROR):

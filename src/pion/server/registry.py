@@ -47,10 +47,21 @@ class CommandSpec:
     container: str | None = None
     #: for commands with movable keys: argv -> key positions
     key_finder: Callable[[list[bytes]], list[int]] | None = None
+    #: ``container|name`` (INFO commandstats, ACL, errors); derived once, the dispatcher reads it
+    #: for every command
+    full_name: str = field(init=False, default="")
+    #: the dispatcher's per-command questions, answered once: a write (logged, tracked); a write
+    #: whose large arguments are staged before it runs; a read counted as keyspace hits/misses
+    is_write: bool = field(init=False, default=False)
+    stages: bool = field(init=False, default=False)
+    is_read: bool = field(init=False, default=False)
 
-    @property
-    def full_name(self) -> str:
-        return f"{self.container}|{self.name}" if self.container else self.name
+    def __post_init__(self) -> None:
+        self.full_name = f"{self.container}|{self.name}" if self.container else self.name
+        flags = self.flags
+        self.is_write = "write" in flags
+        self.stages = (self.is_write or self.name == "exec") and "zero_copy" not in flags
+        self.is_read = "readonly" in flags
 
     def key_positions(self, argv: list[bytes]) -> list[int]:
         if self.key_finder is not None:

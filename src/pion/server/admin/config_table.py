@@ -179,7 +179,7 @@ _MEMORY = [
     _mem("zset-max-listpack-value", _T["zset-max-listpack-value"], 0, LONG_MAX, alias="zset-max-ziplist-value"),
     _mem("hll-sparse-max-bytes", 3000, 0, LONG_MAX),
     _mem("client-query-buffer-limit", 1024 * 1024 * 1024, 1024 * 1024, LONG_MAX),
-    Param("maxmemory-clients", "mempercent", "0", 0, -100, LONG_MAX),
+    Param("maxmemory-clients", "mempercent", "0", 0, -100, LONG_MAX, check=v.check_maxmemory_clients),
     _mem("auto-aof-rewrite-min-size", 64 * 1024 * 1024, 0, LONG_MAX),
 ]
 _TLS = [_bool("tls-cluster", False), _bool("tls-replication", False),

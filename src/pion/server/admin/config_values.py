@@ -231,6 +231,14 @@ def check_activedefrag(value: str, current: str) -> str:
     return value
 
 
+def check_maxmemory_clients(value: str, current: str) -> str:
+    """Client eviction is not built: only 0 (off) is accepted, so no limit is silently ignored."""
+    if value not in ("0", "0%"):
+        raise ConfigError("client eviction (maxmemory-clients) is not supported by Pion; only 0 (off) is accepted. "
+                          "Use maxclients and client-query-buffer-limit to bound clients")
+    return value
+
+
 def check_tls_port(value: str, current: str) -> str:
     """The TLS listener opens at start only (``--tls-port``); CONFIG SET cannot move it."""
     if value != current:

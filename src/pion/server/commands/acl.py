@@ -12,9 +12,9 @@ subscribers that lost a channel, as Redis does.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 
-from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, SetReply, Status
 from pion.server.args import parse_int
@@ -68,8 +68,17 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def _syntax_error(argv: list[bytes]) -> ReplyError:
+    """aclCommand's fallback for CAT, LOG and GENPASS with too many arguments (their arity is
+    only a minimum): addReplySubcommandSyntaxError, naming the subcommand as typed."""
+    return ReplyError(f"ERR unknown subcommand or wrong number of arguments for '{_text(argv[1])[:128]}'. "
+                      "Try ACL HELP.")
+
+
 def aclfile(ctx: Ctx) -> str:
-    return dict(ctx.server.settings.extra).get("aclfile", "")
+    """The ACL file's path: a relative one is relative to ``dir``, as in Redis (which chdirs there)."""
+    path = dict(ctx.server.settings.extra).get("aclfile", "")
+    return os.path.join(ctx.server.settings.dir, path) if path else ""
 
 
 @command("ACL|WHOAMI", 2, _USER, categories="@slow", group="server", since="6.0.0")
@@ -173,7 +182,7 @@ def _drop_revoked_subscribers(ctx: Ctx, user: User) -> None:
 def acl_cat(ctx: Ctx, argv: list[bytes]):
     """ACL CAT [category]"""
     if len(argv) > 3:
-        raise ReplyError(errors.wrong_arity("acl|cat"))
+        raise _syntax_error(argv)
     catalog = users_of(ctx.server).table.catalog
     if len(argv) == 2:
         return [cat.encode() for cat in catalog.categories]
@@ -210,7 +219,7 @@ def acl_dryrun(ctx: Ctx, argv: list[bytes]):
 def acl_log(ctx: Ctx, argv: list[bytes]):
     """ACL LOG [count | RESET]"""
     if len(argv) > 3:
-        raise ReplyError(errors.wrong_arity("acl|log"))
+        raise _syntax_error(argv)
     acl_log = users_of(ctx.server).log
     if len(argv) == 3 and argv[2].upper() == b"RESET":
         acl_log.entries.clear()
@@ -223,7 +232,7 @@ def acl_log(ctx: Ctx, argv: list[bytes]):
 def acl_genpass(ctx: Ctx, argv: list[bytes]):
     """ACL GENPASS [bits]"""
     if len(argv) > 3:
-        raise ReplyError(errors.wrong_arity("acl|genpass"))
+        raise _syntax_error(argv)
     bits = parse_int(argv[2]) if len(argv) == 3 else 256
     if not 0 < bits <= 4096:
         raise ReplyError("ERR ACL GENPASS argument must be the number of bits for the output password, "
@@ -257,9 +266,12 @@ def acl_load(ctx: Ctx, argv: list[bytes]):
     error = users.table.load_file(path)
     if error is not None:
         raise ReplyError(f"ERR {error}")
-    for client in list(ctx.server.clients.values()):
-        if client.user not in users.users:
-            _disconnect_user(ctx, client.user)
+    # Redis 7.0 frees every user but the default one (copied in place) and kills their clients,
+    # the caller's own connection after this reply; tenants' users stay bound to their keyspaces.
+    for name in {client.user for client in ctx.server.clients.values()}:
+        user = users.users.get(name)
+        if name != "default" and (user is None or user.tenant is None):
+            _disconnect_user(ctx, name)
     return OK
 
 

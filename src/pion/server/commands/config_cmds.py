@@ -26,7 +26,7 @@ from pion.storage.glob import glob_match
 _ADMIN = "admin noscript loading stale"
 _CATS = "@admin @slow @dangerous"
 #: Settings fields that are not CONFIG parameters
-_INTERNAL = {"config-file", "tenant", "tenants-file", "embed-api-key"}  # passwords and keys: never shown
+_INTERNAL = {"config-file", "tenant", "tenants-file", "embed-api-key", "user"}  # passwords and keys: never shown
 _FIELD_NAMES = {f.name for f in fields(Settings)}
 
 HELP = [

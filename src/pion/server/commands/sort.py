@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pion.protocol import errors
@@ -18,6 +19,8 @@ from pion.protocol.errors import ReplyError
 from pion.server.args import ArgCursor
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.server.security.acl_check import has_full_key_access
+from pion.server.security.auth import users_of
 from pion.storage.keyspace import Database, now_ms, type_name
 from pion.storage.list_value import ListValue, list_fill
 
@@ -105,7 +108,9 @@ class SortSpec:
 
     __slots__ = ("desc", "alpha", "start", "count", "store", "by", "gets", "dontsort")
 
-    def __init__(self, argv: list[bytes], readonly: bool) -> None:
+    def __init__(self, argv: list[bytes], readonly: bool, reads_all: Callable[[], bool] = lambda: True) -> None:
+        """``reads_all``: whether the caller's ACL user may read every key (BY and GET patterns
+        read keys that no key position names, so Redis demands that)."""
         self.desc = self.alpha = self.dontsort = False
         self.start, self.count = 0, -1
         self.store: bytes | None = None
@@ -126,7 +131,11 @@ class SortSpec:
             elif option == b"BY" and left >= 1:
                 self.by = args.next()
                 self.dontsort = b"*" not in self.by
+                if not self.dontsort and not reads_all():
+                    raise ReplyError("ERR BY option of SORT denied due to insufficient ACL permissions.")
             elif option == b"GET" and left >= 1:
+                if not reads_all():
+                    raise ReplyError("ERR GET option of SORT denied due to insufficient ACL permissions.")
                 self.gets.append(args.next())
             else:
                 raise ReplyError(errors.SYNTAX)
@@ -142,7 +151,8 @@ class SortSpec:
 
 
 def sort_generic(ctx: Ctx, argv: list[bytes], readonly: bool) -> Any:
-    spec = SortSpec(argv, readonly)
+    spec = SortSpec(argv, readonly, lambda: has_full_key_access(
+        users_of(ctx.server), ctx.client.user, "sort_ro" if readonly else "sort", argv))
     db = ctx.db
     value = db.get(argv[1])
     kind = type_name(value) if value is not None else "list"

@@ -160,7 +160,8 @@ class MemoryManager:
     def check(self, flags: Any) -> ReplyError | None:
         """Evict if over the limit; -OOM for a command that may grow memory (``denyoom`` among
         its ``flags``; a command spec's flags, or what an EXEC queued) if still over."""
-        if not self.over_limit():
+        limit = self.server.settings.maxmemory
+        if not limit or self.accounting.used + self.structures <= limit:  # not over_limit(), inline: asked for every command
             return None
         evicted = self.evict()
         # still over after evicting some within the time budget: the command runs and the next

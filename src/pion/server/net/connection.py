@@ -73,6 +73,9 @@ class Connection(asyncio.BufferedProtocol):
         self.auth_failures = 0
         #: the last read went straight into a large argument's buffer (get_buffer)
         self._direct = False
+        #: this loop thread's shared receive buffer (made on the loop thread, which the
+        #: connection never leaves), looked up once rather than on every read
+        self._buffer = _receive_buffer()
 
     # -- asyncio callbacks ---------------------------------------------------------------
 
@@ -111,7 +114,7 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         target = self.reader.recv_target()
         self._direct = target is not None
-        return target if target is not None else _receive_buffer()
+        return target if target is not None else self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._direct:
@@ -121,7 +124,7 @@ class Connection(asyncio.BufferedProtocol):
             except Exception as exc:
                 self._broken(exc)
         else:
-            self.data_received(_receive_buffer()[:nbytes].tobytes())
+            self.data_received(self._buffer[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         client = self.client
@@ -209,7 +212,12 @@ class Connection(asyncio.BufferedProtocol):
                 if tracking.pending:
                     tracking.send_pending()
                 break
-            self._append_reply(reply)
+            if client.reply_mode == "on":  # _append_reply's common case, inline
+                data = encode_vectored(reply, client.proto)
+                out.append(data)
+                self.out_size += len(data) if data.__class__ is bytes else data.nbytes
+            else:
+                self._append_reply(reply)
             if tracking.pending:  # invalidations this command caused for its own client follow its reply
                 tracking.send_pending()
             if self.out_size > HIGH_WATER:
@@ -323,12 +331,15 @@ class Connection(asyncio.BufferedProtocol):
             self.out.clear()
             self.out_size = 0
             held = transport.get_write_buffer_size()
-            if held > HIGH_WATER:  # until resume_writing: the transport drained it
-                self.server.held_output[self] = held
-            if self._over_output_limit(held):
-                log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
-                transport.abort()
-                return
+            if not held:  # all of it went out: under any limit (_over_output_limit(0), without asking)
+                self.soft_since = 0.0
+            else:
+                if held > HIGH_WATER:  # until resume_writing: the transport drained it
+                    self.server.held_output[self] = held
+                if self._over_output_limit(held):
+                    log.warning("closing client %s: output buffer over limit", self.client.addr if self.client else "?")
+                    transport.abort()
+                    return
         if self.close_after_flush:
             transport.close()
 

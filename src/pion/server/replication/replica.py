@@ -146,7 +146,7 @@ class ReplicaSide:
         if line.startswith(b"-"):
             text = line[1:].decode("latin-1")
             if argv[0] == b"AUTH":
-                raise HandshakeError(f"the primary refused masterauth: {text}")
+                raise HandshakeError(f"Unable to AUTH to MASTER: {text} (the primary refused masterauth)")
             if argv[0] == b"PING" and text.startswith("NOAUTH"):
                 raise HandshakeError("the primary needs a password: set masterauth (and masteruser)")
             if argv[0] == b"REPLCONF":

@@ -93,7 +93,10 @@ class ScriptRun:
         assert runner is not None
         if self.detached:
             return runner.serve_detached(self, argv)
-        return runner.safe_call(self, argv)
+        try:  # safe_call, inline: the common path of every redis.call
+            return runner.call(self, argv)
+        except Exception as exc:
+            return _failed_call(argv, exc)
 
     def checkpoint(self) -> bool:
         """The count hook: True when the script must stop (KILL, shutdown). Past the threshold
@@ -215,8 +218,7 @@ class Runner:
         try:
             return self.call(run, argv)
         except Exception as exc:
-            log.exception("command from a script failed: %r", argv[:1])
-            return ReplyError(f"ERR {exc}")
+            return _failed_call(argv, exc)
 
     def call(self, run: ScriptRun, argv: list[bytes]) -> Any:
         """redis.call: the dispatcher's lookup, the script refusals, admission, then the command."""
@@ -231,23 +233,21 @@ class Runner:
         if run.read_only and ("write" in flags or "may_replicate" in flags):
             return ReplyError(READONLY)
         client = run.client
-        client.in_script = True  # ACL refusals and the ACL LOG say it came from a script
+        client.in_script = True  # ACL refusals, the ACL LOG and the command itself: it came from a script
         try:
             refusal = server.admission.command_refusal(client, spec, argv)  # type: ignore[arg-type]
+            if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
+                return refusal
+            if spec.is_write:  # type: ignore[union-attr]
+                run.wrote = True
+            proto = client.proto
+            client.proto = run.resp
+            try:
+                reply = dispatcher.call(client, spec, argv)  # type: ignore[arg-type]
+            finally:
+                client.proto = proto
         finally:
             client.in_script = False
-        if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
-            return refusal
-        if "write" in flags:
-            run.wrote = True
-        proto = client.proto
-        client.in_script = True
-        client.proto = run.resp
-        try:
-            reply = dispatcher.call(client, spec, argv)  # type: ignore[arg-type]
-        finally:
-            client.in_script = False
-            client.proto = proto
         if not run.read and "readonly" in flags and client.tracking is not None:
             run.read = True  # a script that reads is tracked on its declared keys (Redis 7.0)
             server.tracking.remember(client, run.keys)
@@ -289,6 +289,12 @@ class Runner:
             if run.detached and not run.done:
                 run.greenlet.switch()  # the hook sees ``killed``: the script raises and ends
                 run.done = True
+
+
+def _failed_call(argv: list[bytes], exc: Exception) -> ReplyError:
+    """A handler failed under redis.call: the script still gets an answer."""
+    log.exception("command from a script failed: %r", argv[:1])
+    return ReplyError(f"ERR {exc}")
 
 
 #: what the count hook hands the loop when the script yields (a reply is anything else)

@@ -1,5 +1,6 @@
 """Where the ACL rules meet the command table: the catalog the rules see, the keys and channels
-of a command, and the admission check with Redis 7.2's -NOPERM texts and ACL LOG entries.
+of a command, and the admission check with Redis 7.0's -NOPERM texts (those of the reference
+redis-server 7.0.15 and its Tcl suite) and ACL LOG entries.
 
 Keys come from the command table's key specifications (``command_meta.keys_with_flags``: Redis's
 key specs for the commands Redis has, the declared key range of Pion's own), so a command added
@@ -63,6 +64,8 @@ def key_access(catalog: TableCatalog) -> Any:
         found = []
         for pos, flags in keys_with_flags(spec, argv):
             lowered = {flag.lower() for flag in flags}
+            if "not_key" in lowered:  # a shard channel (SPUBLISH, SSUBSCRIBE): checked as a channel
+                continue
             found.append((pos, (READ if "access" in lowered else 0) | (WRITE if lowered & _WRITE_FLAGS else 0)))
         return found
 
@@ -88,21 +91,40 @@ def check(users: Users, user: User, spec: CommandSpec, argv: list[bytes]) -> tup
     return user.check(ref, argv, key_access(catalog), channel_args)  # type: ignore[arg-type]
 
 
+def has_full_key_access(users: Users, user_name: str, name: str, argv: list[bytes]) -> bool:
+    """Whether ``user_name`` may read every key while running ``argv`` (command ``name``):
+    Redis's ACLUserCheckCmdWithUnrestrictedKeyAccess with CMD_KEY_ACCESS, for SORT BY/GET."""
+    user = users.table.users.get(user_name)
+    if user is None or is_unrestricted(user):
+        return True
+    catalog = users.table.catalog
+    ref = catalog.lookup(name)
+    return ref is not None and user.has_unrestricted_key_access(ref, argv, key_access(catalog), channel_args, READ)
+
+
 def is_unrestricted(user: User) -> bool:
     root = user.root
     return root.allcommands and root.allkeys and root.allchannels
 
 
 def message(kind: int, user: User, spec: CommandSpec, argv: list[bytes], pos: int, verbose: bool) -> str:
-    """Redis 7.2's getAclErrorMessage (``verbose``: ACL DRYRUN's form naming the key or channel)."""
-    if kind == DENIED_CMD:
-        return f"User {user.name} has no permissions to run the '{spec.full_name}' command"
-    what = "key" if kind == DENIED_KEY else "channel"
+    """Redis 7.0's texts: processCommand's -NOPERM ones, or (``verbose``) ACL DRYRUN's, which
+    name the key or channel."""
     if verbose:
-        return f"User {user.name} has no permissions to access the '{_text(argv[pos])}' {what}"
-    return f"No permissions to access a {what}"
+        if kind == DENIED_CMD:
+            return f"This user has no permissions to run the '{spec.full_name}' command"
+        what = "key" if kind == DENIED_KEY else "channel"
+        return f"This user has no permissions to access the '{_text(argv[pos])}' {what}"
+    if kind == DENIED_CMD:
+        return f"this user has no permissions to run the '{spec.full_name}' command"
+    what = "keys" if kind == DENIED_KEY else "channels"
+    return f"this user has no permissions to access one of the {what} used as arguments"
 
 
+#: getAclErrorMessage: what a script's refused redis.call says after "The user executing the script "
+_SCRIPT_REASONS = {DENIED_CMD: "can't run this command or subcommand",
+                   DENIED_KEY: "can't access at least one of the keys mentioned in the command arguments",
+                   DENIED_CHANNEL: "can't publish to the channel mentioned in the command"}
 _EXEC_REASONS = {DENIED_CMD: "no permission to execute the command or subcommand",
                  DENIED_KEY: "no permission to touch the specified keys",
                  DENIED_CHANNEL: "no permission to access one of the channels used as arguments"}
@@ -121,7 +143,7 @@ def refusal(users: Users, client: Client, spec: CommandSpec, argv: list[bytes]) 
     users.log.add(client, {DENIED_CMD: "command", DENIED_KEY: "key", DENIED_CHANNEL: "channel"}[kind],
                   obj, client.user)
     if client.in_script:
-        return ReplyError("ERR ACL failure in script: " + message(kind, user, spec, argv, pos, False))
+        return ReplyError("ERR The user executing the script " + _SCRIPT_REASONS[kind])
     if client.executing:
         return ReplyError("NOPERM ACLs rules changed between the moment the transaction was accumulated and "
                           "the EXEC call. This command is no longer allowed for the following reason: "

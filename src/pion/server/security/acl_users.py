@@ -66,8 +66,9 @@ class User:
 
     # -- the rules that are about the user, not a selector -------------------------------------
 
-    def apply(self, op: bytes, catalog: Catalog) -> None:
-        """Redis's ACLSetUser; raises RuleError."""
+    def apply(self, op: bytes, catalog: Catalog, all_channels: bool = False) -> None:
+        """Redis's ACLSetUser; raises RuleError. ``all_channels``: ``acl-pubsub-default`` is
+        allchannels, so a new selector and ``reset`` start with every channel (ACLCreateSelector)."""
         if not op:
             return
         low = op.lower()
@@ -90,7 +91,7 @@ class User:
                 raise RuleError(errnos.ENODEV)
             self.passwords.remove(hashed)
         elif op[:1] == b"(" and op[-1:] == b")":
-            selector = Selector()
+            selector = Selector(allchannels=all_channels)
             for part in op[1:-1].split():
                 selector.apply(part, catalog)
             self.selectors.append(selector)
@@ -101,7 +102,7 @@ class User:
             self.enabled = False
             self.sanitize = "sanitize-payload"
             del self.selectors[1:]
-            for rule in (b"resetkeys", b"resetchannels", b"-@all"):
+            for rule in (b"resetkeys", b"resetchannels", *((b"allchannels",) if all_channels else ()), b"-@all"):
                 self.root.apply(rule, catalog)
         else:
             self.root.apply(op, catalog)
@@ -148,6 +149,14 @@ class User:
     def can_use_channel(self, channel: bytes, is_pattern: bool) -> bool:
         return any(s.can_use_channel(channel, is_pattern) for s in self.selectors)
 
+    def has_unrestricted_key_access(self, ref: CommandRef, argv: list[bytes], keys: KeyFinder,
+                                    channels: ChannelFinder, flags: int) -> bool:
+        """ACLUserCheckCmdWithUnrestrictedKeyAccess: one selector both admits this call and has
+        every key for ``flags`` (what SORT's BY and GET patterns need)."""
+        return any(selector.has_all_keys(flags) and
+                   User(self.name, selectors=[selector]).check(ref, argv, keys, channels)[0] == OK
+                   for selector in self.selectors)
+
 
 def _checked_hash(text: bytes) -> bytes:
     if not _HEX64.match(text):
@@ -190,6 +199,14 @@ class UserTable:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
         self.users: dict[str, User] = {"default": default_user(catalog)}
+        #: ``acl-pubsub-default allchannels``: new users, new selectors and ``reset`` get ``&*``
+        self.all_channels = False
+
+    def new_user(self, name: str) -> User:
+        """ACLCreateUser: off, no passwords, no commands or keys; channels as acl-pubsub-default says."""
+        user = User(name)
+        user.root.allchannels = self.all_channels
+        return user
 
     @property
     def default(self) -> User:
@@ -205,10 +222,10 @@ class UserTable:
             merged = merge_selectors(args)
         except ValueError as exc:
             raise ValueError(f"Unmatched parenthesis in acl selector starting at '{exc}'.") from None
-        staged = user.copy() if user is not None else User(name)
+        staged = user.copy() if user is not None else self.new_user(name)
         for op in merged:
             try:
-                staged.apply(op, self.catalog)
+                staged.apply(op, self.catalog, self.all_channels)
             except RuleError as exc:
                 raise ValueError(f"Error in ACL SETUSER modifier '{op.decode('utf-8', 'replace')}': {exc}") from None
         return staged
@@ -244,9 +261,9 @@ class UserTable:
                 problems.append(f"WARNING: Duplicate user '{name}' found on line {number}. ")
                 continue
             base = keep(name)
-            user = base.copy() if base is not None else User(name)
+            user = base.copy() if base is not None else self.new_user(name)
             if base is not None:
-                user.apply(b"reset", self.catalog)
+                user.apply(b"reset", self.catalog, self.all_channels)
             problems.extend(self._apply_line(user, words[2:], filename, number))
             users[name] = user
         if problems:
@@ -264,7 +281,7 @@ class UserTable:
         syntax_error = False
         for op in merged:
             try:
-                user.apply(op.strip(b"\t\r\n"), self.catalog)
+                user.apply(op.strip(b"\t\r\n"), self.catalog, self.all_channels)
             except RuleError as exc:
                 if exc.code == errnos.ENOENT:
                     problems.append(f"{filename}:{number}: Error in applying operation "

@@ -9,6 +9,7 @@ part the assembler hands to admission (``pion.server.admission``), which asks it
 from __future__ import annotations
 
 import ipaddress
+import os
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ReplyError
@@ -103,16 +104,54 @@ def install(server: Server, specs: list[Any]) -> Security:
     """Users, tenants, the ACL file and TLS reloads, onto a built server."""
     users = users_of(server)
     part = Security(users, tenants.install(server, specs))
+    users.table.all_channels = _all_channels(server.settings)
     path = dict(server.settings.extra).get("aclfile", "")
+    if path and server.settings.users:
+        raise StartupError(_USERS_AND_ACLFILE)
     if path:
+        path = os.path.join(server.settings.dir, path)  # relative to dir, as Redis (it chdirs there)
         error = users.table.load_file(path)
         if error is not None:
             raise StartupError(f"Aborting startup because of ACL errors: {error}")
+    declared: set[str] = set()
+    for line in server.settings.users:
+        _configure_user(users, line, declared)
     if server.settings.tls_port:
         server.parts.tls = tls.make_context(server.settings)
     server.config_hooks.append(tls.config_changed)
+    server.config_hooks.append(_pubsub_default_changed)
     server.config_checks.append(_config_changed)  # before any listener is bound
     return part
+
+
+_USERS_AND_ACLFILE = ("Configuring Redis with users defined in redis.conf and at the same setting an ACL file path "
+                      "is invalid. This setup is very likely to lead to configuration errors and security holes, "
+                      "please define either an ACL file or declare users directly in your redis.conf, but not both.")
+
+
+def _configure_user(users: Users, line: str, declared: set[str]) -> None:
+    """A redis.conf ``user <name> <rules...>`` line: ACLLoadConfiguredUsers (the user is reset
+    first, so ``user default ...`` replaces the default user's rules); a bad rule, or a second
+    line for the same user, stops the start."""
+    name, *rules = line.split(" ")
+    if name in declared:
+        raise StartupError(f"Error in user declaration '{name}': Duplicate user found. A user can only be defined "
+                           "once in config files")
+    declared.add(name)
+    try:
+        users.table.set_user(name, [b"reset", *(rule.encode() for rule in rules if rule)])
+    except ValueError as exc:
+        raise StartupError(f"Error in user declaration '{name}': {exc}") from None
+
+
+def _all_channels(settings: Settings) -> bool:
+    return dict(settings.extra).get("acl-pubsub-default", "resetchannels").lower() == "allchannels"
+
+
+def _pubsub_default_changed(server: Server, old: Settings, new: Settings) -> str | None:
+    """CONFIG SET acl-pubsub-default: users made from now on (and ``reset``) follow it."""
+    users_of(server).table.all_channels = _all_channels(new)
+    return None
 
 
 def _config_changed(server: Server, old: Settings, new: Settings) -> str | None:

@@ -144,7 +144,7 @@ def tenant_rules(table: CommandTable) -> str:
 
 def nopermission(client: Client, spec: CommandSpec) -> ReplyError:
     users_of(client.server).log.add(client, "command", spec.full_name, client.user)
-    return ReplyError(f"NOPERM User {client.user} has no permissions to run the '{spec.full_name}' command")
+    return ReplyError(f"NOPERM this user has no permissions to run the '{spec.full_name}' command")
 
 
 # -- the engine ----------------------------------------------------------------------------------
