@@ -8,11 +8,14 @@ attending to everything before it, their new K/V written over the stale rows lay
 - **first k** (EPIC / LegoLink, arXiv 2410.15332): recompute the first ``k`` tokens of every
   chunk, which otherwise act as a spurious attention sink at each chunk start. O(k x chunks).
 - **deviation** (CacheBlend, arXiv 2405.16444; LMCache ``blend_recompute_ratio 0.15``,
-  ``blend_check_layers [1]``): one forward of *all* chunk tokens through the first layers, up
-  to ``check_layer``, which recomputes those layers exactly; the ``ratio`` of tokens whose V
+  ``blend_check_layers [1]``): *all* chunk tokens run through the first layers, up to
+  ``check_layer`` (in causal blocks), which recomputes those layers exactly; the ``ratio`` of tokens whose V
   on ``check_layer`` moved most from the cached V (the high-KV-deviation tokens) are then
   recomputed through every layer. Deviation is measured on V (CacheBlend's own code), K
-  (LMCache's ``diff_k``: post-RoPE fresh K against the cached, re-rotated K) or both.
+  (LMCache's ``diff_k``: post-RoPE fresh K against the cached, re-rotated K) or both. With a
+  ``refine_layer`` the selection is CacheBlend's progressive filtering: a wider preselection
+  runs on to a deeper layer, whose deviation picks the final tokens; on transformers that and
+  the recompute are one forward that drops the unselected tokens as it goes deeper.
 
 Both can be combined: the first-k tokens are always recomputed and count toward the ratio's
 budget, which the most deviating other tokens fill.
