@@ -104,9 +104,11 @@ def bench_ttft(root: Path, tokens: int, runs: int, prefixes: int) -> dict:
             for ids in prompts:
                 cache.get_or_prefill(ids[:-1])
         times: dict[str, list[float]] = {name: [] for name in caches}
-        for _ in range(runs):
+        names = list(caches)
+        for round_no in range(runs):
             for ids in prompts:
-                for name, cache in caches.items():
+                for name in names if round_no % 2 == 0 else names[::-1]:  # alternate who goes first
+                    cache = caches[name]
                     time.sleep(0.05)
                     start = time.perf_counter()
                     kv = cache.get_or_prefill(ids[:-1])
@@ -116,8 +118,10 @@ def bench_ttft(root: Path, tokens: int, runs: int, prefixes: int) -> dict:
         for name, cache in caches.items():
             assert cache.stats()["misses"] == prefixes, f"{name}: warm runs must all hit ({cache.stats()})"
         medians = {name: round(statistics.median(values), 3) for name, values in times.items()}
+        paired = [c / o for c, o in zip(times["cluster"], times["one node"], strict=True)]
         return {"tokens": tokens, "runs": runs * prefixes, "median_ms": medians,
-                "cluster_over_one_node": round(medians["cluster"] / medians["one node"], 4)}
+                "cluster_over_one_node": round(medians["cluster"] / medians["one node"], 4),
+                "paired_ratio_median": round(statistics.median(paired), 4), "loadavg": os.getloadavg()}
     finally:
         single.stop()
         cluster.stop()

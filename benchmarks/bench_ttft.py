@@ -304,7 +304,7 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=2, help="llama only: llama.cpp threads")
     p.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=list(LENGTHS))
     p.add_argument("--codecs", type=lambda s: s.split(","), default=list(CODECS))
-    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--runs", type=int, default=None, help="medians of N runs (default 5; --smoke: 1)")
     p.add_argument("--device", default=None, help="hf only: run the model there (e.g. cuda); default: CPU")
     p.add_argument("--url", default=None, help="an existing Pion (default: start one)")
     p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
@@ -314,7 +314,8 @@ def parse_args(argv):
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.smoke:
-        args.lengths, args.runs, args.codecs, args.first_hit_runs = [34, 68], 1, ["auto", "auto@socket", "int8"], 1
+        args.lengths, args.codecs, args.first_hit_runs = [34, 68], ["auto", "auto@socket", "int8"], 1
+    args.runs = args.runs or (1 if args.smoke else 5)
     return args
 
 

@@ -141,14 +141,20 @@ class Settings:
     acllog_max_len: int = 128
     tracking_table_max_keys: int = 1000000
     stream_node_max_entries: int = 100
+    #: the ACL users file (ACL SAVE/LOAD and the users at start; relative to ``dir``; "" = none)
+    aclfile: str = ""
+    #: the channels of users made after it: "allchannels" gives them ``&*``, "resetchannels" none
+    acl_pubsub_default: str = "resetchannels"
+    #: bytes of each K/V arena file (set in code only: no flag or CONFIG name exposes it)
+    arena_file_size: int = 256 * 1024 * 1024
     #: client-output-buffer-limit: (class, hard bytes, soft bytes, soft seconds) per client class
     client_output_buffer_limit: tuple[tuple[str, int, int, int], ...] = (
         ("normal", 0, 0, 0), ("slave", 256 * 1024**2, 64 * 1024**2, 60), ("pubsub", 32 * 1024**2, 8 * 1024**2, 60))
     #: every other Redis parameter: accepted, checked and stored (CONFIG GET shows it, CONFIG
     #: REWRITE writes it), "name" -> normalized value. Pion does not act on these (docs/config.md
-    #: says "no effect"), except two still read from here: the encoding sizes (listpack, intset,
-    #: hll-sparse-max-bytes) that shape OBJECT ENCODING, ``aclfile`` (read at start, by ACL
-    #: LOAD/SAVE) and ``acl-pubsub-default`` (the channels of users made after it)
+    #: says "no effect"), except the encoding sizes (listpack, intset, hll-sparse-max-bytes),
+    #: read from here by ``storage.encodings`` under their names and old aliases: they shape only
+    #: what OBJECT ENCODING reports, never how a value is stored
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -370,6 +376,8 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "acllog-max-len": ("acllog_max_len", parse_int_value, str),
     "tracking-table-max-keys": ("tracking_table_max_keys", parse_int_value, str),
     "stream-node-max-entries": ("stream_node_max_entries", parse_int_value, str),
+    "aclfile": ("aclfile", str, str),
+    "acl-pubsub-default": ("acl_pubsub_default", str, str),
     "client-output-buffer-limit": ("client_output_buffer_limit", parse_output_limits, format_output_limits),
 }
 
@@ -382,6 +390,7 @@ REDIS_TYPED = frozenset({
     "replica-priority", "repl-backlog-size", "repl-ping-replica-period", "repl-timeout", "cluster-enabled",
     "cluster-config-file", "cluster-announce-ip", "cluster-announce-port", "cluster-require-full-coverage",
     "acllog-max-len", "tracking-table-max-keys", "stream-node-max-entries", "client-output-buffer-limit",
+    "aclfile", "acl-pubsub-default",
 })
 
 

@@ -249,7 +249,7 @@ def test_categories(admin):
 def test_acl_save_load_and_restart(make_server, tmp_path):
     path = tmp_path / "users.acl"
     path.write_text("user default on nopass ~* &* +@all\n")
-    srv = make_server(extra=(("aclfile", str(path)),))
+    srv = make_server(aclfile=str(path))
     c = redis.Redis(port=srv.port, decode_responses=True)
     c.execute_command("ACL", "SETUSER", "kept", "on", ">pw", "~k:*", "+@read", "(+set ~w:*)")
     assert c.execute_command("ACL", "SAVE") == "OK"
@@ -265,7 +265,7 @@ def test_acl_save_load_and_restart(make_server, tmp_path):
     path.write_text(text)
     c.close()
     srv.stop()
-    again = make_server(extra=(("aclfile", str(path)),))
+    again = make_server(aclfile=str(path))
     user = as_user(again, "kept")
     assert user.set("w:1", "x") and user.get("k:1") is None
 
@@ -274,7 +274,7 @@ def test_a_relative_aclfile_is_relative_to_dir(make_server, tmp_path):
     """As in Redis, which chdirs into ``dir``: the Tcl suite's acl unit starts servers this way."""
     (tmp_path / "data0").mkdir()
     (tmp_path / "data0" / "users.acl").write_text("user default on nopass ~* &* +@all\nuser alice on >pw ~a:*\n")
-    srv = make_server(extra=(("aclfile", "users.acl"),))
+    srv = make_server(aclfile="users.acl")
     c = redis.Redis(port=srv.port, decode_responses=True)
     assert "alice" in c.acl_users()
     c.execute_command("ACL", "SETUSER", "bob", "on", ">pw")
@@ -311,14 +311,14 @@ def test_users_declared_in_the_config_file(make_server, tmp_path):
     acl = tmp_path / "users.acl"
     acl.write_text("user default on nopass ~* &* +@all\n")
     with pytest.raises(Exception, match="users defined in redis.conf and at the same setting an ACL file"):
-        make_server(users=("bob on",), extra=(("aclfile", str(acl)),), dir=str(tmp_path / "bad2"))
+        make_server(users=("bob on",), aclfile=str(acl), dir=str(tmp_path / "bad2"))
 
 
 def test_a_broken_aclfile_stops_the_start(make_server, tmp_path):
     path = tmp_path / "bad.acl"
     path.write_text("user x on +nosuchcommand\n")
     with pytest.raises(Exception, match="ACL errors"):
-        make_server(extra=(("aclfile", str(path)),))
+        make_server(aclfile=str(path))
 
 
 # -- against redis-server --------------------------------------------------------------------------
@@ -469,7 +469,7 @@ def test_acl_load_closes_the_connections_of_reloaded_users_like_redis(make_serve
     ref = RedisServer(tmp_path / "redis", "--aclfile", str(tmp_path / "redis" / "users.acl")).start()
     try:
         seen = []
-        for port in (make_server(extra=(("aclfile", "users.acl"),), dir=str(tmp_path / "pion")).port, ref.port):
+        for port in (make_server(aclfile="users.acl", dir=str(tmp_path / "pion")).port, ref.port):
             plain, alice, eve = RawConnection(port), RawConnection(port), RawConnection(port)
             for conn, user in ((alice, "alice"), (eve, "eve")):
                 conn.cmd("AUTH", user, user)

@@ -84,8 +84,15 @@ def test_command_getkeys_finds_migrate_keys(r):
 
 
 def test_migrate_to_redis_relays_its_payload_error(r, redis_ref):
-    """Pion's DUMP format is its own: a Redis target refuses it, and MIGRATE says so."""
-    r.set("k", "v")
-    assert err(r, "MIGRATE", "127.0.0.1", redis_ref.port, "k", 0, 1000).startswith(
-        "Target instance replied with error: ERR DUMP payload version or checksum are wrong")
-    assert r.get("k") == b"v"
+    """A Redis type goes in Redis's DUMP format (a Redis target takes it); a Pion-only value goes in
+    Pion's, which a Redis target refuses, and MIGRATE says so (tests/cluster/test_migrate_redis.py)."""
+    key = "migrate-to-redis:k"  # redis_ref is shared by the session
+    r.set(key, "v")
+    assert r.execute_command("MIGRATE", "127.0.0.1", redis_ref.port, key, 0, 1000, "REPLACE") in (True, b"OK")
+    target = redis.Redis(port=redis_ref.port)
+    assert r.get(key) is None and target.get(key) == b"v"
+    target.delete(key)
+    r.execute_command("JSON.SET", "doc", "$", "{}")
+    message = err(r, "MIGRATE", "127.0.0.1", redis_ref.port, "doc", 0, 1000)
+    assert message.startswith("Target instance replied with error: ERR DUMP payload version or checksum are wrong")
+    assert "cannot be migrated to a Redis node" in message and r.exists("doc") == 1

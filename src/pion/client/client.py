@@ -54,6 +54,20 @@ def _info_dict(raw) -> dict[str, str | int]:
     return out
 
 
+def zero_copy_requests(client) -> None:
+    """Send large arguments as they are, not copied into one request buffer.
+
+    redis-py packs a command with hiredis when it is installed, which copies every argument into
+    one ``bytes``: for the 94 MB of a 2,048-token prefix store that is ~80-110 ms of client CPU
+    (measured: 0.107 s median against 0.020 s with this packer, same server). redis-py's own
+    Python packer keeps arguments over 6,000 bytes (and memoryviews) as separate buffers that
+    go to the socket as they are; small commands cost it a few microseconds more."""
+    from redis.connection import PythonRespSerializer
+
+    pool = client.connection_pool
+    pool.connection_kwargs.setdefault("command_packer", PythonRespSerializer(6000, pool.get_encoder().encode))
+
+
 class PionClient:
     """A connection (pool) to one Pion server. Thread-safe as redis-py's ``Redis`` is."""
 
@@ -63,6 +77,7 @@ class PionClient:
         self.url = url
         redis_kwargs.setdefault("socket_read_size", 1 << 20)
         self.redis = redis.Redis.from_url(redis_url(url), socket_timeout=socket_timeout, **redis_kwargs)
+        zero_copy_requests(self.redis)
 
     def close(self) -> None:
         self.redis.close()

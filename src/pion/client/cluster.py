@@ -158,8 +158,10 @@ class PionClusterClient:
 
     tag = staticmethod(tagged)
 
-    def _on_node(self, key, run):
-        """``run(client)`` on the node owning ``key``; once more after a refresh on a redirect."""
+    def _on_node(self, key, run, asking=None):
+        """``run(client)`` on the node owning ``key``; once more after a refresh on a redirect.
+        ``asking(client)``: the same with ``ASKING`` before each command, sent to the node an
+        ``-ASK`` names (a slot being migrated whose key already moved): the map stays as it is."""
         for attempt in (0, 1):
             addr = self.nodes.node_for(key)
             try:
@@ -170,20 +172,43 @@ class PionClusterClient:
             except PionError as exc:
                 if attempt or not _is_redirect(exc):
                     raise
+                target = _ask_target([exc])
+                if target is not None and asking is not None:
+                    return self._asking(target, asking)
                 self.nodes.refresh()
                 continue
-            if attempt or not any(_is_redirect(r) for r in (replies if isinstance(replies, list) else [])):
+            listed = replies if isinstance(replies, list) else []
+            if attempt or not any(_is_redirect(r) for r in listed):
                 return replies
+            target = _ask_target(listed)
+            if target is not None and asking is not None:
+                return self._asking(target, asking)
             self.nodes.refresh()
         return replies
+
+    def _asking(self, addr: tuple[str, int], asking):
+        if self.nodes.is_down(addr):
+            raise NodeDown(f"cluster node {addr[0]}:{addr[1]} is down (retrying in {self.nodes.retry_after:g} s)")
+        try:
+            return asking(self.nodes.client(addr))
+        except PionConnectionError as exc:
+            self.nodes.mark_down(addr)
+            raise NodeDown(f"cluster node {addr[0]}:{addr[1]} does not answer: {exc}") from exc
 
     def pipeline_execute(self, commands: Iterable[Sequence], *, fast: bool = False) -> list:
         commands = list(commands)
         key = _first_key(commands)
-        return self._on_node(key, lambda c: c.pipeline_execute(commands, fast=fast))
+        return self._on_node(key, lambda c: c.pipeline_execute(commands, fast=fast),
+                             lambda c: c.pipeline_execute(_asking_each(commands), fast=fast)[1::2])
 
     def execute(self, *args):
-        return self._on_node(args[1], lambda c: c.execute(*args))
+        def asking(client):
+            reply = client.pipeline_execute([("ASKING",), args])[1]
+            if isinstance(reply, PionError):
+                raise reply
+            return reply
+
+        return self._on_node(args[1], lambda c: c.execute(*args), asking)
 
     def kv_match_tokens(self, block_size: int, hash_blob: bytes, tokens: bytes, seed: bytes | None = None):
         """Every node's best stored prefix (one round trip each); the one holding the most tokens."""
@@ -222,6 +247,21 @@ class PionClusterClient:
             return self._on_node(key, lambda client: getattr(client, name)(key, *args, **kwargs))
 
         return routed
+
+
+def _asking_each(commands: list[Sequence]) -> list[Sequence]:
+    """``ASKING`` before each command (it covers only the next one), for the node an -ASK named."""
+    return [part for command in commands for part in (("ASKING",), command)]
+
+
+def _ask_target(replies) -> tuple[str, int] | None:
+    """The node of the first ``-ASK slot host:port`` among ``replies``, if any."""
+    for reply in replies:
+        words = str(reply).split(" ") if isinstance(reply, PionError) else []
+        if len(words) == 3 and words[0] == "ASK":
+            host, _, port = words[2].rpartition(":")
+            return host, int(port)
+    return None
 
 
 def _first_key(commands: list[Sequence]):

@@ -27,26 +27,23 @@ class Evictor:
         self.pinned: set[bytes] = set()
         self.evictions = 0
 
-    def touch(self, unit: bytes, parent_of) -> None:
-        """Mark ``unit`` and its ancestors used now (``parent_of(unit)`` -> parent or None)."""
+    def touch(self, lineage: Iterable[bytes]) -> None:
+        """Mark a unit and its ancestors (``lineage``, the unit first) used now."""
         self.clock += 1
-        seen: set[bytes] = set()
-        current: bytes | None = unit
-        while current is not None and current not in seen:
-            seen.add(current)
-            self.last_use[current] = self.clock
-            current = parent_of(current)
+        for unit in lineage:
+            self.last_use[unit] = self.clock
 
     def forget(self, unit: bytes) -> None:
         self.last_use.pop(unit, None)
         self.pinned.discard(unit)
 
-    def victim(self, units: Iterable[bytes], has_children, protect: frozenset[bytes] = frozenset()) -> bytes | None:
-        """The least recently used unit that is not pinned, protected, or a parent of a live unit."""
+    def victim(self, units: Iterable[bytes], protect: frozenset[bytes] = frozenset()) -> bytes | None:
+        """The least recently used of ``units`` (the caller left out parents of live units) that is
+        not pinned or protected."""
         best: bytes | None = None
         best_time = 0
         for unit in units:
-            if unit in self.pinned or unit in protect or has_children(unit):
+            if unit in self.pinned or unit in protect:
                 continue
             used = self.last_use.get(unit, 0)
             if best is None or used < best_time or (used == best_time and unit < best):

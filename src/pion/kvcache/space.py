@@ -64,10 +64,7 @@ class KVSpace:
         """Bytes eviction could free: every unit but the pinned and protected ones and their ancestors."""
         blocked: set[bytes] = set()
         for unit in (*self.evictor.pinned, *protect):
-            current: bytes | None = unit
-            while current is not None and current not in blocked:
-                blocked.add(current)
-                current = self._parent_of(current)
+            blocked.update(self._lineage(unit))
         return sum(self.unit_bytes(unit) for unit in self.units() if unit not in blocked)
 
     def manifest_owner(self, sid: bytes, ssm: bool = False) -> bytes | None:
@@ -83,11 +80,18 @@ class KVSpace:
         return units
 
     def touch(self, sid: bytes) -> None:
-        self.evictor.touch(unit_of(sid), self._parent_of)
+        """The session's prefix and its ancestors were used now (eviction goes least recent first)."""
+        self.evictor.touch(self._lineage(unit_of(sid)))
 
-    def _parent_of(self, unit: bytes) -> bytes | None:
-        prefix = self.registry.get(unit)
-        return None if prefix is None else prefix.parent
+    def _lineage(self, unit: bytes) -> list[bytes]:
+        """``unit``, its parent, the parent's parent... (a loop in the chain ends it)."""
+        seen: list[bytes] = []
+        current: bytes | None = unit
+        while current is not None and current not in seen:
+            seen.append(current)
+            prefix = self.registry.get(current)
+            current = None if prefix is None else prefix.parent
+        return seen
 
     def _has_children(self, unit: bytes) -> bool:
         prefix = self.registry.get(unit)
@@ -218,18 +222,21 @@ class KVSpace:
         self.evictor.evictions += 1
         return effects
 
-    def make_room(self, budget: int, incoming: int, protect: frozenset[bytes]) -> list[list[bytes]]:
+    def make_room(self, budget: int, incoming: int, protect: bytes | frozenset[bytes]) -> list[list[bytes]]:
         """Evict until ``incoming`` more bytes fit in ``budget`` (0 = no budget); returns the effects.
+        ``protect``: the prefix (or prefixes) the write is for, never evicted for it.
 
         Raises OOM when the rest is pinned, protected or a parent of something kept.
         """
         effects: list[list[bytes]] = []
         if not budget or self.nbytes + incoming <= budget:
             return effects
+        if isinstance(protect, bytes):
+            protect = frozenset((protect,))
         if self.nbytes + incoming - self.evictable_bytes(protect) > budget:
             raise ReplyError(OOM_TEXT)  # it cannot fit: evict nothing
         while self.nbytes + incoming > budget:
-            victim = self.evictor.victim(self.units(), self._has_children, protect)
+            victim = self.evictor.victim([u for u in self.units() if not self._has_children(u)], protect)
             if victim is None:
                 raise ReplyError(OOM_TEXT)
             effects.extend(self.drop_unit(victim))

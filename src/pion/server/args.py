@@ -100,3 +100,38 @@ class ArgCursor:
 
     def next_float(self, error: str = errors.NOT_FLOAT) -> float:
         return parse_float(self.next(), error)
+
+
+# -- the K/V families' arguments (V.*, KV.*, SSM.*, ATTEND.*) ----------------------------------
+
+MAX_NS = 200
+NS_LENGTH = "ERR ns_key length must be 1..200"
+
+
+def arg(raw: bytes | memoryview) -> bytes:
+    """A small argument as bytes (a large one may arrive as a memoryview: zero_copy, log replay)."""
+    return raw if raw.__class__ is bytes else bytes(raw)
+
+
+def check_ns(raw: bytes | memoryview) -> bytes:
+    """A K/V namespace: 1..200 bytes."""
+    ns = arg(raw)
+    if not 1 <= len(ns) <= MAX_NS:
+        raise ReplyError(NS_LENGTH)
+    return ns
+
+
+def strict_int(raw: bytes | memoryview, lo: int, hi: int, error: str) -> int:
+    """A decimal integer in ``[lo, hi]`` (no sign games, no spaces), else ``error``."""
+    text = arg(raw)
+    if not text or not (text.isdigit() or (text[:1] == b"-" and text[1:].isdigit())):
+        raise ReplyError(error)
+    value = int(text)
+    if not lo <= value <= hi:
+        raise ReplyError(error)
+    return value
+
+
+def info_text(rows: list[tuple[str, object]]) -> bytes:
+    """``key:value\\r\\n`` lines (KV.PREFIX.INFO, V.INFO, STATE.INFO)."""
+    return "".join(f"{key}:{value}\r\n" for key, value in rows).encode()

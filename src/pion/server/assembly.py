@@ -16,7 +16,7 @@ from __future__ import annotations
 from pion.config import Settings
 from pion.kvcache import KVEngine
 from pion.server.app import Server
-from pion.server.commands.kvcache import clean_stale_exports, engine_of
+from pion.server.context import kv_engine
 
 
 def make_server(settings: Settings) -> Server:
@@ -48,11 +48,12 @@ def install_kvcache(server: Server) -> KVEngine:
     """The K/V engine: INFO ``# Pion``, CONFIG RESETSTAT, stale export clean-up, idle staged
     stores, arena crc checks of mapped rows, and its snapshot extension."""
     from pion.kvcache import persist
+    from pion.server.commands.kv_export import clean_stale_exports
     from pion.server.commands.kv_stage import abort_idle
     from pion.server.commands.kv_substrates import info_section
     from pion.server.durability.persistence import SnapshotExtension
 
-    kv = engine_of(server)
+    kv = kv_engine(server)
     server.info_sections["pion"] = info_section
     server.resetstat_hooks.append(lambda srv: kv.reset_ledgers())
     server.startup_hooks.append(clean_stale_exports)

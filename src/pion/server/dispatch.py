@@ -178,6 +178,8 @@ class Dispatcher:
         client.multi = None
         client.multi_error = False
         self.server.drop_watches(client)
+        if getattr(refusal, "discards_bare", False):  # a cluster redirect is answered as it is
+            return refusal
         return ReplyError(f"EXECABORT Transaction discarded because of: {refusal.message}")
 
     def monitor(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> None:

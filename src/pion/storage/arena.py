@@ -71,8 +71,6 @@ class ArenaStore(BlobChecks):
         self._current: _Arena | None = None
         #: (arena_id, offset) -> (length, crc) of every blob put or mapped since start
         self._index: dict[tuple[int, int], tuple[int, int]] = {}
-        #: id(obj) -> (obj, ref) for objects put() since the journal last asked
-        self.recent: dict[int, tuple[Any, BlobRef]] = {}
         #: (arena_id, offset) -> weak ref to the numpy array every view of that blob comes from;
         #: alive means some value still holds a view, so compaction must keep the range
         self._holders: dict[tuple[int, int], weakref.ref] = {}
@@ -190,8 +188,9 @@ class ArenaStore(BlobChecks):
                     self._idle.notify_all()
 
     def commit(self, room: BlobRef, data: bytes | bytearray | memoryview, crc: int | None = None) -> BlobRef:
-        """Register a reservation whose bytes are all written (``data``, the object the journal
-        will see logged); ``crc`` when the writer computed it. Returns the blob's ref."""
+        """Register a reservation whose bytes are all written (``data``: its bytes, for the crc
+        when the writer did not compute it). Returns the blob's ref; a writer that logs the blob
+        logs ``view(ref)``, which the journal resolves with ``ref_of``."""
         key = (room.arena_id, room.offset)
         with self._lock:
             if self._inflight.pop(key, None) is None:
@@ -203,7 +202,6 @@ class ArenaStore(BlobChecks):
         self._index[key] = (room.length, crc)
         self._checked[key] = True  # the crc was computed from the bytes written
         self.live_bytes += room.length
-        self.recent[id(data)] = (data, ref)
         return ref
 
     def cancel(self, room: BlobRef) -> None:
@@ -261,11 +259,6 @@ class ArenaStore(BlobChecks):
             return crc32c.crc32c(self.view(ref)) == ref.crc
         except ArenaError:
             return False
-
-    def take_recent(self) -> dict[int, tuple[Any, BlobRef]]:
-        """Objects put() since the last call, by id (the journal's rule 2)."""
-        recent, self.recent = self.recent, {}
-        return recent
 
     # -- durability --------------------------------------------------------------------------
 

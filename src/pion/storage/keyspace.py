@@ -19,6 +19,7 @@ from typing import Any
 
 from pion.protocol.errors import WRONGTYPE, ReplyError
 from pion.storage.scan import KeyTable
+from pion.storage.slot_index import SlotIndex
 
 #: the counter a key starts with under an LFU policy (Redis's LFU_INIT_VAL)
 LFU_INIT_VAL = 5
@@ -62,6 +63,7 @@ class Database:
         "lfu_log_factor",
         "lfu_decay_time",
         "scan_table",
+        "slot_keys",
         "_expiring",
         "loading",
         "read_stats",
@@ -96,6 +98,8 @@ class Database:
         self.lfu_decay_time = 1
         #: the bucketed key index behind SCAN and RANDOMKEY, built on first use
         self.scan_table: KeyTable | None = None
+        #: per-slot key lists (``pion.storage.slot_index``), built by the first ``slot_index()``
+        self.slot_keys: SlotIndex | None = None
         #: keys that have (or had) a TTL, for O(1) sampling; stale entries are dropped lazily
         self._expiring: list[bytes] = []
         #: True while the log is replayed: nothing expires (Redis's keyIsExpired while loading),
@@ -177,6 +181,26 @@ class Database:
             table = self.scan_table = KeyTable(self.data)
         return table
 
+    def slot_index(self) -> SlotIndex:
+        """The keys by hash slot, (re)built when missing or out of step with ``data``."""
+        index = self.slot_keys
+        if index is None or index.total != len(self.data):
+            index = self.slot_keys = SlotIndex(self.data)
+        return index
+
+    def keys_in_slot(self, slot: int, limit: int | None = None) -> list[bytes]:
+        """The live keys of hash ``slot`` (expired ones not yet removed are skipped), at most ``limit``."""
+        now = now_ms()
+        expires = self.expires
+        out = []
+        for key in self.slot_index().keys(slot):
+            when = expires.get(key)
+            if when is None or when > now:
+                out.append(key)
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
     def random_key(self) -> bytes | None:
         """A random live key (expired ones met on the way are removed, as in Redis)."""
         for _ in range(100):
@@ -240,6 +264,8 @@ class Database:
         if key not in data:
             if self.scan_table is not None:
                 self.scan_table.add(key)
+            if self.slot_keys is not None:
+                self.slot_keys.add(key)
             if self.lfu is not None:
                 self.lfu[key] = (_lfu_minutes(self.lru_clock) << 8) | LFU_INIT_VAL
             data[key] = value
@@ -305,6 +331,7 @@ class Database:
         if self.lfu is not None:
             self.lfu.clear()
         self.scan_table = None
+        self.slot_keys = None
         self._expiring.clear()
         self.avg_ttl = 0
         for key in watched:
@@ -318,7 +345,7 @@ class Database:
         a watcher whose key only turns from missing or stale into stale sees no change."""
         mine = {key: key in self.data for key in self.watchers if key in self.data or key in other.data}
         theirs = {key: key in other.data for key in other.watchers if key in other.data or key in self.data}
-        for name in ("data", "expires", "lru", "lfu", "scan_table", "_expiring", "avg_ttl"):
+        for name in ("data", "expires", "lru", "lfu", "scan_table", "slot_keys", "_expiring", "avg_ttl"):
             value = getattr(self, name)
             setattr(self, name, getattr(other, name))
             setattr(other, name, value)
@@ -366,6 +393,8 @@ class Database:
             self.lfu.pop(key, None)
         if self.scan_table is not None:
             self.scan_table.discard(key)
+        if self.slot_keys is not None:
+            self.slot_keys.discard(key)
 
     # -- active expiry -----------------------------------------------------------------
 

@@ -70,13 +70,26 @@ class ClusterEngine:
         return self.router.refusal(client, spec, argv)
 
 
+def _kv_holds(server: Server, client: Client, key: bytes) -> bool:
+    """Does the client's K/V space hold ``key`` as a prefix, a V-store session or SSM state?"""
+    engine = server.parts.kvcache
+    if engine is None:
+        return False
+    space = engine.space(client.tenant.encode() if client.tenant else b"")
+    return (space.registry.get(key) is not None or space.vstore.get(key) is not None
+            or key in space.ssm.sessions)
+
+
 def install(server: Server) -> ClusterEngine | None:
     """Make this server a cluster node when ``cluster-enabled yes``; None otherwise."""
     if not enabled(server.settings):
         return None
     engine = server.parts.cluster = ClusterEngine(server)
+    engine.router.kv_holds = lambda client, key: _kv_holds(server, client, key)
     server.admission.cluster = engine  # the slot check: after the ACL, before memory
     server.info_sections["cluster"] = lambda _server: {"cluster_enabled": 1}
+    plain_server_section = server.info_sections["server"]
+    server.info_sections["server"] = lambda s: {**plain_server_section(s), "redis_mode": "cluster"}
     server.startup_hooks.append(lambda _server: engine.poller.start())
     server.shutdown_hooks.append(lambda _server: engine.poller.stop())
     return engine

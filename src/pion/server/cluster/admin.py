@@ -119,10 +119,10 @@ def _setslot(engine: ClusterEngine, ctx: Ctx, argv: list[bytes]) -> Any:
             state.importing[slot] = _node(engine, argv[4]).id
         else:
             target = _node(engine, argv[4], "ERR Unknown node {}")
-            if state.owner[slot] is state.myself and not target.myself and replies.keys_in_slot(ctx.db, slot, 1):
+            if state.owner[slot] is state.myself and not target.myself and ctx.db.keys_in_slot(slot, 1):
                 raise ReplyError(f"ERR Can't assign hashslot {slot} to a different node while I still hold keys "
                                  "for this hash slot.")
-            if not replies.keys_in_slot(ctx.db, slot, 1):
+            if not ctx.db.keys_in_slot(slot, 1):
                 state.migrating.pop(slot, None)
             if target.myself and slot in state.importing:
                 state.importing.pop(slot)
@@ -211,14 +211,14 @@ def _countkeys(ctx: Ctx, argv: list[bytes]) -> int:
     slot = _int(argv[2])
     if not 0 <= slot < SLOTS:
         raise ReplyError("ERR Invalid slot")
-    return len(replies.keys_in_slot(ctx.db, slot))
+    return len(ctx.db.keys_in_slot(slot))
 
 
 def _getkeys(ctx: Ctx, argv: list[bytes]) -> list[bytes]:
     slot, count = _int(argv[2]), _int(argv[3])
     if not 0 <= slot < SLOTS or count < 0:
         raise ReplyError("ERR Invalid slot or number of keys")
-    return replies.keys_in_slot(ctx.db, slot, count) if count else []
+    return ctx.db.keys_in_slot(slot, count) if count else []
 
 
 def _replicas(engine: ClusterEngine, argv: list[bytes]) -> list:

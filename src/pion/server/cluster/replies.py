@@ -1,16 +1,13 @@
 """The reply shapes of the topology commands, as Redis 7.0 builds them: CLUSTER SLOTS, SHARDS,
-INFO, COUNTKEYSINSLOT/GETKEYSINSLOT (over the keyspace of database 0)."""
+INFO (COUNTKEYSINSLOT/GETKEYSINSLOT read the database's per-slot index, ``Database.keys_in_slot``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pion.protocol.keyslot import SLOTS, key_slot
+from pion.protocol.keyslot import SLOTS
 from pion.protocol.resp import Verbatim
 from pion.server.cluster.state import ClusterState, Node, slot_ranges
-
-if TYPE_CHECKING:
-    from pion.storage.keyspace import Database
 
 
 def slots_reply(state: ClusterState) -> list[Any]:
@@ -58,14 +55,3 @@ def info_reply(state: ClusterState, stats: dict[str, int]) -> Verbatim:
         **stats, "total_cluster_links_buffer_limit_exceeded": 0,
     }
     return Verbatim("".join(f"{k}:{v}\r\n" for k, v in fields.items()))
-
-
-def keys_in_slot(db: Database, slot: int, limit: int | None = None) -> list[bytes]:
-    """The keys of ``slot`` (a scan of the keyspace: Pion keeps no per-slot index)."""
-    out = []
-    for key in db.keys():
-        if key_slot(key) == slot:
-            out.append(key)
-            if limit is not None and len(out) >= limit:
-                break
-    return out

@@ -11,6 +11,7 @@ prefix's namespace ``{ns}`` and its sessions ``{ns}_pk``/``{ns}_pv`` then share 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pion.protocol.errors import ReplyError
@@ -25,7 +26,14 @@ CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 DOWN_UNBOUND = "CLUSTERDOWN Hash slot not served"
 DOWN_STATE = "CLUSTERDOWN The cluster is down"
 TRYAGAIN = "TRYAGAIN Multiple keys request during rehashing of slot"
-SELECT_REFUSED = "ERR SELECT is not allowed in cluster mode"
+
+class Redirect(ReplyError):
+    """A refusal of Redis's clusterRedirectClient (-MOVED, -ASK, -CROSSSLOT, -TRYAGAIN,
+    -CLUSTERDOWN): refusing EXEC, it discards the transaction and is answered as it is, not
+    wrapped in -EXECABORT as the other refusals of EXEC are (Redis's processCommand)."""
+
+    __slots__ = ()
+    discards_bare = True
 
 _FIRST = (1,)
 #: Pion's K/V commands: lower-case name -> positions of their keys (the namespace or session id)
@@ -63,6 +71,10 @@ class Router:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        #: ``(client, key) -> bool``: does this node hold K/V unit ``key`` (a namespace, a session)
+        #: for the client's space; set by ``install``. A migrating slot's K/V command runs here
+        #: while its namespace is here and is sent on (-ASK) once KV.PREFIX.MIGRATE moved it.
+        self.kv_holds: Callable[[Client, bytes], bool] | None = None
 
     def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
         name = spec.full_name
@@ -72,8 +84,6 @@ class Router:
         asking = "asking" in flags
         if asking and client.multi is None and name != "exec":
             flags.discard("asking")  # ASKING covers the next command only (or a whole MULTI)
-        if name == "select" and len(argv) == 2 and argv[1] != b"0":
-            return ReplyError(SELECT_REFUSED)
         if name == "exec":
             if client.multi is None:
                 return None
@@ -91,36 +101,42 @@ class Router:
         missing = 0
         db = client.dbs[client.db_index]
         for spec, argv in commands:
+            kv = spec.full_name in PION_KEYS
             for key in command_keys(spec, argv):
                 this = key_slot(key)
                 if slot < 0:
                     slot = this
                     node = state.owner[slot]
                     if node is None:
-                        return ReplyError(DOWN_UNBOUND)
+                        return Redirect(DOWN_UNBOUND)
                     migrating = node.myself and slot in state.migrating
                     importing = slot in state.importing
                 elif this != slot:
-                    return ReplyError(CROSSSLOT)
+                    return Redirect(CROSSSLOT)
                 else:
                     multiple = True
-                if (migrating or importing) and not db.exists(key):
+                if (migrating or importing) and not self._holds(client, db, key, kv):
                     missing += 1
         if slot < 0:
             return None
         if not state.is_ok():
-            return ReplyError(DOWN_STATE)
+            return Redirect(DOWN_STATE)
         if (migrating or importing) and is_migrate:
             return None
         if migrating and missing:
             target = state.find(state.migrating[slot])
             if target is not None:
-                return ReplyError(f"ASK {slot} {target.host}:{target.port}")
+                return Redirect(f"ASK {slot} {target.host}:{target.port}")
         if importing and asking:
             if multiple and missing:
-                return ReplyError(TRYAGAIN)
+                return Redirect(TRYAGAIN)
             return None
         assert node is not None
         if not node.myself:
-            return ReplyError(f"MOVED {slot} {node.host}:{node.port}")
+            return Redirect(f"MOVED {slot} {node.host}:{node.port}")
         return None
+
+    def _holds(self, client: Client, db, key: bytes, kv: bool) -> bool:
+        if not kv:
+            return db.exists(key)
+        return self.kv_holds is not None and self.kv_holds(client, key)

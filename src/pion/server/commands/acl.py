@@ -77,7 +77,7 @@ def _syntax_error(argv: list[bytes]) -> ReplyError:
 
 def aclfile(ctx: Ctx) -> str:
     """The ACL file's path: a relative one is relative to ``dir``, as in Redis (which chdirs there)."""
-    path = dict(ctx.server.settings.extra).get("aclfile", "")
+    path = ctx.server.settings.aclfile
     return os.path.join(ctx.server.settings.dir, path) if path else ""
 
 

@@ -19,7 +19,6 @@ from pion.semantic import cache
 from pion.semantic.owned import DimensionMismatch
 from pion.server.args import parse_float, parse_nonneg_int
 from pion.server.commands.ai_embed import embedder_of, live_value, parse_options, run_writes, text_of, with_vectors
-from pion.server.commands.kvcache import ledger as kv_ledger
 from pion.server.commands.search_admin import engine as search_engine
 from pion.server.context import Ctx
 from pion.server.registry import command
@@ -91,7 +90,7 @@ def _lookup(ctx: Ctx, argv: list[bytes], flags: dict[bytes, int], reply):
                 _index(ctx2, vectors.shape[1])  # raises the mismatch error
             entry = cache.lookup(index, vectors[0], tags, lambda key: live_value(ctx2, key))
         hit = entry is not None and cache.is_hit(entry.similarity, threshold)
-        kv_ledger(ctx2).bump("semantic_hits" if hit else "semantic_misses")
+        ctx2.kv_ledger().bump("semantic_hits" if hit else "semantic_misses")
         return reply(entry if hit else None, opts)
 
     return with_vectors(ctx, [query], finish)
@@ -162,7 +161,7 @@ def sc_stats(ctx: Ctx, argv: list[bytes]):
     """AI.SEMANTIC_CACHE STATS: entries, the default threshold and its rule, the vectors' width and
     model, and the hit/miss counters (the server's, or the tenant's)."""
     index = _existing(ctx)
-    counts = kv_ledger(ctx).counts
+    counts = ctx.kv_ledger().counts
     embedder = ctx.server.parts.embedding
     meta = live_value(ctx, cache.OWNED.meta_key)
     fields = getattr(meta, "fields", {}) or {}

@@ -26,6 +26,7 @@ from pion.attention.query import Query, Result, answer, combine, cost, pieces
 from pion.attention.tier import PrefixView
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import Status
+from pion.server.args import arg, check_ns, info_text, strict_int
 from pion.server.commands.attend_store import (
     MAX_HEADS,
     Source,
@@ -39,7 +40,6 @@ from pion.server.commands.attend_store import (
     source_current,
     tenant_of,
 )
-from pion.server.commands.kvcache import arg, check_ns, info_text, space, strict_int
 from pion.server.deferred import WORKERS, Deferred, can_defer
 from pion.server.registry import command
 
@@ -160,7 +160,7 @@ class Target:
 def resolve(ctx, cmd: str, sid: bytes, layer_id: int, origin: bytes | None) -> Target:
     """The view for ``(sid, layer)``; a cold one answers ``-COLDMISS`` unless ``FROM`` names its rows."""
     engine = attention_engine(ctx.server)
-    sp = space(ctx)
+    sp = ctx.kv_space()
     key = (tenant_of(ctx), sid, layer_id)
     view = engine.tier.get(key)
     if view is not None and ((origin is not None and view.origin != origin) or not source_current(sp, view.source)):
@@ -213,7 +213,7 @@ def conclude(ctx, view: PrefixView, result: Result, *, target: Target, sparse: b
              bytes_in: int) -> bytes:
     """On the loop: keep a view built for this query (if its rows did not change meanwhile), answer."""
     engine = attention_engine(ctx.server)
-    if target.view is None and source_current(space(ctx), view.source):
+    if target.view is None and source_current(ctx.kv_space(), view.source):
         keep_warm(ctx, engine, target.key, view)
         engine.counts["views_built"] += 1
     if result.new_summary is not None:
@@ -233,7 +233,7 @@ def attend_prefix_lookup(ctx, argv):
     """ATTEND.PREFIX.LOOKUP sid layer: +HIT (warm), +COLD (stored, not warm: KV.PREFIX.WARM), +MISS."""
     sid, layer_id = arg(argv[1]), parse_layer(argv[2])
     engine = attention_engine(ctx.server)
-    sp = space(ctx)
+    sp = ctx.kv_space()
     key = (tenant_of(ctx), sid, layer_id)
     view = engine.tier.entries.get(key)
     if view is not None and source_current(sp, view.source):

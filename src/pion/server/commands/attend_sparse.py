@@ -15,6 +15,7 @@ import numpy as np
 from pion.attention.query import Query, Selector
 from pion.kvcache.vstore import MAX_TOKENS
 from pion.protocol.errors import ReplyError
+from pion.server.args import arg, strict_int
 from pion.server.commands.attend_prefix import (
     check_gqa,
     check_stored_heads,
@@ -26,7 +27,6 @@ from pion.server.commands.attend_prefix import (
     suffix_rows,
 )
 from pion.server.commands.attend_store import MAX_HEADS, parse_heads_dim, parse_layer
-from pion.server.commands.kvcache import arg, strict_int
 from pion.server.registry import command
 
 MAX_BLOCK = 65536

@@ -28,23 +28,14 @@ import threadpoolctl
 from pion.attention.engine import AttentionEngine
 from pion.attention.select import DEFAULT_BLOCK, summarize
 from pion.attention.tier import PrefixView
+from pion.kvcache import rows as kv_rows
 from pion.kvcache.layer import LayerSpec
 from pion.kvcache.space import sides
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, Status
+from pion.server.args import arg, check_ns, strict_int
 from pion.server.commands.kv_stage import refuse_if_owned
-from pion.server.commands.kvcache import (
-    arena_view,
-    arg,
-    check_ns,
-    durable_arenas,
-    make_room,
-    space,
-    strict_int,
-    write_reserved,
-    write_seq,
-)
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -244,7 +235,7 @@ def prepare(argv, heads: int, n: int, dim: int, arenas, rooms) -> tuple:
     cubes = [np.frombuffer(blob, dtype="<f4").reshape(heads, n, dim) for blob in argv[6:8]]
     rows = [np.ascontiguousarray(cube.transpose(1, 0, 2)).reshape(n, heads * dim) for cube in cubes]
     blobs = [memoryview(r.view(np.uint8).reshape(-1)) for r in rows]
-    crcs = [None, None] if rooms is None else [write_reserved(arenas, room, b) for room, b in zip(rooms, blobs, strict=True)]
+    crcs = [None, None] if rooms is None else [kv_rows.write_reserved(arenas, room, b) for room, b in zip(rooms, blobs, strict=True)]
     summary = summarize(cubes[0], DEFAULT_BLOCK) if n >= DEFAULT_BLOCK else None
     return cubes, blobs, crcs, summary
 
@@ -256,11 +247,11 @@ def attend_prefix_store(ctx, argv):
     Replaces the layer's rows; stored durably as V-store sessions ``<sid>_pk`` / ``<sid>_pv`` (fp32).
     """
     sid, layer_id, heads, n, dim = parse_store(argv)
-    sp = space(ctx)
+    sp = ctx.kv_space()
     refuse_if_owned(ctx, sp, sides(sid)[0], "ATTEND.PREFIX.STORE")  # a manifest's rows change only by a publish
     check_sessions(sp, sid, layer_id, heads * dim)
     size = heads * n * dim * 4
-    arenas = durable_arenas(ctx, size)
+    arenas = ctx.blob_arenas(size)
     if not can_defer(ctx):
         return finish_store(ctx, argv, prepare(argv, heads, n, dim, None, None), None)
     rooms = None if arenas is None else [arenas.reserve(size), arenas.reserve(size)]
@@ -273,7 +264,7 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
     """On the loop: create the sessions, store and log both sides, make the view warm."""
     sid, layer_id, heads, n, dim = parse_store(argv)
     cubes, blobs, crcs, summary = prepared
-    sp = space(ctx)
+    sp = ctx.kv_space()
     arenas = ctx.server.parts.arenas
     try:
         refuse_if_owned(ctx, sp, sides(sid)[0], "ATTEND.PREFIX.STORE")  # a staged store may have published
@@ -283,7 +274,7 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
             for room in rooms:
                 arenas.cancel(room)
         raise
-    effects: list[list[bytes]] = make_room(ctx, sp, 2 * len(blobs[0]), sid)
+    effects: list[list[bytes]] = sp.make_room(ctx.kv_budget, 2 * len(blobs[0]), sid)
     layer_arg = b"%d" % layer_id
     for side, name in enumerate(sides(sid)):
         session = sp.vstore.get(name)
@@ -295,10 +286,12 @@ def finish_store(ctx, argv, prepared: tuple, rooms) -> object:
             sp.vstore.truncate(session, layer_id, n)
             effects.append([b"V.TRUNCATE", name, layer_arg, b"%d" % n])
         blob = blobs[side]
-        durable = arena_view(ctx, blob) if rooms is None else arenas.view(arenas.commit(rooms[side], blob, crcs[side]))
-        sp.vstore.store(session, layer_id, 0, n, blob, write_seq(ctx), durable)
+        durable = (kv_rows.place(ctx.blob_arenas(len(blob)), blob, ctx.replaying) if rooms is None
+                   else kv_rows.commit_reserved(arenas, rooms[side], blob, crcs[side]))
+        sp.vstore.store(session, layer_id, 0, n, blob, ctx.write_seq(), durable)
         sp.touch(name)
-        effects.append([b"V.STOREBATCH", name, layer_arg, b"0", b"%d" % n, blob, b"FMT", b"RAW"])
+        logged = blob if durable is None else durable  # the journal references the arena view
+        effects.append([b"V.STOREBATCH", name, layer_arg, b"0", b"%d" % n, logged, b"FMT", b"RAW"])
     ctx.dirty()
     ctx.rewrite(*effects)
     view = PrefixView(cubes[0], cubes[1], cubes[0].nbytes + cubes[1].nbytes, read_source(sp, sid, layer_id), sid)
@@ -321,7 +314,7 @@ def kv_prefix_warm(ctx, argv):
     ns = check_ns(argv[1])
     heads, dim = parse_heads_dim(argv[2], argv[3])
     attend_sid = arg(argv[4]) if len(argv) == 5 else ns
-    sp = space(ctx)
+    sp = ctx.kv_space()
     pk, pv = (sp.vstore.get(name) for name in sides(ns))
     if pk is None or pv is None:
         raise ReplyError("ERR KV.PREFIX.WARM namespace not registered (call KV.PREFIX.REGISTER first)")
@@ -343,7 +336,7 @@ def kv_prefix_warm(ctx, argv):
 
 def finish_warm(ctx, views: list[PrefixView], *, attend_sid: bytes, skipped: int) -> Status:
     engine = attention_engine(ctx.server)
-    sp = space(ctx)
+    sp = ctx.kv_space()
     keys = []
     for view in views:
         if source_current(sp, view.source):

@@ -42,6 +42,8 @@ def quit_(ctx: Ctx, argv: list[bytes]):
 def select(ctx: Ctx, argv: list[bytes]):
     """SELECT index"""
     index = parse_int(argv[1], errors.NOT_INTEGER)
+    if index != 0 and ctx.server.admission.cluster is not None:
+        raise ReplyError("ERR SELECT is not allowed in cluster mode")
     if not 0 <= index < len(ctx.client.dbs):
         raise ReplyError(errors.DB_INDEX_RANGE)
     ctx.client.db_index = index
@@ -98,7 +100,7 @@ def hello(ctx: Ctx, argv: list[bytes]):
         b"version": REDIS_COMPAT_VERSION.encode(),
         b"proto": proto,
         b"id": client.id,
-        b"mode": b"standalone",
+        b"mode": b"standalone" if ctx.server.admission.cluster is None else b"cluster",
         b"role": b"master",
         b"modules": [],
     }

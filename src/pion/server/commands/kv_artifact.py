@@ -21,8 +21,8 @@ from pion.codecs.artifact import Artifact, ArtifactError, pack, unpack
 from pion.kvcache.space import sides
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.json_input import loads_bounded
+from pion.server.args import arg, check_ns
 from pion.server.commands.kv_vstore import DEFER_MIN
-from pion.server.commands.kvcache import arg, check_ns, space
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -37,7 +37,7 @@ def kv_prefix_export(ctx, argv):
     importer checks its model against).
     """
     ns = check_ns(argv[1])
-    sp = space(ctx)
+    sp = ctx.kv_space()
     art = collect(sp, ns)
     size = sum(len(k) + len(v) for k, v in art.rows) + sum(len(b) for b in art.states.values())
     if size + 65536 > ctx.server.settings.proto_max_bulk_len:

@@ -8,16 +8,20 @@ live in ``pion.kvcache.export``; this module checks the request and schedules th
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import partial
 
-from pion.kvcache.export import DTYPES, ExportKey, build_header, render_tensor, tensor_bytes, write_all
+from pion.kvcache.export import DTYPES, ExportKey, build_header, clean_stale, render_tensor, tensor_bytes, write_all
 from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, Session
 from pion.protocol.errors import SYNTAX, ReplyError
-from pion.server.commands.kv_vstore import DEFER_MIN, check_blobs, holds
-from pion.server.commands.kvcache import arg, charge, engine_of, space, strict_int
+from pion.server.args import arg, strict_int
+from pion.server.commands.kv_fetch import check_blobs, holds
+from pion.server.commands.kv_vstore import DEFER_MIN
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
+
+log = logging.getLogger("pion.server")
 
 RANGE_ERROR = "ERR invalid RANGE: end must exceed start (>=0)"
 
@@ -35,7 +39,7 @@ def v_export(ctx, argv):
     budget = ctx.server.settings.kv_export_maxbytes
     if budget == 0:
         raise ReplyError("ERR V.EXPORT is disabled (kv-export-maxbytes is 0)")
-    sp = space(ctx)
+    sp = ctx.kv_space()
     sessions = (sp.vstore.require(key.sid_k), sp.vstore.require(key.sid_v))
     for side, session in zip("KV", sessions, strict=True):
         check_blobs(sp, session, range(min(key.n_layers, session.num_layers)))  # damaged rows are missing
@@ -45,7 +49,7 @@ def v_export(ctx, argv):
     if exports.directory is None:
         tenant = getattr(ctx.client, "tenant", None) or b""
         try:
-            base = engine_of(ctx.server).export_root(ctx.server.settings.dir)
+            base = ctx.kv_engine.export_root(ctx.server.settings.dir)
             exports.open_directory(base, tenant.encode() if isinstance(tenant, str) else tenant)
         except OSError as exc:
             raise ReplyError(f"ERR V.EXPORT: cannot create the export directory: {exc.strerror or exc}") from None
@@ -56,7 +60,7 @@ def v_export(ctx, argv):
         return found.encode()
     header, offsets = build_header(key, metadata(key))
     nbytes = len(header) + 2 * key.n_layers * tensor_bytes(key)
-    charge(ctx, nbytes, "export file")  # shared memory the tenant (and maxmemory) pays for
+    ctx.charge(nbytes, "export file")  # shared memory the tenant (and maxmemory) pays for
     if not exports.make_room(nbytes, budget):
         raise ReplyError(f"ERR V.EXPORT: the export needs {nbytes} bytes, more than kv-export-maxbytes ({budget})")
     temp, final = exports.temp_path()
@@ -142,3 +146,11 @@ def metadata(key: ExportKey) -> dict[str, str]:
         "start": str(key.start), "end": str(key.end), "n_layers": str(key.n_layers),
         "n_kv_heads": str(key.heads), "head_dim": str(key.head_dim), "dtype": DTYPES[key.dtype][0],
     }
+
+
+def clean_stale_exports(server) -> None:
+    """Start-up: delete the V.EXPORT files a previous server on this data directory left behind
+    (after a kill -9 they stay in shared memory until someone removes them)."""
+    line = clean_stale(server.settings.dir)
+    if line is not None:
+        (log.info if line.startswith("removed") else log.warning)("V.EXPORT: %s", line)

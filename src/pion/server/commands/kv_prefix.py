@@ -18,18 +18,9 @@ from pion.kvcache.space import sides
 from pion.kvcache.staging import check_token
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Status
+from pion.server.args import arg, check_ns, info_text, strict_int
 from pion.server.commands.kv_stage import check_plain_register, stage_register
 from pion.server.commands.kv_vstore import UNIFORM_NAMES
-from pion.server.commands.kvcache import (
-    arg,
-    check_ns,
-    hold_until_durable,
-    info_text,
-    ledger,
-    replaying,
-    space,
-    strict_int,
-)
 from pion.server.registry import command
 
 MAX_HASHES = 1_048_576
@@ -121,9 +112,9 @@ def kv_prefix_register(ctx, argv):
     spec = LayerSpec(kv_dim, vquant)
     if "stage" in options:
         return stage_register(ctx, argv, ns, spec, options)
-    if not replaying(ctx):
-        check_plain_register(space(ctx), ns, options)
-    if space(ctx).register(ns, spec, options):
+    if not ctx.replaying:
+        check_plain_register(ctx.kv_space(), ns, options)
+    if ctx.kv_space().register(ns, spec, options):
         ctx.dirty()
     return OK
 
@@ -156,8 +147,8 @@ def kv_prefix_lookup(ctx, argv):
     """
     ns = check_ns(argv[1])
     tokens, prefill_ms = parse_lookup_options(argv)
-    sp = space(ctx)
-    stats = ledger(ctx)
+    sp = ctx.kv_space()
+    stats = ctx.kv_ledger()
     complete, seq = sp.completeness(ns)
     if not complete:
         stats.miss()
@@ -170,7 +161,7 @@ def kv_prefix_lookup(ctx, argv):
         credit_us = sp.registry.get(ns).prefill_us if sp.registry.get(ns) is not None else None
     stats.hit(sp.hit_tokens(ns) if tokens is None else tokens, credit_us)
     sp.touch(ns)
-    hold_until_durable(ctx, seq)
+    ctx.hold_until_durable(seq)
     return Status("HIT")
 
 
@@ -221,14 +212,14 @@ def kv_prefix_match(ctx, argv):
         raise ReplyError("ERR KV.PREFIX.MATCH hash_blob must be a multiple of 16 bytes (at most 1048576 hashes)")
     tokens, seed, with_tokens = parse_match_options(argv)
     hashes = [blob[i:i + HASH_BYTES] for i in range(0, len(blob), HASH_BYTES)]
-    sp = space(ctx)
+    sp = ctx.kv_space()
     if with_tokens:
         ns, blocks, held, block_size, stored, seq = match_tokens(sp, size, hashes, tokens, seed)
     else:
         ns, blocks, seq = match(sp, size, hashes, tokens)
     if ns is not None:
         sp.touch(ns)
-        hold_until_durable(ctx, seq)
+        ctx.hold_until_durable(seq)
     if not with_tokens:
         return [ns, blocks]
     prefix = sp.registry.get(ns) if ns is not None else None
@@ -242,7 +233,7 @@ def kv_prefix_match(ctx, argv):
 def kv_prefix_drop(ctx, argv):
     """KV.PREFIX.DROP ns [ns ...]: free both sides (and SSM state) of each; how many held anything."""
     names = [check_ns(raw) for raw in argv[1:]]
-    sp = space(ctx)
+    sp = ctx.kv_space()
     dropped = sum(1 for ns in names if sp.drop_prefix(ns))
     if dropped:
         ctx.dirty(dropped)
@@ -251,7 +242,7 @@ def kv_prefix_drop(ctx, argv):
 
 def set_pin(ctx, argv, pinned: bool) -> int:
     ns = check_ns(argv[1])
-    sp = space(ctx)
+    sp = ctx.kv_space()
     if ns not in sp.units():
         return 0
     if (ns in sp.evictor.pinned) != pinned:
@@ -281,7 +272,7 @@ def kv_prefix_unpin(ctx, argv):
 @command("KV.PREFIX.MANIFEST", 2, "readonly fast", categories="@read @pion", group="pion", since="0.1.0")
 def kv_prefix_manifest(ctx, argv):
     """KV.PREFIX.MANIFEST ns: the JSON manifest registered with the prefix, or nil."""
-    prefix = space(ctx).registry.get(check_ns(argv[1]))
+    prefix = ctx.kv_space().registry.get(check_ns(argv[1]))
     return None if prefix is None or prefix.manifest_raw is None else prefix.manifest_raw
 
 
@@ -289,7 +280,7 @@ def kv_prefix_manifest(ctx, argv):
 def kv_prefix_blocks(ctx, argv):
     """KV.PREFIX.BLOCKS ns: [u32 block_size][u32 count][count x u64] or +UNKNOWN."""
     ns = check_ns(argv[1])
-    sp = space(ctx)
+    sp = ctx.kv_space()
     prefix = sp.registry.get(ns)
     if prefix is None or prefix.block_hashes is None:
         return Status("UNKNOWN")
@@ -304,7 +295,7 @@ def kv_prefix_membership(ctx, argv):
     count = strict_int(argv[2], 0, MAX_HASHES, "ERR hash_count out of range (0..1048576)")
     if len(argv[3]) != count * 8:
         raise ReplyError("ERR hash_blob length mismatch")
-    sp = space(ctx)
+    sp = ctx.kv_space()
     prefix = sp.registry.get(ns)
     if prefix is None or prefix.block_hashes is None:
         return Status("UNKNOWN")
@@ -316,7 +307,7 @@ def kv_prefix_membership(ctx, argv):
 def kv_prefix_owner(ctx, argv):
     """KV.PREFIX.OWNER ns: +0 (this node owns every prefix it holds) or +-1 when unknown."""
     ns = check_ns(argv[1])
-    sp = space(ctx)
+    sp = ctx.kv_space()
     known = sp.registry.get(ns) is not None or sp.vstore.get(sides(ns)[0]) is not None
     return Status("0" if known else "-1")
 
@@ -328,7 +319,7 @@ def kv_prefix_info(ctx, argv):
 
 
 def prefix_info_rows(ctx) -> list[tuple[str, object]]:
-    sp = space(ctx)
+    sp = ctx.kv_space()
     store = sp.vstore
     k_sessions = [s for sid, s in store.sessions.items() if sid.endswith(b"_pk")]
     journal = ctx.server.journal
@@ -372,7 +363,7 @@ def kv_prefix_commit(ctx, argv):
     barrier = getattr(journal, "sync_barrier", None)
     if barrier is not None:
         barrier()
-    hold_until_durable(ctx, journal.seq)
+    ctx.hold_until_durable(journal.seq)
     return OK
 
 

@@ -30,16 +30,8 @@ from pion.kvcache.staging import (
 from pion.kvcache.vstore import check_spec
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
-from pion.server.commands.kvcache import (
-    arg,
-    check_ns,
-    engine_of,
-    log_with,
-    make_room,
-    replaying,
-    space,
-    write_seq,
-)
+from pion.server.args import arg, check_ns
+from pion.server.context import kv_engine
 from pion.server.registry import command
 
 REG = "ERR KV.PREFIX.REGISTER:"
@@ -54,7 +46,7 @@ def owned_error(where: str, sid: bytes, ns: bytes) -> ReplyError:
 
 def refuse_if_owned(ctx, sp, sid: bytes, where: str, ssm: bool = False) -> None:
     """The rule: a token-less write into a manifest-owned namespace is refused (never on replay)."""
-    if sp.registry.prefixes and not replaying(ctx):
+    if sp.registry.prefixes and not ctx.replaying:
         ns = sp.manifest_owner(sid, ssm)
         if ns is not None:
             raise owned_error(where, sid, ns)
@@ -94,7 +86,7 @@ def check_plain_register(sp, ns: bytes, options: dict) -> None:
 
 def stage_register(ctx, argv: list, ns: bytes, spec, options: dict):
     """REGISTER ... STAGE token: check the whole registration, make room for its rows, open the staging."""
-    sp = space(ctx)
+    sp = ctx.kv_space()
     if "manifest" not in options:
         raise ReplyError(f"{REG} STAGE needs MANIFEST (the manifest says what the staged rows are)")
     try:
@@ -117,15 +109,15 @@ def stage_register(ctx, argv: list, ns: bytes, spec, options: dict):
         raise ReplyError(f"{REG} this STAGE token is already open")
     effects: list = []
     needed = staged_size(spec, manifest)
-    if not replaying(ctx):
+    if not ctx.replaying:
         why = conflict(sp, ns, manifest, chain, bool(options.get("replace")))
         if why is not None:
             raise ReplyError(f"{REG} namespace '{_name(ns)}' {why}; REPLACE overwrites it")
         check_fits(sp, needed, ctx.server.settings.kv_maxmemory, ns)
-        effects = make_room(ctx, sp, needed, ns)
+        effects = sp.make_room(ctx.kv_budget, needed, ns)
     staging = open_staging(sp, token, ns, spec, options, manifest, chain)
     staging.reserved = needed
-    log_with(ctx, effects, [arg(a) for a in argv])
+    ctx.log_with(effects, [arg(a) for a in argv])
     return OK
 
 
@@ -155,9 +147,9 @@ def kv_prefix_publish(ctx, argv):
     """
     ns = check_ns(argv[1])
     token = check_token(arg(argv[2]))
-    sp = space(ctx)
+    sp = ctx.kv_space()
     try:
-        publish(sp, ns, token, write_seq(ctx))
+        publish(sp, ns, token, ctx.write_seq())
     except ReplyError:
         if token not in sp.stagings:  # discarded: log that, so replay discards it too
             ctx.dirty()
@@ -172,7 +164,7 @@ def kv_prefix_abort(ctx, argv):
     """KV.PREFIX.ABORT ns token: discard an open staged store and its rows; 1 if there was one."""
     ns = check_ns(argv[1])
     token = check_token(arg(argv[2]))
-    sp = space(ctx)
+    sp = ctx.kv_space()
     staging = sp.stagings.get(token)
     if staging is None or staging.ns != ns:
         return 0
@@ -191,7 +183,7 @@ def kv_prefix_generation(ctx, argv):
     A reader asks this first and last: equal and non-zero, every reply in between came from one
     entry (its rows change only through a publish, which makes a new entry).
     """
-    prefix = space(ctx).registry.get(check_ns(argv[1]))
+    prefix = ctx.kv_space().registry.get(check_ns(argv[1]))
     return 0 if prefix is None else prefix.generation
 
 
@@ -199,7 +191,7 @@ def abort_idle(server) -> None:
     """Cron: discard stagings whose writer went quiet, logging an ABORT for each (as key expiry logs DEL)."""
     if server.loading:
         return
-    kv = engine_of(server)
+    kv = kv_engine(server)
     for tenant, sp in kv.spaces.items():
         stale = idle(sp) if sp.stagings else []
         if not stale:

@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import time
 
+from pion.kvcache import rows as kv_rows
 from pion.kvcache.eviction import unit_of
 from pion.kvcache.state import MAX_BUFFER
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK
+from pion.server.args import arg, info_text, strict_int
 from pion.server.commands.kv_stage import refuse_if_owned, split_token, staging_for
-from pion.server.commands.kvcache import (
-    arena_view,
-    arg,
-    charge,
-    info_text,
-    ledger,
-    log_with,
-    make_room,
-    space,
-    strict_int,
-)
 from pion.server.registry import command
 
 LAYER_ERROR = "ERR invalid layer_id (must be >= 0)"
@@ -44,15 +35,16 @@ def ssm_prefix_store(ctx, argv):
     sid = arg(words[1])
     layer = strict_int(words[2], 0, 1 << 31, LAYER_ERROR)
     blob = words[3]
-    sp = space(ctx)
+    sp = ctx.kv_space()
     if token is not None:
         return store_staged_state(ctx, sp, sid, layer, blob, token)
     refuse_if_owned(ctx, sp, sid, "SSM.PREFIX.STORE", ssm=True)
-    effects = make_room(ctx, sp, len(blob), unit_of(sid))
-    durable = arena_view(ctx, blob)
-    sp.ssm.store(sid, layer, durable if durable is not None else blob)  # SSM state lives off the heap
+    effects = sp.make_room(ctx.kv_budget, len(blob), unit_of(sid))
+    durable = kv_rows.place(ctx.blob_arenas(len(blob)), blob, ctx.replaying)
+    kept = durable if durable is not None else blob
+    sp.ssm.store(sid, layer, kept)  # SSM state lives off the heap
     sp.touch(sid)
-    log_with(ctx, effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, blob])
+    ctx.log_with(effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, kept])  # the journal references the arena view
     return OK
 
 
@@ -62,12 +54,12 @@ def store_staged_state(ctx, sp, sid: bytes, layer: int, blob, token: bytes):
         raise ReplyError(f"ERR SSM.PREFIX.STORE: the staged prefix declares state slots {list(staging.state_layers)} "
                          f"(slot {layer} given)")
     old = staging.ssm.get(layer)
-    effects = make_room(ctx, sp, max(0, len(blob) - (0 if old is None else len(old))), unit_of(sid))
-    durable = arena_view(ctx, blob)
-    staging.ssm[layer] = durable if durable is not None else blob
+    effects = sp.make_room(ctx.kv_budget, max(0, len(blob) - (0 if old is None else len(old))), unit_of(sid))
+    durable = kv_rows.place(ctx.blob_arenas(len(blob)), blob, ctx.replaying)
+    kept = staging.ssm[layer] = durable if durable is not None else blob
     staging.ssm_bytes += len(blob) - (0 if old is None else len(old))
     staging.touched = time.monotonic()
-    log_with(ctx, effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, blob, b"TOKEN", token])
+    ctx.log_with(effects, [b"SSM.PREFIX.STORE", sid, b"%d" % layer, kept, b"TOKEN", token])
     return OK
 
 
@@ -76,7 +68,7 @@ def ssm_prefix_fetch(ctx, argv):
     """SSM.PREFIX.FETCH sid layer: the stored blob, or nil."""
     sid = arg(argv[1])
     layer = strict_int(argv[2], 0, 1 << 31, LAYER_ERROR)
-    sp = space(ctx)
+    sp = ctx.kv_space()
     blob = sp.ssm.fetch(sid, layer)
     if blob is not None and sp.blob_ok is not None and sp.blob_ok(blob) is False:
         sp.ssm.drop(sid, layer)  # a damaged arena blob is a missing one (pion.kvcache.integrity)
@@ -93,7 +85,7 @@ def ssm_prefix_drop(ctx, argv):
     if len(argv) > 3:
         raise ReplyError(SYNTAX)
     layer = strict_int(argv[2], 0, 1 << 31, LAYER_ERROR) if len(argv) == 3 else None
-    if space(ctx).ssm.drop(arg(argv[1]), layer):
+    if ctx.kv_space().ssm.drop(arg(argv[1]), layer):
         ctx.dirty()
     return OK
 
@@ -110,8 +102,8 @@ def state_alloc(ctx, argv):
         if len(argv) != 5 or arg(argv[3]).upper() != b"MODE" or arg(argv[4]).lower() not in (b"fixed", b"ring"):
             raise ReplyError("ERR STATE.ALLOC: expected MODE fixed|ring")
         mode = arg(argv[4]).lower().decode()
-    charge(ctx, size, "STATE buffer")  # counted in the tenant's quota (and maxmemory) like its keys
-    space(ctx).state.alloc(arg(argv[1]), size, mode)
+    ctx.charge(size, "STATE buffer")  # counted in the tenant's quota (and maxmemory) like its keys
+    ctx.kv_space().state.alloc(arg(argv[1]), size, mode)
     ctx.dirty()
     return OK
 
@@ -120,7 +112,7 @@ def state_alloc(ctx, argv):
 def state_write(ctx, argv):
     """STATE.WRITE sid offset bytes: overwrite in place (a ring buffer wraps); the bytes written."""
     offset = strict_int(argv[2], 0, 1 << 62, "ERR STATE.WRITE: offset must be a non-negative integer")
-    written = space(ctx).state.write(arg(argv[1]), offset, argv[3])
+    written = ctx.kv_space().state.write(arg(argv[1]), offset, argv[3])
     ctx.dirty()
     return written
 
@@ -130,13 +122,13 @@ def state_read(ctx, argv):
     """STATE.READ sid offset length: ``length`` bytes from ``offset`` (at most 4 MB)."""
     offset = strict_int(argv[2], 0, 1 << 62, "ERR STATE.READ: offset must be a non-negative integer")
     length = strict_int(argv[3], 0, 1 << 62, "ERR STATE.READ: length must be a non-negative integer")
-    return space(ctx).state.read(arg(argv[1]), offset, length)
+    return ctx.kv_space().state.read(arg(argv[1]), offset, length)
 
 
 @command("STATE.FREE", 2, "write fast", categories="@write @pion", group="pion", since="0.1.0")
 def state_free(ctx, argv):
     """STATE.FREE sid: release a buffer; 1 if it existed."""
-    if not space(ctx).state.free(arg(argv[1])):
+    if not ctx.kv_space().state.free(arg(argv[1])):
         return 0
     ctx.dirty()
     return 1
@@ -145,7 +137,7 @@ def state_free(ctx, argv):
 @command("STATE.INFO", -1, "readonly fast", categories="@read @pion", group="pion", since="0.1.0")
 def state_info(ctx, argv):
     """STATE.INFO [sid]: key:value lines about all buffers or one."""
-    store = space(ctx).state
+    store = ctx.kv_space().state
     if len(argv) == 1:
         return info_text([("enabled", 1), ("buffers", len(store.buffers)), ("bytes", store.nbytes),
                           ("max_buffer_bytes", MAX_BUFFER)])
@@ -161,7 +153,7 @@ def state_info(ctx, argv):
 @command("PION.STATS", -1, "readonly fast", categories="@read @pion", group="pion", since="0.1.0")
 def pion_stats(ctx, argv):
     """PION.STATS [RESET]: the 16 value-receipt fields (a map in RESP3), or +OK after zeroing them."""
-    stats = ledger(ctx)
+    stats = ctx.kv_ledger()
     if len(argv) > 1 and arg(argv[1]).upper() == b"RESET":
         stats.reset()
         return OK

@@ -1,36 +1,37 @@
-"""``V.*``: the raw V-store (sessions of per-layer rows by token position), as the reference.
+"""``V.*``: the raw V-store (sessions of per-layer rows by token position), as the reference;
+``V.FETCH`` is in ``kv_fetch``.
 
 Rows arrive as fp32 (or ``FMT F16``/``BF16``, or ``FMT RAW``: already in the layer's codec),
 are encoded once and stored encoded; each store is logged in its encoded form (``FMT RAW``), so
-replay keeps the log's bytes as they are. Fetches decode to fp32 (``F32``), fp16 (``F16``), the
-reference's ``NATIVE`` (raw bytes for fp16 layers, fp32 otherwise) or ``RAW`` (stored bytes,
-for the client to decode with ``pion.codecs``).
+replay keeps the log's bytes as they are.
+
+The store path runs one way: the handler parses and checks the request (``plan_store``), then
+hands the encoded rows, the arena store (``Ctx.blob_arenas``: None without the log) and the
+journal sequence to the engine's row writer (``pion.kvcache.rows.write``), which places the blob
+in an arena once, evicts for room and keeps the rows in the V-store. The record logged names
+the arena view the writer returns, so the journal references the blob (``ArenaStore.ref_of``)
+instead of writing it again. A large batch is encoded (and written to its arena room) in the
+worker pool first (``Deferred``).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import time
+from dataclasses import dataclass
 from functools import partial
 
+import numpy as np
+
 from pion.codecs import CODECS, CodecError
-from pion.kvcache.batch import encode_jobs, encode_now, job_count, render, sent_as_stored
-from pion.kvcache.integrity import drop_damaged
-from pion.kvcache.layer import Layer, LayerSpec
-from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, parse_layer_spec
+from pion.kvcache import rows as kv_rows
+from pion.kvcache.batch import encode_jobs, encode_now, input_rows, job_count
+from pion.kvcache.eviction import unit_of
+from pion.kvcache.layer import LayerSpec
+from pion.kvcache.vstore import MAX_DIM, MAX_LAYERS, MAX_TOKENS, Session, parse_layer_spec
 from pion.protocol.errors import SYNTAX, ReplyError
-from pion.protocol.resp import OK, Payloads
-from pion.server.commands.kv_rows import finish_store, plan_store, store_rows
-from pion.server.commands.kv_stage import refuse_if_owned
-from pion.server.commands.kvcache import (
-    arg,
-    charge,
-    durable_arenas,
-    info_text,
-    ledger,
-    space,
-    strict_int,
-    write_reserved,
-)
+from pion.protocol.resp import OK
+from pion.server.args import arg, info_text, strict_int
+from pion.server.commands.kv_stage import refuse_if_owned, split_token, staging_for
 from pion.server.deferred import WORKERS, Deferred, can_defer
 from pion.server.registry import command
 
@@ -40,8 +41,7 @@ _REFERENCE_ORDER = ("int8", "turbo4", "turbo3", "turbo2", "fp16", "fp8", "mlx4g3
 #: in its order, then ours in registry order (a new codec is accepted and listed without an edit here)
 UNIFORM_NAMES = "|".join(sorted(CODECS, key=lambda name: (
     _REFERENCE_ORDER.index(name) if name in _REFERENCE_ORDER else len(_REFERENCE_ORDER) + list(CODECS).index(name))))
-FETCH_FORMATS = (b"F32", b"F16", b"NATIVE", b"RAW")
-MAX_IDS = 1024
+INPUT_WIDTH = {b"F32": 4, b"F16": 2, b"BF16": 2}
 #: a store or fetch moving at least this many bytes through a codec runs in the worker pool
 DEFER_MIN = 256 * 1024
 
@@ -97,7 +97,7 @@ def v_create(ctx, argv):
     """
     sid = arg(argv[1])
     default, schema, explicit = parse_create(argv)
-    sp = space(ctx)
+    sp = ctx.kv_space()
     session = sp.vstore.get(sid)
     if session is None:
         refuse_if_owned(ctx, sp, sid, "V.CREATE")
@@ -128,170 +128,148 @@ def v_storebatch(ctx, argv):
     plan = plan_store(ctx, argv)
     codec = plan.spec.codec()
     size = len(plan.blob) if plan.rows is None else plan.count * codec.bytes_per_row(plan.spec.dim)
-    arenas = durable_arenas(ctx, size)
+    arenas = ctx.blob_arenas(size)
     work = (0 if plan.rows is None else plan.rows.nbytes) + (0 if arenas is None else size)
     if work < DEFER_MIN or not can_defer(ctx):
         return store_rows(ctx, plan, plan.blob if plan.rows is None else encode_now(codec, plan.rows))
-    room = None if arenas is None else arenas.reserve(size)
-    abandon = None if arenas is None else partial(arenas.cancel, room)
+    if arenas is None:
+        out, jobs = encode_jobs(codec, plan.rows, job_count(plan.rows, WORKERS), None)
+        return Deferred(jobs, lambda ctx, _: finish_store(ctx, argv, plan, memoryview(out)))
+    room = arenas.reserve(size)
     if plan.rows is None:
-        jobs = [partial(write_reserved, arenas, room, plan.blob)]
-        return Deferred(jobs, lambda ctx, crcs: finish_store(ctx, argv, plan, plan.blob, room, crcs[0]), abandon)
-    write = None if arenas is None else partial(write_reserved, arenas, room)
-    out, jobs = encode_jobs(codec, plan.rows, job_count(plan.rows, WORKERS), write)
-    return Deferred(jobs, lambda ctx, _: finish_store(ctx, argv, plan, memoryview(out), room), abandon)
+        jobs = [partial(kv_rows.write_reserved, arenas, room, plan.blob)]
+        return Deferred(jobs, lambda ctx, crcs: finish_store(ctx, argv, plan, plan.blob, (arenas, room, crcs[0])),
+                        partial(arenas.cancel, room))
+    out, jobs = encode_jobs(codec, plan.rows, job_count(plan.rows, WORKERS), partial(kv_rows.write_reserved, arenas, room))
+    return Deferred(jobs, lambda ctx, _: finish_store(ctx, argv, plan, memoryview(out), (arenas, room, None)),
+                    partial(arenas.cancel, room))
 
 
-# -- V.FETCH ---------------------------------------------------------------------------------
+def parse_store_options(argv: list[bytes]) -> tuple[bytes, bytes | None]:
+    """``(FMT, TOKEN or None)`` from ``[FMT F32|F16|BF16|RAW] [TOKEN token]``."""
+    argv, token = split_token(argv, "V.STOREBATCH")
+    if len(argv) == 6:
+        return b"F32", token
+    if len(argv) == 8 and arg(argv[6]).upper() == b"FMT" and arg(argv[7]).upper() in (*INPUT_WIDTH, b"RAW"):
+        return arg(argv[7]).upper(), token
+    raise ReplyError("ERR V.STOREBATCH: unknown option (expected FMT F32|F16|BF16|RAW, TOKEN token)")
 
 
-def fetch_fmt(words: list[bytes]) -> tuple[list[bytes], bytes]:
-    """Split a trailing ``FMT <F32|F16|NATIVE|RAW>`` off the arguments."""
-    if len(words) >= 2 and words[-2].upper() == b"FMT":
-        fmt = words[-1].upper()
-        if fmt not in FETCH_FORMATS:
-            raise ReplyError("ERR V.FETCH: unknown FMT (expected F32|F16|NATIVE|RAW)")
-        return words[:-2], fmt
-    return words, b"F32"
+@dataclass(frozen=True, slots=True)
+class StorePlan:
+    """A parsed and checked V.STOREBATCH (nothing changed yet): ``rows`` are the input rows to
+    encode, or None when ``blob`` already is the layer's encoding."""
+
+    sid: bytes
+    layer_id: int
+    start: int
+    count: int
+    spec: LayerSpec
+    blob: bytes | memoryview
+    rows: np.ndarray | None
+    #: a staged store's TOKEN: the rows go to its detached session
+    token: bytes | None = None
 
 
-def read_rows(layer: Layer, index: int, start: int, end: int):
-    """Rows ``[start, end)`` of a layer, all of them stored: a range past what was stored, or
-    with rows never stored (or dropped as damaged) in it, is refused rather than zero-filled (a
-    tiny session must not make a fetch render gigabytes of zeros, nor serve a hole as zeros)."""
-    if not holds(layer, start, end):
-        raise ReplyError(f"ERR V.FETCH: layer {index} does not hold rows [{start}, {end}) "
-                         f"({layer.rows} rows stored, up to position {layer.tokens})")
-    return layer.read(start, end)
+def target_session(ctx, sp, sid: bytes, token: bytes | None, layer: int, start: int, count: int) -> Session:
+    """The session a write goes to: the staging's (TOKEN), else the named one, which a manifest
+    must not own (``kv_stage.refuse_if_owned``)."""
+    if token is not None:
+        staging = staging_for(sp, token, sid, "V.STOREBATCH")
+        staging.check_rows(layer, start, count, "V.STOREBATCH")
+        return staging.session(sid)
+    refuse_if_owned(ctx, sp, sid, "V.STOREBATCH")
+    return sp.vstore.require(sid)
 
 
-def holds(layer: Layer, start: int, end: int) -> bool:
-    """Is every row of ``[start, end)`` stored?"""
-    if layer.tokens < end:
-        return False
-    if layer.rows == layer.tokens:
-        return True
-    pos = max(bisect_right(layer.starts, start) - 1, 0)
-    reached = start
-    for chunk in layer.chunks[pos:]:
-        if chunk.start > reached:
-            return False
-        reached = max(reached, chunk.end)
-        if reached >= end:
-            return True
-    return False
+def plan_store(ctx, argv: list[bytes]) -> StorePlan:
+    bad = "ERR invalid layer_id/start_id/count"
+    layer_id = strict_int(argv[2], 0, 1 << 62, bad)
+    start = strict_int(argv[3], 0, 1 << 62, bad)
+    count = strict_int(argv[4], 1, 1 << 62, bad)
+    if layer_id >= MAX_LAYERS:
+        raise ReplyError("ERR V.STOREBATCH: layer_id exceeds MAX_VS_LAYERS")
+    fmt, token = parse_store_options(argv)
+    sid = arg(argv[1])
+    session = target_session(ctx, ctx.kv_space(), sid, token, layer_id, start, count)
+    spec = session.spec(layer_id)
+    blob = argv[5]
+    if blob.__class__ is memoryview and blob.format != "B":
+        blob = blob.cast("B")
+    rows_in = input_rows_checked(spec, fmt, blob, count)
+    if start + count > MAX_TOKENS:
+        raise ReplyError("ERR V.STOREBATCH failed")
+    return StorePlan(sid, layer_id, start, count, spec, blob, rows_in, token)
 
 
-def reply_bytes(layer: Layer, rows: int, fmt: bytes) -> int:
-    """Bytes a layer's rows take in the reply, in the fetch format."""
-    if sent_as_stored(layer, fmt):
-        return rows * layer.row_bytes
-    return rows * layer.spec.dim * (2 if fmt == b"F16" else 4)
-
-
-def admit(ctx, total: int) -> None:
-    """A fetch reply is bounded by its total size (``proto-max-bulk-len``, over all its layers)
-    and counted, with the replies other connections still hold, against ``maxmemory`` and the
-    tenant's quota before anything is rendered (``MemoryManager.admit``)."""
-    limit = ctx.server.settings.proto_max_bulk_len
-    if total > limit:
-        raise ReplyError(f"ERR V.FETCH: the reply would be {total} bytes, more than proto-max-bulk-len ({limit})")
-    charge(ctx, total, "reply")
-
-
-def check_blobs(sp, session, layers) -> None:
-    """Drop the rows of damaged arena blobs before they can be served (pion.kvcache.integrity)."""
-    if sp.blob_ok is not None:
-        drop_damaged(sp.vstore, session, layers, sp.blob_ok)
-
-
-def account(ctx, sp, payloads: list, rows: int) -> None:
-    ledger(ctx).bump("kvprefix_bytes_served", sum(len(p) for p in payloads if p is not None))
-    sp.vstore.total_fetches += rows
-
-
-@command("V.FETCH", -4, "readonly", categories="@read @pion", group="pion", since="0.1.0")
-def v_fetch(ctx, argv):
-    """V.FETCH sid layer id [id ...] | sid layer RANGE start end | sid BATCH start end [layers] [FMT F32|F16|NATIVE|RAW]."""
-    words, fmt = fetch_fmt([arg(a) for a in argv])
-    sp = space(ctx)
-    session = sp.vstore.require(words[1])
-    sp.touch(words[1])
-    if words[2].upper() == b"BATCH":
-        return fetch_batch(ctx, sp, session, words, fmt)
-    layer_id = strict_int(words[2], 0, 1 << 62, "ERR invalid layer_id")
-    check_blobs(sp, session, (layer_id,))
-    layer = session.layer(layer_id)
-    if len(words) > 3 and words[3].upper() == b"RANGE":
-        start, end = parse_range(words, 4, 6)
-        if layer is None or layer.tokens == 0:  # nothing ever stored (rows dropped as damaged: refused)
-            return None
-        data = read_rows(layer, layer_id, start, end)
-        admit(ctx, reply_bytes(layer, end - start, fmt))
-        payload = render(layer, data, end - start, fmt)
-        account(ctx, sp, [payload], end - start)
-        return payload
-    return fetch_ids(ctx, sp, layer, words[3:], fmt)
-
-
-def parse_range(words: list[bytes], at: int, length: int) -> tuple[int, int]:
-    if len(words) < at + 2 or len(words) > length:
-        raise ReplyError(SYNTAX)
-    bad = "ERR invalid RANGE: end must exceed start (>=0)"
-    start = strict_int(words[at], 0, MAX_TOKENS, bad)
-    end = strict_int(words[at + 1], 0, MAX_TOKENS, bad)
-    if end <= start:
-        raise ReplyError(bad)
-    return start, end
-
-
-def fetch_ids(ctx, sp, layer: Layer | None, ids: list[bytes], fmt: bytes):
-    """The reference's id form: at most 1024 ids, rows not stored are zero-filled (bounded)."""
-    if fmt == b"NATIVE":
-        raise ReplyError("ERR FMT NATIVE requires the RANGE or BATCH form")
-    if len(ids) > MAX_IDS:
-        raise ReplyError(f"ERR V.FETCH: at most {MAX_IDS} ids (use RANGE or BATCH)")
-    positions = [strict_int(i, 0, MAX_TOKENS, "ERR invalid token id") for i in ids]
-    if layer is None or layer.rows == 0:
+def input_rows_checked(spec: LayerSpec, fmt: bytes, blob, count: int) -> np.ndarray | None:
+    """The size check; then the rows to encode, or None when the blob is stored as it is."""
+    if fmt == b"RAW":
+        row_bytes = spec.codec().bytes_per_row(spec.dim)
+        expected, why = count * row_bytes, f"count={count} × row_bytes={row_bytes}, FMT RAW"
+    else:
+        width = INPUT_WIDTH[fmt]
+        expected, why = count * spec.dim * width, f"count={count} × per_layer_dim={spec.dim} × {width}"
+    if len(blob) != expected:
+        raise ReplyError(f"ERR V.STOREBATCH: blob size {len(blob)} != expected {expected} ({why})")
+    if fmt == b"RAW" or (fmt, spec.fmt) in ((b"F32", "fp32"), (b"F16", "fp16"), (b"BF16", "bf16")):
         return None
-    admit(ctx, reply_bytes(layer, len(positions), fmt))
-    data = b"".join([layer.read(p, p + 1) for p in positions])
-    payload = render(layer, data, len(positions), fmt)
-    account(ctx, sp, [payload], len(positions))
-    return payload
+    return input_rows(blob, fmt, count, spec.dim)
 
 
-def fetch_batch(ctx, sp, session, words: list[bytes], fmt: bytes):
-    start, end = parse_range(words, 3, 6)
-    layers = session.num_layers
-    if len(words) == 6:
-        asked = strict_int(words[5], 0, MAX_LAYERS, "ERR invalid num_layers")
-        layers = min(asked, layers) if asked else layers
-    if layers == 0:
-        return None
-    check_blobs(sp, session, range(layers))
-    rows = end - start
-    reads: list = []
-    total = 0
-    for index in range(layers):
-        layer = session.layer(index)
-        empty = layer is None or layer.tokens == 0
-        reads.append(None if empty else partial(render, layer, read_rows(layer, index, start, end), rows, fmt))
-        total += 0 if empty else reply_bytes(layer, rows, fmt)
-    admit(ctx, total)
-    jobs = [job for job in reads if job is not None]
-    decoded = [job.args[0].spec.dim for job in jobs if not sent_as_stored(job.args[0], fmt)]
-    if 4 * rows * sum(decoded) >= DEFER_MIN and can_defer(ctx):  # decoding in the pool, a layer a job
-        return Deferred(jobs, lambda ctx, rendered: batch_reply(ctx, sp, reads, rendered, rows))
-    return batch_reply(ctx, sp, reads, [job() for job in jobs], rows)
+def finish_store(ctx, argv: list[bytes], plan: StorePlan, encoded: memoryview, reserved=None):
+    """The deferred store's second half: commit the arena room the workers wrote
+    (``reserved``: arenas, room, crc or None) and store. If the session went away or changed
+    shape meanwhile, the command is planned again as it stands."""
+    session = current_session(ctx.kv_space(), plan)
+    if session is None or session.spec(plan.layer_id) != plan.spec:
+        if reserved is not None:
+            reserved[0].cancel(reserved[1])
+        plan = plan_store(ctx, argv)
+        return store_rows(ctx, plan, plan.blob if plan.rows is None else encode_now(plan.spec.codec(), plan.rows))
+    if reserved is None:
+        return store_rows(ctx, plan, encoded)
+    arenas, room, crc = reserved
+    try:
+        return store_rows(ctx, plan, encoded, lambda: kv_rows.commit_reserved(arenas, room, encoded, crc))
+    except ReplyError:
+        arenas.cancel(room)  # nothing if it was committed
+        raise
 
 
-def batch_reply(ctx, sp, reads: list, rendered: list, rows: int) -> list:
-    """One payload per layer (nil for the empty ones), counted as served."""
-    payloads = iter(rendered)
-    out = Payloads(None if read is None else next(payloads) for read in reads)
-    account(ctx, sp, out, rows * len(rendered))
-    return out
+def store_rows(ctx, plan: StorePlan, encoded, durable_of=None) -> object:
+    """Hand the encoded rows to the row writer (``kvcache.rows.write``) and log them in their
+    encoded form, naming the arena view it placed them in; ``durable_of()`` gives that view when
+    the workers already wrote them."""
+    sp = ctx.kv_space()
+    session = current_session(sp, plan)
+    if session is None:  # the staging went between plan and store
+        session = target_session(ctx, sp, plan.sid, plan.token, plan.layer_id, plan.start, plan.count)
+    elif plan.token is None:  # a deferred store: a manifest may have taken the namespace meanwhile
+        refuse_if_owned(ctx, sp, plan.sid, "V.STOREBATCH")
+    staging = sp.stagings.get(plan.token) if plan.token is not None else None
+    incoming = len(encoded) if staging is None else max(0, len(encoded) - staging.outstanding)
+    durable = durable_of() if durable_of is not None else kv_rows.place(None, encoded, ctx.replaying)
+    written = kv_rows.write(sp, session, plan.layer_id, plan.start, plan.count, encoded, ctx.write_seq(),
+                         arenas=None if durable is not None else ctx.blob_arenas(len(encoded)), durable=durable,
+                         budget=ctx.kv_budget, incoming=incoming, protect=unit_of(plan.sid))
+    own = [b"V.STOREBATCH", plan.sid, b"%d" % plan.layer_id, b"%d" % plan.start, b"%d" % plan.count,
+           written.logged, b"FMT", b"RAW"]
+    if staging is not None:
+        staging.touched = time.monotonic()
+        own += [b"TOKEN", plan.token]
+    else:
+        sp.touch(plan.sid)
+    ctx.log_with(written.evicted, own)
+    return OK
+
+
+def current_session(sp, plan: StorePlan) -> Session | None:
+    """The session a planned store still goes to (None if it went meanwhile)."""
+    if plan.token is None:
+        return sp.vstore.get(plan.sid)
+    staging = sp.stagings.get(plan.token)
+    return None if staging is None else staging.session(plan.sid)
 
 
 # -- V.INFO, rollback, drop ------------------------------------------------------------------
@@ -300,7 +278,7 @@ def batch_reply(ctx, sp, reads: list, rendered: list, rows: int) -> list:
 @command("V.INFO", -1, "readonly fast", categories="@read @pion", group="pion", since="0.1.0")
 def v_info(ctx, argv):
     """V.INFO [sid]: key:value lines about the store or one session."""
-    sp = space(ctx)
+    sp = ctx.kv_space()
     store = sp.vstore
     if len(argv) == 1:
         total = sum(s.total_tokens() for s in store.sessions.values())
@@ -327,7 +305,7 @@ def v_info(ctx, argv):
 @command("V.SNAPSHOT", 2, "fast", categories="@pion", group="pion", since="0.1.0")
 def v_snapshot(ctx, argv):
     """V.SNAPSHOT sid: remember every layer's rows (in memory, for speculative rollback); the snap id."""
-    sp = space(ctx)
+    sp = ctx.kv_space()
     session = sp.vstore.require(arg(argv[1]))
     snap_id = sp.next_snap_id + 1
     sp.vstore.snapshot(session, snap_id)
@@ -338,7 +316,7 @@ def v_snapshot(ctx, argv):
 @command("V.RESTORE", 3, "write", categories="@write @pion", group="pion", since="0.1.0")
 def v_restore(ctx, argv):
     """V.RESTORE sid snap_id: put every layer back as it was at the snapshot (the snapshot stays)."""
-    sp = space(ctx)
+    sp = ctx.kv_space()
     sid = arg(argv[1])
     session = sp.vstore.require(sid)
     refuse_if_owned(ctx, sp, sid, "V.RESTORE")
@@ -358,7 +336,7 @@ def v_restore(ctx, argv):
 @command("V.COMMIT", 3, "fast", categories="@pion", group="pion", since="0.1.0")
 def v_commit(ctx, argv):
     """V.COMMIT sid snap_id: release a snapshot; 1 if it existed."""
-    session = space(ctx).vstore.require(arg(argv[1]))
+    session = ctx.kv_space().vstore.require(arg(argv[1]))
     snap_id = strict_int(argv[2], 0, 1 << 62, "ERR invalid snap_id")
     return 1 if session.snapshots.pop(snap_id, None) is not None else 0
 
@@ -366,7 +344,7 @@ def v_commit(ctx, argv):
 @command("V.TRUNCATE", 4, "write", categories="@write @pion", group="pion", since="0.1.0")
 def v_truncate(ctx, argv):
     """V.TRUNCATE sid layer tokens: forget a layer's rows at and past ``tokens`` (Pion's)."""
-    sp = space(ctx)
+    sp = ctx.kv_space()
     session = sp.vstore.require(arg(argv[1]))
     refuse_if_owned(ctx, sp, session.sid, "V.TRUNCATE")
     layer_id = strict_int(argv[2], 0, MAX_LAYERS - 1, "ERR invalid layer_id")
@@ -379,7 +357,7 @@ def v_truncate(ctx, argv):
 @command("V.DROP", 2, "write", categories="@write @pion", group="pion", since="0.1.0")
 def v_drop(ctx, argv):
     """V.DROP sid: free a session; 1 if it existed."""
-    sp = space(ctx)
+    sp = ctx.kv_space()
     sid = arg(argv[1])
     if not sp.vstore.drop(sid):
         return 0

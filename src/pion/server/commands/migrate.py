@@ -1,9 +1,11 @@
 """MIGRATE: move keys to another server as DUMP payloads sent with RESTORE.
 
 Redis's MIGRATE blocks the server while it talks to the target, and so does this one (a plain
-socket with the command's timeout). The payload is Pion's DUMP format, so the target must be a Pion
-server: a Redis target answers RESTORE with its payload error, which MIGRATE relays as Redis does
-("ERR Target instance replied with error: ..."). Connections are not cached between calls. What gets
+socket with the command's timeout). A value of a Redis type goes in redis-server's payload format
+(``pion.storage.rdb_payload``), which a Redis node and a Pion node both RESTORE; a value Redis's
+format cannot carry (JSON, vector sets, streams, a hash with field TTLs) goes in Pion's own format,
+which only a Pion node reads: a Redis target refuses it, and MIGRATE says the value cannot be
+migrated to a Redis node. Connections are not cached between calls. What gets
 logged is a DEL of the keys that moved (never the MIGRATE itself, so a replay sends nothing).
 """
 
@@ -18,6 +20,7 @@ from pion.protocol.resp import OK, Status
 from pion.server.args import parse_int
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.storage.rdb_payload import NotRedisType, dump_redis
 from pion.storage.serialize import PayloadError, dump_value
 
 _SKIP = {b"COPY": 0, b"REPLACE": 0, b"AUTH": 1, b"AUTH2": 2}
@@ -37,6 +40,23 @@ def migrate_keys(argv: list[bytes]) -> list[int]:
     return [3]
 
 
+def transfer_option(options, argv: list[bytes], i: int) -> int | None:
+    """COPY, REPLACE, AUTH pw or AUTH2 user pw at ``argv[i]`` (MIGRATE's and KV.PREFIX.MIGRATE's
+    shared options) set on ``options``; the index of the option's last word, or None if it is none
+    of them."""
+    word, more = argv[i].upper(), len(argv) - i - 1
+    if word in (b"COPY", b"REPLACE"):
+        setattr(options, word.decode().lower(), True)
+        return i
+    if word == b"AUTH" and more >= 1:
+        options.auth = [argv[i + 1]]
+        return i + 1
+    if word == b"AUTH2" and more >= 2:
+        options.auth = [argv[i + 1], argv[i + 2]]
+        return i + 2
+    return None
+
+
 class _Options:
     __slots__ = ("copy", "replace", "auth", "keys")
 
@@ -46,13 +66,10 @@ class _Options:
         self.keys = [argv[3]]
         i = 6
         while i < len(argv):
-            word, more = argv[i].upper(), len(argv) - i - 1
-            if word in (b"COPY", b"REPLACE"):
-                setattr(self, word.decode().lower(), True)
-            elif word == b"AUTH" and more >= 1:
-                self.auth, i = [argv[i + 1]], i + 1
-            elif word == b"AUTH2" and more >= 2:
-                self.auth, i = [argv[i + 1], argv[i + 2]], i + 2
+            word = argv[i].upper()
+            last = transfer_option(self, argv, i)
+            if last is not None:
+                i = last
             elif word == b"KEYS":
                 if argv[3]:
                     raise ReplyError("ERR When using MIGRATE KEYS option, the key argument must be set to "
@@ -80,7 +97,7 @@ def migrate(ctx: Ctx, argv: list[bytes]):
         return Status("NOKEY")
     commands = ([[b"AUTH", *options.auth]] if options.auth else []) + [[b"SELECT", b"%d" % dbid]]
     restore = b"RESTORE-ASKING" if ctx.server.parts.cluster is not None else b"RESTORE"  # as Redis in cluster mode
-    for key, ttl, payload in batch:
+    for key, ttl, payload, _ in batch:
         commands.append([restore, key, b"%d" % ttl, payload] + ([b"REPLACE"] if options.replace else []))
     replies = _exchange(argv[1], argv[2], commands, timeout_s)
     setup, restores = replies[: len(commands) - len(batch)], replies[len(commands) - len(batch):]
@@ -90,7 +107,8 @@ def migrate(ctx: Ctx, argv: list[bytes]):
     return _finish(ctx, options, batch, restores)
 
 
-def _payloads(ctx: Ctx, options: _Options) -> list[tuple[bytes, int, bytes]]:
+def _payloads(ctx: Ctx, options: _Options) -> list[tuple[bytes, int, bytes, str | None]]:
+    """(key, ttl, payload, why the payload is Pion's format or None) per existing key."""
     out = []
     for key in options.keys:
         value = ctx.db.get(key)
@@ -99,18 +117,25 @@ def _payloads(ctx: Ctx, options: _Options) -> list[tuple[bytes, int, bytes]]:
         expires_at = ctx.db.ttl_ms(key)  # absolute ms; RESTORE takes the time left (at least 1)
         ttl = 0 if expires_at is None else max(expires_at - int(time.time() * 1000), 1)
         try:
-            out.append((key, ttl, dump_value(value)))
-        except PayloadError as exc:
-            raise ReplyError(f"ERR MIGRATE cannot send this value: {exc}") from None
+            out.append((key, ttl, dump_redis(value), None))
+        except NotRedisType as why:
+            try:
+                out.append((key, ttl, dump_value(value), str(why)))
+            except PayloadError as exc:
+                raise ReplyError(f"ERR MIGRATE cannot send this value: {exc}") from None
     return out
 
 
 def _finish(ctx: Ctx, options: _Options, batch: list, restores: list[bytes]):
     """Delete what moved (unless COPY), log it as DEL, and relay the first refusal."""
     first_error, moved = None, []
-    for (key, _, _), reply in zip(batch, restores, strict=True):
+    for (key, _, _, pion_only), reply in zip(batch, restores, strict=True):
         if reply.startswith(b"-"):
-            first_error = first_error or reply[1:].decode("utf-8", "replace")
+            error = reply[1:].decode("utf-8", "replace")
+            if pion_only and "payload version or checksum" in error:  # a Redis node, not a Pion one
+                error = (f"{error} (the value of '{key.decode('utf-8', 'replace')}' is {pion_only}, which cannot "
+                         "be migrated to a Redis node)")
+            first_error = first_error or error
         elif not options.copy and ctx.db.delete(key):
             moved.append(key)
             ctx.notify("g", "del", key)
@@ -134,13 +159,13 @@ def _exchange(host: bytes, port: bytes, commands: list[list[bytes]], timeout_s: 
         raise ReplyError(IO_CONNECT) from None
     with sock:
         try:
-            sock.sendall(b"".join(_encode(argv) for argv in commands))
+            sock.sendall(b"".join(encode_request(argv) for argv in commands))
         except OSError:
             raise ReplyError(IO_WRITE) from None
         return _read_lines(sock, len(commands))
 
 
-def _encode(argv: list[bytes]) -> bytes:
+def encode_request(argv: list[bytes]) -> bytes:
     return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
 
 

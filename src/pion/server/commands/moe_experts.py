@@ -23,7 +23,7 @@ from pion.moe.histograms import DEFAULT_NS, HistogramError
 from pion.moe.resident import Entry, run_load
 from pion.protocol.errors import SYNTAX, ReplyError
 from pion.protocol.resp import OK, BulkParts
-from pion.server.commands.kvcache import arg, ledger
+from pion.server.args import arg
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
 
@@ -92,7 +92,7 @@ def after_load(ctx, future: Future, finish):
 
 def count_fetch(ctx, entry_or_future) -> None:
     """PION.STATS ``moe_hits``/``moe_misses`` (the tenant's own ledger for a tenant)."""
-    ledger(ctx).bump("moe_hits" if isinstance(entry_or_future, Entry) else "moe_misses")
+    ctx.kv_ledger().bump("moe_hits" if isinstance(entry_or_future, Entry) else "moe_misses")
 
 
 @command("MOE.EXPERT.LOAD", 2, "admin", **_ADMIN)

@@ -1,8 +1,8 @@
 """Commands about one stored value: OBJECT (ENCODING REFCOUNT IDLETIME FREQ HELP), DUMP, RESTORE.
 
 DUMP payloads are Pion's own (``pion.storage.serialize``: type id, body, format version,
-CRC32C), not Redis's RDB encoding, so a payload only travels between Pion servers; a Redis
-payload is refused as Redis refuses a corrupt one ("payload version or checksum are wrong").
+CRC32C: lossless for everything Pion stores). RESTORE also reads redis-server's payloads
+(``pion.storage.rdb_payload``: RDB type, value, RDB version, CRC64), which MIGRATE sends.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.encodings import encoding_of
 from pion.storage.keyspace import now_ms
+from pion.storage.rdb_payload import is_redis_payload, load_redis
 from pion.storage.serialize import PayloadError, dump_value, load_value, verify_payload
+from pion.storage.stream_value import Stream
 
 _SWITCH_NOTE = (
     "Please note that when switching between policies at runtime LRU and LFU data will take "
@@ -131,7 +133,7 @@ def restore(ctx: Ctx, argv: list[bytes]):
     ttl = parse_int(argv[2])
     if ttl < 0:
         raise ReplyError("ERR Invalid TTL value, must be >= 0")
-    value = _load(argv[3])
+    value = _load(argv[3], ctx.server.settings)
     deleted = replace and db.delete(key)
     if ttl and not absttl:
         ttl += now_ms()
@@ -176,13 +178,14 @@ def _restore_options(argv: list[bytes]) -> tuple[bool, bool, int | None, int | N
     return replace, absttl, idle, freq
 
 
-def _load(payload: bytes) -> Any:
-    if not verify_payload(payload):
+def _load(payload: bytes, settings: object) -> Any:
+    pion = verify_payload(payload)
+    if not pion and not is_redis_payload(payload):
         raise ReplyError(BAD_PAYLOAD)
     try:
-        value = load_value(payload)
+        value = load_value(payload) if pion else load_redis(payload, settings)
     except Exception:  # any decoding failure of a payload whose checksum matched
         raise ReplyError(BAD_FORMAT) from None
-    if value.__class__ is not bytes and hasattr(value, "__len__") and len(value) == 0:
-        raise ReplyError(BAD_FORMAT)  # Redis refuses empty containers
+    if value.__class__ not in (bytes, Stream) and hasattr(value, "__len__") and len(value) == 0:
+        raise ReplyError(BAD_FORMAT)  # Redis refuses empty containers (an empty stream is a value)
     return value

@@ -58,6 +58,8 @@ def replicaof(ctx: Ctx, argv: list[bytes]):
     Follow a primary (a full or partial resync, then its stream), or stop following and serve
     writes with the data as it is (a promotion).
     """
+    if ctx.server.admission.cluster is not None:  # Redis's first check: a cluster node's replicas come from the bus
+        raise ReplyError("ERR REPLICAOF not allowed in cluster mode.")
     repl = _repl(ctx)
     if argv[1].upper() == b"NO" and argv[2].upper() == b"ONE":
         if repl is not None and repl.is_replica:
@@ -206,9 +208,6 @@ def _attach(ctx: Ctx, replid: bytes, wanted: int, legacy: bool) -> Any:
     client = ctx.client
     if repl is None or client.conn is None or ctx.server.parts.persistence is None:
         raise ReplyError("ERR this server cannot serve replicas: it runs without a data directory")
-    if repl.is_replica:
-        raise ReplyError("ERR Pion replicas do not serve replicas of their own (no chained replication): "
-                         "attach this replica to the primary")
     repl.primary.attach(client, replid, wanted, repl.ports.pop(client.id, 0), legacy=legacy)
     client.reply_mode = "skip"  # the attach writes its own reply and then the stream
     return OK

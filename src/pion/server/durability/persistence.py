@@ -373,8 +373,7 @@ def _stop_writes(settings: Settings) -> bool:
 
 
 def _arena_size(settings: Settings) -> int:
-    raw = dict(settings.extra).get("arena-file-size")
-    return int(raw) if raw and raw.isdigit() else 256 * 1024 * 1024
+    return settings.arena_file_size
 
 
 def install(server: Server) -> Persistence:

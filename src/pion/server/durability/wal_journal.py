@@ -54,8 +54,6 @@ class ObservedJournal(Journal):
     def append(self, effects: Effects) -> int:
         for observer in self.observers:
             observer(effects)
-        if self.arenas is not None and self.arenas.recent:
-            self.arenas.take_recent()
         return super().append(effects)
 
 
@@ -65,6 +63,9 @@ class WalJournal(ObservedJournal):
         self.wal_dir = wal_dir
         self.policy = settings.appendfsync
         self.blob_threshold = settings.blob_threshold
+        #: id(arg) -> (arg, ref) of the arguments ``stage`` put in an arena for the command
+        #: running now (holding ``arg`` keeps its id its own until ``append`` takes them)
+        self._staged: dict[int, tuple[Any, BlobRef]] = {}
         self.segment_size = settings.wal_segment_size
         self.loop: asyncio.AbstractEventLoop | None = None
         #: loop side: records of this iteration as (seq, segment number, bytes)
@@ -115,27 +116,29 @@ class WalJournal(ObservedJournal):
     def stage(self, argv: list) -> None:
         """Put a write's arguments of ``blob-threshold`` bytes or more in an arena before the
         command runs (the record then references them): a full disk refuses the command with
-        ``DiskWriteError`` while nothing has changed yet."""
+        ``DiskWriteError`` while nothing has changed yet. (The K/V writers do not come here:
+        their commands are ``zero_copy`` and log the arena view their row writer placed the
+        blob in, which ``append`` resolves with ``ArenaStore.ref_of``.)"""
         threshold = self.blob_threshold
         arenas = self.arenas
         for arg in argv:
             if len(arg) >= threshold and not (arg.__class__ is memoryview and arenas.ref_of(arg) is not None):
-                entry = arenas.recent.get(id(arg))
+                entry = self._staged.get(id(arg))
                 if entry is None or entry[0] is not arg:
-                    arenas.put(arg)
+                    self._staged[id(arg)] = (arg, arenas.put(arg))
 
     def append(self, effects: Effects) -> int:
         for observer in self.observers:
             observer(effects)
-        recent = self.arenas.take_recent() if self.arenas.recent else {}
+        staged, self._staged = self._staged, {}
         refs: list[BlobRef] = []
 
         def to_ref(arg: Any, limit: int = self.blob_threshold) -> BlobRef | None:
             ref = None
-            if arg.__class__ is memoryview:
+            if arg.__class__ is memoryview:  # an arena view a writer placed the blob in (or a replayed one)
                 ref = self.arenas.ref_of(arg)
-            if ref is None and recent:
-                entry = recent.get(id(arg))
+            if ref is None and staged:  # an argument ``stage`` put (held in ``staged``: its id is its own)
+                entry = staged.get(id(arg))
                 ref = entry[1] if entry is not None and entry[0] is arg else None
             if ref is None and len(arg) >= limit:
                 try:
@@ -150,9 +153,12 @@ class WalJournal(ObservedJournal):
                 refs.append(ref)
             return ref
 
-        payload = wal.encode_effects(effects, to_ref, 0 if recent else min(self.blob_threshold, 4096))
+        # the refs are resolved here, then the record is encoded with them in place: the log
+        # format code never calls back into the journal
+        payload = wal.encode_effects(_referenced(effects, to_ref, 0 if staged else min(self.blob_threshold, 4096)))
         if len(payload) > MAX_INLINE_PAYLOAD:
-            payload = wal.encode_effects(effects, lambda arg: to_ref(arg, 64 * 1024))
+            refs.clear()
+            payload = wal.encode_effects(_referenced(effects, lambda arg: to_ref(arg, 64 * 1024), 0))
         if refs:
             fresh = [ref for ref in refs if ref not in self.refs_since_cut]
             self.arena_bytes += sum(ref.length for ref in fresh)
@@ -399,3 +405,21 @@ class WalJournal(ObservedJournal):
                 loop.call_soon_threadsafe(fn, *args)
             except RuntimeError:
                 pass  # the loop is gone (shutdown)
+
+
+def _referenced(effects: Effects, to_ref: Callable[[Any], BlobRef | None], inline_below: int) -> Effects:
+    """``effects`` with every argument ``to_ref`` turns into a ``BlobRef`` replaced by it
+    (``bytes`` shorter than ``inline_below`` are not asked: the common, fast case)."""
+    out = []
+    for db, argv in effects:
+        changed: list[Any] | None = None
+        for index, arg in enumerate(argv):
+            if arg.__class__ is bytes and len(arg) < inline_below:
+                continue
+            ref = arg if arg.__class__ is BlobRef else to_ref(arg)
+            if ref is not None and ref is not arg:
+                if changed is None:
+                    changed = list(argv)
+                changed[index] = ref
+        out.append((db, argv if changed is None else changed))
+    return out

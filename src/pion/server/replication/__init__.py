@@ -52,31 +52,46 @@ class Replication:
 
         if self.side is not None:
             self.side.stop()
-        else:
-            for link in list(self.primary.links.values()):  # a primary turned replica drops its replicas
-                if link.alive():
-                    link.transport.abort()
-            self.primary.links.clear()
-        if self.primary.backlog is not None and not self.replid_followed:
-            self.offset = self.durable_offset = self.primary.offset
+        primary = self.primary
+        primary.drop_links()  # its replicas resync with it, as Redis's replicationSetMaster makes them
+        if primary.backlog is not None and not self.replid_followed:
+            self.offset = self.durable_offset = primary.offset
+        if self.replid_followed:  # a restart, or a new primary: serve the followed history from here
+            primary.new_history(self.replid_followed, self.offset)
+        primary.proxying = True
         self.side = ReplicaSide(self, host, port)
         self.side.start()
         log.info("following primary %s:%d", host, port)
 
-    def followed(self, replid: str, offset: int) -> None:
-        """A full resync loaded: this data is the primary's ``replid`` at ``offset``."""
+    def followed(self, replid: str, offset: int, stream_db: int = 0) -> None:
+        """A full resync loaded: this data is the primary's ``replid`` at ``offset``, its stream
+        going on in database ``stream_db``."""
         self.replid_followed = replid
         self.offset = self.durable_offset = offset
-        self.stream_db = 0
+        self.stream_db = stream_db
+        self.primary.new_history(replid, offset)
+
+    def continued(self, replid: str) -> None:
+        """``+CONTINUE <another id>``: the primary was promoted meanwhile. The stream goes on;
+        this server's replicas learn the id at their next PSYNC, as Redis's replid2 lets them."""
+        primary = self.primary
+        if replid == self.replid_followed:
+            return
+        primary.replid2, primary.second_offset = self.replid_followed or "0" * 40, self.offset + 1
+        primary.replid = self.replid_followed = replid
+        primary.drop_links()
 
     def promote(self) -> None:
         """REPLICAOF NO ONE: stop following; keep the data; serve writes. Replicas of the old
-        primary that are at this server's offset may continue from it (Redis's replid2)."""
+        primary that are at this server's offset (this server's own replicas included, which it
+        drops so they ask again) may continue from it (Redis's replid2)."""
         side, self.side = self.side, None
         if side is None:
             return
         side.stop()
         primary = self.primary
+        primary.proxying = False
+        primary.drop_links()
         primary.replid2 = self.replid_followed or "0" * 40
         primary.second_offset = self.offset + 1
         primary.replid = os.urandom(20).hex()

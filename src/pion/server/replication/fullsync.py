@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 MAGIC = b"PIONSYNC1"
 SYNC_FILE = "repl-sync.pion"
 INCOMING_FILE = "repl-incoming.pion"
+#: a full-sync payload's record of the stream's database at its point (only in sync snapshots)
+STREAM_DB = "repl-stream-db"
 #: the extension that records the replica's replication id and offset in its own snapshots
 EXTENSION = "replication"
 
@@ -46,9 +48,10 @@ class SyncSnapshotJob(SaveJob):
 
     filename = SYNC_FILE
 
-    def __init__(self, owner: Persistence, offset_now: Any) -> None:
+    def __init__(self, owner: Persistence, offset_now: Any, stream_db_now: Any = None) -> None:
         super().__init__(owner, "sync")
         self._offset_now = offset_now
+        self._stream_db_now = stream_db_now or (lambda: 0)
         self.offset = 0
 
     def _final(self, enc: Any, out: list[bytes]) -> int:
@@ -57,6 +60,8 @@ class SyncSnapshotJob(SaveJob):
             if ext.name != EXTENSION:
                 out.extend(enc.extension(ext.name, part) for part in ext.parts())
         self.offset = self._offset_now()
+        # the database the stream after this point is relative to (Redis's RDB aux repl-stream-db)
+        out.append(enc.extension(STREAM_DB, b"%d" % self._stream_db_now()))
         return 0
 
     async def make(self) -> tuple[str, int, list[BlobRef]]:
@@ -108,7 +113,7 @@ class MappedStore:
 def load_received(owner: Persistence, path: str, mapping: dict[BlobRef, BlobRef], before_save: Any = None) -> int:
     """Replace this server's data with the received snapshot (on the loop, blocking: Redis's
     replica also stops serving while it loads), then save a snapshot of its own. Returns the
-    number of keys loaded."""
+    number of keys loaded. ``before_save(stream_db)``: the database the stream goes on in."""
     from pion.server.durability.persistence_hooks import Replayer
 
     started = time.perf_counter()
@@ -116,7 +121,7 @@ def load_received(owner: Persistence, path: str, mapping: dict[BlobRef, BlobRef]
     replayer = Replayer(owner)
     all_dbs = [db for dbs in server.all_db_lists() for db in dbs]
     server.loading = True
-    keys = 0
+    keys = stream_db = 0
     for db in all_dbs:
         db.flush()
         db.loading = True
@@ -129,6 +134,8 @@ def load_received(owner: Persistence, path: str, mapping: dict[BlobRef, BlobRef]
                     keys += 1
                 elif record.__class__ is Tombstone:
                     replayer.drop_key(record)
+                elif isinstance(record, ExtensionRecord) and record.name == STREAM_DB:
+                    stream_db = int(bytes(record.data))
                 elif isinstance(record, ExtensionRecord) and record.name != EXTENSION:
                     replayer.load_extension(record)
         reader.close()
@@ -139,7 +146,7 @@ def load_received(owner: Persistence, path: str, mapping: dict[BlobRef, BlobRef]
     if owner.memory.active:
         owner.memory.rescan()
     if before_save is not None:
-        before_save()  # the replication id and offset this data is at go into the snapshot too
+        before_save(stream_db)  # the replication id and offset this data is at go into the snapshot too
     loaded = time.perf_counter()
     owner.save()  # durable now: the refs in it are this server's own arenas
     logging.getLogger("pion.replication").info(

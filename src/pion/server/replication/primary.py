@@ -91,6 +91,9 @@ class PrimarySide:
         self.full_syncs = 0
         self.partial_syncs = 0
         self.partial_errors = 0
+        #: this server follows a primary: its replicas get that primary's stream as received
+        #: (``proxy``), not this server's own log, so ids and offsets are the same down the chain
+        self.proxying = False
 
     @property
     def offset(self) -> int:
@@ -101,21 +104,42 @@ class PrimarySide:
             self.backlog = Backlog(self.backlog_size, offset)
             self.encoder.reset()
 
+    def new_history(self, replid: str, offset: int) -> None:
+        """A replica's full resync loaded (or it restarted at ``offset``): its replicas' stream is now
+        the primary's ``replid`` from ``offset``; those attached must resync (Redis's disconnectSlaves)."""
+        self.replid = replid
+        self.replid2, self.second_offset = "0" * 40, -1
+        self.backlog = Backlog(self.backlog_size, offset)
+        self.encoder.reset()
+        self.drop_links()
+
+    def drop_links(self) -> None:
+        for link in list(self.links.values()):
+            if link.alive():
+                link.transport.abort()
+        self.links.clear()
+
     # -- the stream -----------------------------------------------------------------------------
 
     def feed(self, effects: list[tuple[int, list]]) -> None:
         """Journal observer: one record's effects."""
-        if self.backlog is None or not effects:
+        if self.backlog is None or not effects or self.proxying:
             return
         chunks, total = self.encoder.record(effects)
         self._append(chunks, total)
 
     def append_command(self, *words: bytes) -> None:
         """A command of the stream's own (PING, REPLCONF GETACK *)."""
-        if self.backlog is None:
+        if self.backlog is None or self.proxying:
             return
         data = command(*words)
         self._append([data], len(data))
+
+    def proxy(self, data: bytes) -> None:
+        """Bytes of the followed primary's stream, whole commands as received: to the backlog and
+        to this server's own replicas (chained replication, as Redis's proxied master stream)."""
+        if self.backlog is not None and data:
+            self._append([data], len(data))
 
     def _append(self, chunks: list[Chunk], total: int) -> None:
         backlog = self.backlog
@@ -179,7 +203,7 @@ class PrimarySide:
                 await asyncio.sleep(0.05)
                 if not link.alive():
                     return
-            job = SyncSnapshotJob(owner, lambda: self.offset)
+            job = SyncSnapshotJob(owner, lambda: self.offset, self._stream_db)
             owner.job = job
             try:
                 path, offset, refs = await job.make()
@@ -212,6 +236,13 @@ class PrimarySide:
             log.exception("full resync of replica %s:%d failed", link.ip, link.port)
             if link.alive():
                 link.transport.abort()
+
+    def _stream_db(self) -> int:
+        """The database the stream is in at this point: a proxied primary's, or this encoder's."""
+        if self.proxying:
+            repl = self.server.parts.replication
+            return repl.stream_db if repl is not None else 0
+        return self.encoder.db or 0
 
     async def _send_parts(self, link: ReplicaLink, parts: list[Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -281,7 +312,7 @@ class PrimarySide:
         now = time.monotonic()
         for client_id in [cid for cid, link in self.links.items() if not link.alive()]:
             self.links.pop(client_id, None)
-        if self.links and now - self.last_ping >= period:
+        if self.links and now - self.last_ping >= period and not self.proxying:
             self.last_ping = now
             self.append_command(b"PING")
 

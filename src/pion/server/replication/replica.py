@@ -130,7 +130,7 @@ class ReplicaSide:
         elif line.startswith(b"+CONTINUE"):
             words = line.split()
             if len(words) > 1:
-                repl.replid_followed = words[1].decode()
+                repl.continued(words[1].decode())
             log.info("continuing from offset %d (partial resync) with primary %s:%d", offset, self.host, self.port)
         else:
             raise HandshakeError(f"PSYNC answered {line.decode('latin-1')!r}")
@@ -192,13 +192,12 @@ class ReplicaSide:
             ref = BlobRef.unpack(await self._read(reader, 24))
             data = await self._read(reader, ref.length)
             mapping[ref] = arenas.put(data)
-            arenas.take_recent()  # nothing logs these: do not keep the bytes alive
             del data
         log.info("full resync payload received: %d bytes, %d blobs, in %.2f s", self.sync_total, count,
                  time.time() - self.sync_started)
         while owner.job is not None:  # a save of this server's own is running: let it end
             await asyncio.sleep(0.05)
-        keys = load_received(owner, path, mapping, before_save=lambda: self.repl.followed(replid, offset))
+        keys = load_received(owner, path, mapping, before_save=lambda db: self.repl.followed(replid, offset, db))
         self.multi = None
         log.info("full resync from %s:%d done: %d keys, %d blobs, %d bytes in %.2f s, at offset %d",
                  self.host, self.port, keys, count, self.sync_total, time.time() - self.sync_started, offset)
@@ -228,6 +227,8 @@ class ReplicaSide:
 
     async def _stream(self, reader: asyncio.StreamReader) -> None:
         parser = hiredis.Reader(notEnoughData=None)
+        primary = self.repl.primary
+        received = bytearray()  # what was read and not yet proxied to this server's replicas
         while True:
             # the primary PINGs every repl-ping-replica-period: silence for repl-timeout is a dead link
             data = await asyncio.wait_for(reader.read(READ_SIZE), self._timeout())
@@ -235,6 +236,8 @@ class ReplicaSide:
                 raise EOFError("the primary closed the connection")
             self.last_io = time.time()
             parser.feed(data)
+            received += data
+            before = self.repl.offset
             while True:
                 argv = parser.gets()
                 if argv is None:
@@ -242,6 +245,12 @@ class ReplicaSide:
                 if not isinstance(argv, list) or not argv:
                     raise HandshakeError(f"unexpected item in the replication stream: {argv!r}"[:120])
                 self._command(argv)
+            applied = self.repl.offset - before  # the bytes of the whole commands just applied
+            if applied > len(received):
+                raise HandshakeError("the primary's stream is not in canonical RESP (offsets would differ)")
+            if applied:
+                primary.proxy(bytes(received[:applied]))
+                del received[:applied]
             self._after_batch()
 
     def _command(self, argv: list[bytes]) -> None:

@@ -105,7 +105,7 @@ def install(server: Server, specs: list[Any]) -> Security:
     users = users_of(server)
     part = Security(users, tenants.install(server, specs))
     users.table.all_channels = _all_channels(server.settings)
-    path = dict(server.settings.extra).get("aclfile", "")
+    path = server.settings.aclfile
     if path and server.settings.users:
         raise StartupError(_USERS_AND_ACLFILE)
     if path:
@@ -145,7 +145,7 @@ def _configure_user(users: Users, line: str, declared: set[str]) -> None:
 
 
 def _all_channels(settings: Settings) -> bool:
-    return dict(settings.extra).get("acl-pubsub-default", "resetchannels").lower() == "allchannels"
+    return settings.acl_pubsub_default.lower() == "allchannels"
 
 
 def _pubsub_default_changed(server: Server, old: Settings, new: Settings) -> str | None:

@@ -41,7 +41,7 @@ SPEC_FORM = "a tenant is NAME:PASSWORD[:quota=SIZE] (NAME: 1-64 of A-Z a-z 0-9 _
 INDEX_MASK = (1 << TENANT_SHIFT) - 1
 #: commands a tenant may not run besides @admin and @scripting: they see or change the whole server
 DENIED = frozenset({
-    "memory|stats", "memory|doctor", "memory|malloc-stats", "memory|purge", "migrate", "pfdebug",
+    "memory|stats", "memory|doctor", "memory|malloc-stats", "memory|purge", "migrate", "kv.prefix.migrate", "pfdebug",
     "pfselftest", "replicaof", "slaveof", "sync", "psync", "failover", "module", "cluster",
     "eval", "evalsha", "eval_ro", "evalsha_ro", "script", "function", "fcall", "fcall_ro",
 })
