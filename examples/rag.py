@@ -1,7 +1,7 @@
 """End-to-end RAG with the chunk K/V cache, side by side with plain text RAG, on the real SmolLM2.
 
     python examples/rag.py                     # starts a throwaway Pion server, 6 questions, top-4
-    python examples/rag.py --url pion://127.0.0.1:1974 --k 8 --repair blend --questions 12
+    python examples/rag.py --url pion://127.0.0.1:1974 --k 8 --repair funnel --questions 12
 
 What it does:
 1. builds a corpus of documents (``rag_corpus``: fictional towns, deterministic) and chunks them
@@ -183,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--towns", type=int, default=16)
     parser.add_argument("--chunk-tokens", type=int, default=256)
-    parser.add_argument("--repair", choices=("none", "epic", "blend"), default="blend")
+    parser.add_argument("--repair", choices=("none", "epic", "blend", "funnel"), default="funnel",
+                        help="none; epic (first 16 tokens per chunk); blend (CacheBlend 15%%, V on layer 1); "
+                             "funnel (CacheBlend 15%%, 30%% preselected on layer 1 re-ranked on layer 8: the best "
+                             "15%% selector measured, docs/rag.md)")
     parser.add_argument("--max-tokens", type=int, default=24)
     args = parser.parse_args(argv)
 
@@ -244,7 +247,8 @@ def run(args, model, tokenizer, url, PionClient, HybridRetrievalCache, Repair) -
     print(f" ({time.perf_counter() - started:.1f} s; stored: {rc.stats()['ingest_count'] - 1} encoded, "
           f"{rc.stats()['ingest_hits']} already there)")
 
-    repair = {"none": None, "epic": Repair.epic(16), "blend": Repair.cacheblend(0.15)}[args.repair]
+    repair = {"none": None, "epic": Repair.epic(16), "blend": Repair.cacheblend(0.15),
+              "funnel": Repair.cacheblend(0.15, check_layer=1, refine_layer=8, preselect=0.3)}[args.repair]
     stop = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
     totals = {"cached": [], "text": [], "agree": [], "cached_ok": 0, "text_ok": 0}
     for q in questions:

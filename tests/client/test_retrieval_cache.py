@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pion.client.retrieval import HybridRetrievalCache, Repair
+from pion.client.retrieval import repair as repair_module
 from pion.client.retrieval.compose import rel_error
 from tests.client import models
 from tests.client.retrieval_models import CHUNKS, QUESTION, STUB, tiny
@@ -194,15 +195,20 @@ def test_first_k_covering_the_second_chunk_makes_two_chunks_exact(rc):
     assert rel_error(rc.adapter.forward(QUESTION, cache), full_logits(rc, order)) < 1e-4
 
 
-def test_deviation_repair_picks_the_tokens_whose_v_moved_most(rc):
-    """CacheBlend's selection: the top-ratio chunk tokens by |V_full - V_cached|^2 on the check layer."""
+@pytest.mark.parametrize(("measure", "block"), [("v", 512), ("k", 512), ("kv", 512), ("kv", 6)])
+def test_deviation_repair_picks_the_tokens_whose_kv_moved_most(rc, measure, block, monkeypatch):
+    """CacheBlend's selection: the top-ratio chunk tokens by |V_full - V_cached|^2 (or K, LMCache's
+    diff_k, or both scaled by their means) on the check layer; the same in blocks of ``block``."""
+    monkeypatch.setattr(repair_module, "BLOCK", block)
     order = ["c2", "c3", "c0"]
     plain_k, plain_v = rows(rc, rc.prepare_multi(order, QUESTION)[0])
-    full_v = rows(rc, rc.adapter.prefill(STUB + [t for c in order for t in CHUNKS[c]]))[1]
-    cache, _ = rc.prepare_multi(order, QUESTION, repair=Repair.cacheblend(0.25, check_layer=1))
+    full_k, full_v = rows(rc, rc.adapter.prefill(STUB + [t for c in order for t in CHUNKS[c]]))
+    cache, _ = rc.prepare_multi(order, QUESTION, repair=Repair.cacheblend(0.25, check_layer=1, measure=measure))
     report = rc.last_prepare["repair"]
     chunk_positions = np.arange(len(STUB), plain_v.shape[1])
-    deviation = ((full_v[1, chunk_positions] - plain_v[1, chunk_positions]) ** 2).sum(axis=-1)
+    dev_v = ((full_v[1, chunk_positions] - plain_v[1, chunk_positions]) ** 2).sum(axis=-1)
+    dev_k = ((full_k[1, chunk_positions] - plain_k[1, chunk_positions]) ** 2).sum(axis=-1)
+    deviation = {"v": dev_v, "k": dev_k, "kv": dev_k / dev_k.mean() + dev_v / dev_v.mean()}[measure]
     count = int(np.ceil(0.25 * len(chunk_positions)))
     expected = set(chunk_positions[np.argsort(-deviation)[:count]].tolist())
     assert set(report["positions"]) == expected
@@ -213,11 +219,73 @@ def test_deviation_repair_picks_the_tokens_whose_v_moved_most(rc):
     assert rc.stats()["repaired_tokens"] == count
 
 
+def test_deviation_repair_recomputes_exactly_the_selected_tokens(rc):
+    """Past the check layer only the chosen rows change; the check layers are exact for every chunk
+    token; the stub and the first pack (where they were encoded) never change."""
+    order = ["c1", "c3", "c0", "c2"]
+    plain_k, plain_v = rows(rc, rc.prepare_multi(order, QUESTION)[0])
+    full_k, full_v = rows(rc, rc.adapter.prefill(STUB + [t for c in order for t in CHUNKS[c]]))
+    cache, _ = rc.prepare_multi(order, QUESTION, repair=Repair.cacheblend(0.2, check_layer=1, first_k=2))
+    report = rc.last_prepare["repair"]
+    chosen = np.array(report["positions"])
+    n_chunk = plain_k.shape[1] - len(STUB)
+    assert len(chosen) == int(np.ceil(0.2 * n_chunk)) == report["recomputed"]
+    starts = [s for s, _ in rc.last_prepare["segments"]]
+    assert {p for s in starts for p in (s, s + 1)} <= set(chosen.tolist())  # the first-k share of the budget
+    k, v = rows(rc, cache)
+    others = np.setdiff1d(np.arange(plain_k.shape[1]), chosen)
+    for side, plain, full in ((k, plain_k, full_k), (v, plain_v, full_v)):
+        assert np.array_equal(side[2:, others], plain[2:, others])  # untouched past the check layer
+        assert rel_error(side[:2], full[:2]) < 1e-4  # layers 0..1: every token recomputed exactly
+        assert not np.array_equal(side[2:, chosen], plain[2:, chosen])
+    first = slice(0, rc.last_prepare["segments"][0][1])  # the stub and the first pack were already exact
+    assert rel_error(k[:, first], full_k[:, first]) < 1e-4 and rel_error(v[:, first], full_v[:, first]) < 1e-4
+
+
+@pytest.mark.parametrize("block", [512, 7])
+def test_full_recompute_logits_equal_a_full_prefill_with_every_selector(rc, block, monkeypatch):
+    """Also when the passes run as several in-place forwards (``repair.BLOCK`` tokens each)."""
+    monkeypatch.setattr(repair_module, "BLOCK", block)
+    order = ["c2", "c0", "c3", "c1"]
+    expected = full_logits(rc, order)
+    for plan in (Repair(ratio=1.0, measure="k"), Repair(first_k=2, ratio=1.0), Repair.cacheblend(1.0, 1, 3, 1.0)):
+        cache, _ = rc.prepare_multi(order, QUESTION, repair=plan)
+        assert rc.last_prepare["repair"]["recompute_fraction"] == 1.0
+        got = rc.adapter.forward(QUESTION, cache)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
+        assert int(np.argmax(got)) == int(np.argmax(expected))
+
+
+@pytest.mark.parametrize("plan", [Repair.cacheblend(0.2), Repair.cacheblend(0.2, 1, 2, 0.5, measure="kv"),
+                                  Repair.cacheblend(0.3, first_k=2, measure="k")], ids=["v1", "funnel-kv", "sinks-k"])
+def test_the_one_forward_funnel_equals_the_staged_passes(rc, plan):
+    """transformers runs a funnel's deeper stages and the recompute as one narrowing forward
+    (CacheBlend's progressive filtering: the unselected tokens' hidden states dropped at each
+    stage); it must choose and compute what separate passes do."""
+    from pion.client.retrieval.repair import run_repair
+
+    order = ["c2", "c3", "c0", "c1"]
+    ids = np.array(STUB + [t for c in order for t in CHUNKS[c]])
+    got = []
+    for one_pass in (True, False):
+        cache, _ = rc.prepare_multi(order, QUESTION)
+        report = run_repair(rc.composer.runtime, cache, ids, rc.last_prepare["segments"], plan, one_pass=one_pass)
+        got.append((report, rows(rc, cache), rc.adapter.forward(QUESTION, cache)))
+    (one, (k1, v1), logits1), (staged, (k2, v2), logits2) = got
+    assert one["positions"] == staged["positions"] and one["recomputed"] == staged["recomputed"]
+    assert one["compute"] <= staged["compute"]
+    assert rel_error(k1, k2) < 1e-5 and rel_error(v1, v2) < 1e-5 and rel_error(logits1, logits2) < 1e-5
+    if rc.adapter.runtime == "hf" and plan.refine_layer is not None:
+        assert one["passes"] == 2 < staged["passes"] and one["compute"] < staged["compute"]
+
+
 def test_repair_validation(rc):
     with pytest.raises(ValueError):
         Repair(ratio=1.5)
     with pytest.raises(ValueError):
         Repair(first_k=-1)
+    with pytest.raises(ValueError, match="measure"):
+        Repair(ratio=0.1, measure="q")
     with pytest.raises(ValueError, match="attention layers"):
         rc.prepare_multi(["c0", "c1"], QUESTION, repair=Repair(ratio=0.1, check_layer=9))
 
@@ -233,7 +301,12 @@ def test_the_deviation_funnel_reranks_the_preselected_tokens_on_a_deeper_layer(r
     deviation = ((full_v[1, chunk_positions] - plain_v[1, chunk_positions]) ** 2).sum(axis=-1)
     preselected = set(chunk_positions[np.argsort(-deviation)[: int(np.ceil(0.5 * n))]].tolist())
     assert set(report["positions"]) <= preselected and report["recomputed"] == int(np.ceil(0.2 * n))
-    expected = (n * 2 + int(np.ceil(0.5 * n)) * 4 + report["recomputed"] * 4) / (n * 4)
+    pre = int(np.ceil(0.5 * n))
+    if report["passes"] == 2:  # layers 0-1 for all, then one narrowing forward of the preselected from layer 0
+        expected = (n * 2 + pre * 4) / (n * 4)
+    else:  # a pass per stage from layer 0, then the chosen through every layer
+        assert report["passes"] == 3
+        expected = (n * 2 + pre * 4 + report["recomputed"] * 4) / (n * 4)
     assert report["compute"] == pytest.approx(expected)
     with pytest.raises(ValueError, match="deeper"):
         Repair.cacheblend(0.2, check_layer=2, refine_layer=1)

@@ -8,10 +8,14 @@ attending to everything before it, their new K/V written over the stale rows lay
 - **first k** (EPIC / LegoLink, arXiv 2410.15332): recompute the first ``k`` tokens of every
   chunk, which otherwise act as a spurious attention sink at each chunk start. O(k x chunks).
 - **deviation** (CacheBlend, arXiv 2405.16444; LMCache ``blend_recompute_ratio 0.15``,
-  ``blend_check_layers [1]``): one forward of *all* chunk tokens through the first layers, up
-  to ``check_layer``, which recomputes those layers exactly; the ``ratio`` of tokens whose V
+  ``blend_check_layers [1]``): *all* chunk tokens run through the first layers, up to
+  ``check_layer`` (in causal blocks), which recomputes those layers exactly; the ``ratio`` of tokens whose V
   on ``check_layer`` moved most from the cached V (the high-KV-deviation tokens) are then
-  recomputed through every layer. As LMCache does, deviation is measured on V.
+  recomputed through every layer. Deviation is measured on V (CacheBlend's own code), K
+  (LMCache's ``diff_k``: post-RoPE fresh K against the cached, re-rotated K) or both. With a
+  ``refine_layer`` the selection is CacheBlend's progressive filtering: a wider preselection
+  runs on to a deeper layer, whose deviation picks the final tokens; on transformers that and
+  the recompute are one forward that drops the unselected tokens as it goes deeper.
 
 Both can be combined: the first-k tokens are always recomputed and count toward the ratio's
 budget, which the most deviating other tokens fill.
@@ -24,6 +28,10 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
+MEASURES = ("v", "k", "kv")
+#: tokens per in-place forward: a pass over many tokens runs as consecutive blocks (see ``in_blocks``)
+BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -40,12 +48,17 @@ class Repair:
     #: ``check_layer`` runs on to it, and its deviation picks the final ``ratio`` (None: no funnel)
     refine_layer: int | None = None
     preselect: float = 0.0
+    #: what deviation ranks tokens: ``"v"`` (CacheBlend), ``"k"`` (LMCache's ``diff_k``) or ``"kv"``
+    #: (both, each scaled by its mean over the candidates so neither dominates)
+    measure: str = "v"
 
     def __post_init__(self) -> None:
         if self.first_k < 0:
             raise ValueError("Repair.first_k must be >= 0")
         if not 0.0 <= self.ratio <= 1.0:
             raise ValueError("Repair.ratio must be in [0, 1]")
+        if self.measure not in MEASURES:
+            raise ValueError(f"Repair.measure must be one of {MEASURES}, not {self.measure!r}")
         if self.check_layer < 0:
             raise ValueError("Repair.check_layer must be >= 0")
         if self.refine_layer is not None:
@@ -60,9 +73,10 @@ class Repair:
 
     @classmethod
     def cacheblend(cls, ratio: float = 0.15, check_layer: int = 1, refine_layer: int | None = None,
-                   preselect: float | None = None) -> Repair:
+                   preselect: float | None = None, measure: str = "v", first_k: int = 0) -> Repair:
         preselect = (min(1.0, 2 * ratio) if refine_layer is not None else 0.0) if preselect is None else preselect
-        return cls(ratio=ratio, check_layer=check_layer, refine_layer=refine_layer, preselect=preselect)
+        return cls(first_k=first_k, ratio=ratio, check_layer=check_layer, refine_layer=refine_layer,
+                   preselect=preselect, measure=measure)
 
     def stages(self, n_tokens: int) -> list[tuple[int, int]]:
         """``(attention layer, tokens kept after it)`` of the deviation funnel."""
@@ -76,7 +90,7 @@ class Repair:
         return self.first_k > 0 or self.ratio > 0
 
     def describe(self) -> dict:
-        out = {"first_k": self.first_k, "ratio": self.ratio, "check_layer": self.check_layer}
+        out = {"first_k": self.first_k, "ratio": self.ratio, "check_layer": self.check_layer, "measure": self.measure}
         if self.refine_layer is not None:
             out.update(refine_layer=self.refine_layer, preselect=self.preselect)
         return out
@@ -96,58 +110,112 @@ def top_deviation(positions: np.ndarray, deviation: np.ndarray, count: int) -> n
     return positions[order[:count]]
 
 
-def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, int]], plan: Repair) -> dict:
+def run_repair(runtime, cache, token_ids: np.ndarray, segments: list[tuple[int, int]], plan: Repair,
+               one_pass: bool = True) -> dict:
     """Apply ``plan`` to ``cache`` (holding ``token_ids``; chunks at ``segments``); a report.
 
     The deviation selection is a funnel: every chunk token runs to ``check_layer`` (those layers
-    become exact), the most deviating ``preselect`` share of them runs on to ``refine_layer``
-    when one is given, and the top ``ratio`` by the last deviation measured is recomputed
-    through every layer. ``compute`` in the report is the work done, in token-layers, as a
-    share of prefilling the chunk tokens (what text RAG pays for them).
+    become exact; in position-ordered blocks, so that pass pays about half the attention, as a
+    causal prefill does), the most deviating ``preselect`` share of them runs on to
+    ``refine_layer`` when one is given, and the top ``ratio`` by the last deviation measured is
+    recomputed through every layer. Where the runtime can narrow a forward (``run_funnel``:
+    transformers) the deeper stages and the recompute are one forward that drops the unselected
+    tokens' hidden states at each stage, as CacheBlend does; otherwise (or ``one_pass=False``)
+    one in-place pass per stage and a last one for the chosen tokens, which computes the same
+    rows. ``compute`` in the report is the work done, in token-layers, as a share of
+    prefilling the chunk tokens (what text RAG pays for them).
     """
     started = time.perf_counter()
     attn = runtime.adapter.layout.attn
     chunk_positions = np.concatenate([np.arange(s, e) for s, e in segments]) if segments else np.zeros(0, np.int64)
     chosen = first_tokens(segments, plan.first_k) if plan.first_k else np.zeros(0, np.int64)
-    token_layers, checked, check_ms = 0, 0, 0.0
+    token_layers, checked, check_ms, passes, in_one_forward = 0, 0, 0.0, 0, False
     if plan.ratio > 0 and len(chunk_positions):
         count = math.ceil(plan.ratio * len(chunk_positions))
-        candidates = np.setdiff1d(chunk_positions, chosen)
-        for layer, keep in plan.stages(len(chunk_positions)):
+        stages = plan.stages(len(chunk_positions))
+        for layer, _ in stages:
             if layer >= len(attn):
                 raise ValueError(f"Repair check layer {layer}: the model has {len(attn)} attention layers")
-            deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[layer])
-            token_layers += len(candidates) * (layer + 1)
-            checked = max(checked, len(candidates))
-            ranked = top_deviation(candidates, deviation, keep)  # most deviating first
+        free_final = max(0, count - len(chosen))
+        (check, keep), deeper = stages[0], stages[1:]
+        candidates = np.setdiff1d(chunk_positions, chosen)
+        deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[check], plan.measure)
+        token_layers += len(candidates) * (check + 1)
+        checked, passes = len(candidates), 1
+        ranked = top_deviation(candidates, deviation, keep if deeper else free_final)  # most deviating first
+        funnel = getattr(runtime, "run_funnel", None) if one_pass and deeper else None
+        done = None
+        if funnel is not None:  # the deeper stages and the recompute in one narrowing forward
+            alive = np.sort(np.concatenate([chosen, ranked]))
+            spec = [(attn[layer], keep if i + 1 < len(deeper) else min(keep, free_final), plan.measure)
+                    for i, (layer, keep) in enumerate(deeper)]
+            done = funnel(cache, token_ids[alive], alive, spec, np.isin(alive, chosen))
+        if done is not None:
+            chosen, counts = done
+            token_layers += sum(counts)
+            passes += 1
+            in_one_forward = True
+        else:
             candidates = np.sort(ranked)
+            for layer, keep in deeper:
+                deviation = _deviation_at(runtime, cache, token_ids, candidates, attn[layer], plan.measure)
+                token_layers += len(candidates) * (layer + 1)
+                passes += 1
+                ranked = top_deviation(candidates, deviation, keep)
+                candidates = np.sort(ranked)
+            chosen = np.concatenate([chosen, ranked[:free_final]])
         check_ms = (time.perf_counter() - started) * 1000
-        chosen = np.concatenate([chosen, ranked[: max(0, count - len(chosen))]])
-    chosen = np.unique(chosen)
-    if len(chosen):
-        runtime.run_in_place(cache, token_ids[chosen], chosen)
+    if not in_one_forward:
+        chosen = np.unique(chosen)
+        for run in in_blocks(chosen):
+            runtime.run_in_place(cache, token_ids[run], run)
         token_layers += len(chosen) * len(attn)
+        passes += int(len(chosen) > 0)
     total = len(chunk_positions) * len(attn)
     return {
         "recomputed": int(len(chosen)),
-        "positions": chosen.tolist(),
+        "positions": np.sort(chosen).tolist(),
         "chunk_tokens": int(len(chunk_positions)),
         "recompute_fraction": len(chosen) / len(chunk_positions) if len(chunk_positions) else 0.0,
         "compute": token_layers / total if total else 0.0,
         "checked_tokens": checked,
+        "passes": passes,
         "check_ms": round(check_ms, 3),
         "repair_ms": round((time.perf_counter() - started) * 1000, 3),
         "plan": plan.describe(),
     }
 
 
-def _deviation_at(runtime, cache, token_ids: np.ndarray, positions: np.ndarray, slot: int) -> np.ndarray:
-    """Recompute ``positions`` up to attention ``slot`` in place; their V deviation there."""
-    found: dict[str, np.ndarray] = {}
+def in_blocks(positions: np.ndarray, block: int | None = None):
+    """``positions`` (sorted) in consecutive runs of at most ``block``: each run is one forward
+    whose attention reads the cache only up to its last position, so a long pass pays about
+    half of the full-width attention, as a causal prefill does."""
+    block = block or BLOCK
+    for start in range(0, len(positions), block):
+        yield positions[start:start + block]
+
+
+def _deviation_at(runtime, cache, token_ids: np.ndarray, positions: np.ndarray, slot: int,
+                  measure: str = "v") -> np.ndarray:
+    """Recompute ``positions`` up to attention ``slot`` in place; their deviation there (``measure``)."""
+    k_parts: list[np.ndarray] = []
+    v_parts: list[np.ndarray] = []
 
     def on_update(at, new_k, new_v, old_k, old_v):
         if at == slot:
-            found["deviation"] = runtime.deviation(new_v, old_v)
+            k_parts.append(runtime.deviation(new_k, old_k))
+            v_parts.append(runtime.deviation(new_v, old_v))
 
-    runtime.run_in_place(cache, token_ids[positions], positions, on_update=on_update, stop_after=slot)
-    return found["deviation"]
+    for run in in_blocks(positions):  # in position order: each run sees the runs before it recomputed
+        runtime.run_in_place(cache, token_ids[run], run, on_update=on_update, stop_after=slot)
+    return combine_deviation(measure, lambda: np.concatenate(k_parts), lambda: np.concatenate(v_parts))
+
+
+def combine_deviation(measure: str, k_dev, v_dev) -> np.ndarray:
+    """The per-token score ``measure`` names, from lazy K and V squared deviations."""
+    if measure == "k":
+        return k_dev()
+    if measure == "v":
+        return v_dev()
+    k, v = k_dev(), v_dev()
+    return k / max(float(k.mean()), 1e-30) + v / max(float(v.mean()), 1e-30)

@@ -15,6 +15,7 @@ torch is imported by the adapter (``pion.client.adapters.transformers``), never 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -105,16 +106,17 @@ class HfRuntime(RuntimeShim):
     def run_in_place(self, cache, token_ids, positions: np.ndarray, *, on_update=None, stop_after: int | None = None):
         """Recompute ``token_ids`` at ``positions`` (sorted, inside the cache) through the model.
 
-        Each token attends to every cached position up to its own; its new K/V replace the
+        Each token attends to every cached position up to its own (the attention reads the cache
+        only up to the last position recomputed); its new K/V replace the
         cached rows at its position, layer by layer. ``on_update(slot, new_k, new_v, old_k,
         old_v)`` sees them first (torch tensors ``[1, heads, m, dim]``). ``stop_after``: end the
         forward once that attention slot is written (CacheBlend's early-layer pass).
         """
         torch = self.torch
         index = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
-        total = int(cache.get_seq_length())
+        end = int(np.max(positions)) + 1  # nothing past the last token is visible: attend to [0, end) only
         dtype = cache.layers[self.adapter.layout.attn[0]].keys.dtype
-        visible = torch.arange(total, device=self.device)[None, :] <= index[:, None]
+        visible = torch.arange(end, device=self.device)[None, :] <= index[:, None]
         mask = torch.zeros(visible.shape, dtype=dtype, device=self.device)
         mask.masked_fill_(~visible, torch.finfo(dtype).min)
 
@@ -126,7 +128,7 @@ class HfRuntime(RuntimeShim):
                 on_update(layer_idx, key_states, value_states, layer.keys[:, :, index], layer.values[:, :, index])
             layer.keys[:, :, index] = key_states.to(layer.keys.dtype)
             layer.values[:, :, index] = value_states.to(layer.values.dtype)
-            return layer.keys, layer.values
+            return layer.keys[:, :, :end], layer.values[:, :, :end]
 
         cache.update = update
         try:
@@ -135,6 +137,87 @@ class HfRuntime(RuntimeShim):
             pass
         finally:
             del cache.update
+
+    def run_funnel(self, cache, token_ids, positions: np.ndarray, stages: list[tuple[int, int, str]],
+                   forced: np.ndarray | None = None) -> tuple[np.ndarray, list[int]] | None:
+        """CacheBlend's progressive filtering in one forward: ``positions`` recomputed in place,
+        narrowing as the forward goes deeper; the positions that went through every layer and
+        the count computed at each attention layer (None when this model's decoder loop cannot
+        be narrowed: the caller runs the stages as separate passes).
+
+        ``stages``: ``(attention slot, keep, measure)``: at that slot the alive tokens' deviation
+        (``repair.combine_deviation``) ranks them and only the ``keep`` most deviating (plus every
+        ``forced`` one) go on; the hidden states of the others are dropped, so each layer computes
+        only the tokens still selected. Positions are sorted; ``forced`` is a boolean per position.
+        """
+        from pion.client.retrieval.repair import combine_deviation, top_deviation
+
+        layers = getattr(getattr(self.model, "model", None), "layers", None)
+        if layers is None or len(layers) != len(cache.layers):
+            return None
+        torch = self.torch
+        positions = np.asarray(positions, dtype=np.int64)
+        forced = np.zeros(len(positions), bool) if forced is None else np.asarray(forced, bool)
+        index = torch.as_tensor(positions, device=self.device)
+        end = int(positions.max()) + 1
+        dtype = cache.layers[self.adapter.layout.attn[0]].keys.dtype
+        mask = torch.zeros((len(positions), end), dtype=dtype, device=self.device)
+        mask.masked_fill_(~(torch.arange(end, device=self.device)[None, :] <= index[:, None]), torch.finfo(dtype).min)
+        at_stage = {slot: (keep, measure) for slot, keep, measure in stages}
+        state: dict[str, Any] = {"alive": np.arange(len(positions)), "pending": None}
+        counts: list[int] = []
+
+        def update(key_states, value_states, layer_idx, *args, **kwargs):
+            layer, alive = cache.layers[layer_idx], state["alive"]
+            rows = index[alive]
+            old_k, old_v = layer.keys[:, :, rows], layer.values[:, :, rows]
+            layer.keys[:, :, rows] = key_states.to(layer.keys.dtype)
+            layer.values[:, :, rows] = value_states.to(layer.values.dtype)
+            counts.append(len(alive))
+            if layer_idx in at_stage:
+                keep, measure = at_stage[layer_idx]
+                local, free = np.arange(len(alive)), ~forced[alive]
+                score = combine_deviation(measure, lambda: self.deviation(key_states, old_k)[free],
+                                          lambda: self.deviation(value_states, old_v)[free])
+                kept = top_deviation(local[free], score, keep)
+                state["pending"] = np.sort(np.concatenate([local[~free], kept]))
+            return layer.keys[:, :, :end], layer.values[:, :, :end]
+
+        def narrow(module, args, kwargs):
+            # the model hands every layer the full-width mask and rotary tables; the hidden states
+            # come from the layer before, already as narrow as the tokens alive there
+            pick = state["pending"]
+            if pick is not None:
+                state["pending"], state["alive"] = None, state["alive"][pick]
+                sel = torch.as_tensor(pick, device=self.device)
+                if args:
+                    args = (args[0][:, sel], *args[1:])
+                else:
+                    kwargs["hidden_states"] = kwargs["hidden_states"][:, sel]
+            if len(state["alive"]) == len(positions):
+                return args, kwargs
+            if not {"attention_mask", "position_embeddings"} <= kwargs.keys():
+                raise _NotNarrowable  # another decoder-layer signature: the caller runs staged passes
+            alive = torch.as_tensor(state["alive"], device=self.device)
+            kwargs["attention_mask"] = kwargs["attention_mask"][..., alive, :]
+            cos, sin = kwargs["position_embeddings"]
+            kwargs["position_embeddings"] = (cos[:, alive], sin[:, alive])
+            if kwargs.get("position_ids") is not None:
+                kwargs["position_ids"] = kwargs["position_ids"][:, alive]
+            return args, kwargs
+
+        hooks = [layer.register_forward_pre_hook(narrow, with_kwargs=True) for layer in layers]
+        cache.update = update
+        try:
+            self._forward(token_ids, index[None], cache, mask[None, None])
+        except _NotNarrowable:
+            return None  # rows written so far are the staged passes' values; they recompute them
+        finally:
+            del cache.update
+            for hook in hooks:
+                hook.remove()
+        alive = state["alive"] if state["pending"] is None else state["alive"][state["pending"]]
+        return positions[alive], counts
 
     def _forward(self, token_ids, positions, cache, mask) -> None:
         torch = self.torch
@@ -155,3 +238,7 @@ class HfRuntime(RuntimeShim):
         """Per token: squared distance between fresh and cached rows ``[1, heads, m, dim]`` (float32)."""
         diff = (new.float() - old.float()) ** 2
         return diff.sum(dim=(0, 1, 3)).cpu().numpy()
+
+
+class _NotNarrowable(Exception):
+    """The decoder layers do not take the arguments ``run_funnel`` narrows."""

@@ -89,11 +89,11 @@ class MlxRuntime(RuntimeShim):
         mx = self.mx
         index = mx.array(np.asarray(positions, dtype=np.int32))
         attn_slots = self.adapter.layout.attn
-        total = int(cache[attn_slots[0]].offset)
-        visible = mx.arange(total)[None, :] <= index[:, None]
+        end = int(np.max(positions)) + 1  # nothing past the last token is visible: attend to [0, end) only
+        visible = mx.arange(end)[None, :] <= index[:, None]
         slots = list(cache)
         for slot in attn_slots:
-            slots[slot] = _ScatterSlot(cache[slot], slot, index, visible, on_update, stop_after)
+            slots[slot] = _ScatterSlot(cache[slot], slot, index, visible, on_update, stop_after, end)
         swapped = [(attn, attn.rope) for attn in self.attention]
         table = TableRope(self.rope, np.asarray(positions))
         try:
@@ -145,9 +145,9 @@ class _OffsetSlot:
 class _ScatterSlot:
     """Wraps a ``KVCache`` for one in-place forward: writes at ``index``, masks by position."""
 
-    def __init__(self, kv, slot: int, index, visible, on_update, stop_after) -> None:
+    def __init__(self, kv, slot: int, index, visible, on_update, stop_after, end: int) -> None:
         self.kv, self.slot, self.index, self.visible = kv, slot, index, visible
-        self.on_update, self.stop_after = on_update, stop_after
+        self.on_update, self.stop_after, self.end = on_update, stop_after, end
         self.offset = kv.offset
 
     def update_and_fetch(self, keys, values):
@@ -158,7 +158,7 @@ class _ScatterSlot:
             self.on_update(self.slot, keys, values, kv.keys[..., self.index, :], kv.values[..., self.index, :])
         kv.keys[..., self.index, :] = keys.astype(kv.keys.dtype)
         kv.values[..., self.index, :] = values.astype(kv.values.dtype)
-        return kv.keys[..., : kv.offset, :], kv.values[..., : kv.offset, :]
+        return kv.keys[..., : self.end, :], kv.values[..., : self.end, :]
 
     def make_mask(self, n: int, return_array: bool = False, window_size=None):
         if window_size is not None:
