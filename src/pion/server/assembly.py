@@ -1,14 +1,17 @@
 """The assembler: the one place that knows every part of the server and builds it from Settings.
 
-The start order is written here, top to bottom: security checks refuse an unsafe start before
-anything is locked or opened; durability takes the data-directory lock and puts the journal,
-the arenas and the memory guard in place (its recovery is the first start-up hook, so the
-keyspace is full before any listener opens); security (users, tenants, TLS) next, since tenants
-count their memory through the journal; then scripting, the K/V engine, the MoE expert tier,
-search, embeddings and agent memory, which register snapshot extensions with durability; the metrics endpoint last (it opens
-after recovery and reads every part). Shutdown runs the hooks in the same order, after the
-listeners closed (``Server.stop``).
-Admission (``pion.server.admission``) is handed the security, memory and durability parts here.
+The start order is written here, top to bottom; each family's ``install`` adds its component
+(``pion.server.component``) to the server as it is called, so the components start in this
+order and stop in reverse. Security checks refuse an unsafe start before anything is locked or
+opened; durability takes the data-directory lock and puts the journal, the arenas and the memory
+guard in place (its recovery is the first start-up step, so the keyspace is full before any
+other part starts or a listener opens; it closes the log and unlocks last); cluster mode;
+security (users, tenants, TLS) next, since tenants count their memory through the journal; then
+scripting, the K/V engine, the MoE expert tier, search, embeddings and agent memory, which
+register snapshot extensions with durability; replication; durability's final save (after every
+engine, so at shutdown it runs before any of them tears its state down); the metrics endpoint
+last (it opens after recovery and reads every part). Admission (``pion.server.admission``) is
+handed the security, memory and durability parts here.
 """
 
 from __future__ import annotations
