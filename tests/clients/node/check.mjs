@@ -3,22 +3,11 @@
 // Prints one line per check ("ok <name>" / "FAIL <name>: <why>") and a summary; exits 1 on a failure.
 // The same script passes against Debian's redis-server 7, which is how the expectations were checked.
 import assert from 'node:assert/strict';
+import { check, finish } from './harness.mjs';
 import { createClient } from '@redis/client';
 
 const port = Number(process.argv[2] ?? 6379);
 const protocols = process.argv[3] ? [Number(process.argv[3])] : [2, 3];
-const results = { ok: 0, failed: 0 };
-
-async function check(name, fn) {
-  try {
-    await fn();
-    results.ok += 1;
-    console.log(`ok ${name}`);
-  } catch (err) {
-    results.failed += 1;
-    console.log(`FAIL ${name}: ${(err && err.stack) || err}`.split('\n').slice(0, 6).join('\n'));
-  }
-}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const entries = (obj) => Object.fromEntries(obj instanceof Map ? obj : Object.entries(obj));
@@ -263,5 +252,4 @@ function pairs(flat) {
 for (const RESP of protocols) {
   await suite(RESP);
 }
-console.log(`summary: ${results.ok} passed, ${results.failed} failed`);
-process.exit(results.failed ? 1 : 0);
+finish();

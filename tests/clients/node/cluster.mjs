@@ -3,22 +3,11 @@
 // Prints "ok <name>" / "FAIL <name>: <why>" lines and a summary; exits 1 on a failure.
 // The same script passes against a 3-node redis-server 7.0.15 cluster (tests/cluster/test_node_cluster.py).
 import assert from 'node:assert/strict';
+import { check, finish } from './harness.mjs';
 import { createCluster } from '@redis/client';
 
 const port = Number(process.argv[2] ?? 7000);
 const protocols = process.argv[3] ? [Number(process.argv[3])] : [2, 3];
-const results = { ok: 0, failed: 0 };
-
-async function check(name, fn) {
-  try {
-    await fn();
-    results.ok += 1;
-    console.log(`ok ${name}`);
-  } catch (err) {
-    results.failed += 1;
-    console.log(`FAIL ${name}: ${(err && err.stack) || err}`.split('\n').slice(0, 6).join('\n'));
-  }
-}
 
 async function suite(RESP) {
   const cluster = createCluster({ rootNodes: [{ url: `redis://127.0.0.1:${port}` }], RESP });
@@ -55,5 +44,4 @@ async function suite(RESP) {
 }
 
 for (const RESP of protocols) await suite(RESP);
-console.log(`summary: ${results.ok} ok, ${results.failed} failed`);
-process.exit(results.failed ? 1 : 0);
+finish('ok');
