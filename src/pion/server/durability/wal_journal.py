@@ -7,9 +7,10 @@ and, under ``appendfsync always``, one ``fdatasync``; then it tells the loop (vi
 ``call_soon_threadsafe``), which advances ``durable_seq`` and releases held replies. Parsing and
 running commands continue meanwhile: the next batch forms while the disk works.
 
-A failed write or fsync is cut off (``ftruncate`` to the last synced size); the replies of the
-affected writes become ``-MISCONF``, writes are refused while ``write_error()`` is set, and the
-writer retries every second until a write succeeds again (then the error clears).
+A failure never cuts, rewrites or duplicates synced or acknowledged bytes (the writer thread's
+section below says how): the records not in a file are answered ``-MISCONF`` and held for the
+next batch, writes are refused while ``write_error()`` is set, and the writer probes the disk
+every second with a scratch file until it works again (then the error clears).
 """
 
 from __future__ import annotations
