@@ -125,7 +125,11 @@ class ProcessServer:
                "--dir", str(self.datadir), *self.extra]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, timeout, self.proc)
+        try:
+            wait_for_port(self.port, timeout, self.proc)
+        except BaseException:
+            self.kill9()  # never leave a server that did not come up (or was interrupted) running
+            raise
         return self
 
     def kill9(self) -> None:
