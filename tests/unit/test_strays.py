@@ -27,3 +27,17 @@ def test_a_marked_orphan_is_found_and_killed():
 
 def test_unmarked_processes_are_not_counted():
     assert strays.strays("no-such-session-" + os.urandom(4).hex(), grace=0) == {}
+
+
+def test_a_script_past_its_timeout_is_stopped_with_everything_it_started():
+    import pytest
+
+    from tests.support import procs
+
+    token = "test-" + os.urandom(4).hex()
+    env = dict(os.environ, **{strays.MARKER: token})
+    script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+              " time.sleep(60)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        procs.run([sys.executable, "-c", script], timeout=1.0, env=env)
+    assert strays.strays(token, grace=5.0) == {}
