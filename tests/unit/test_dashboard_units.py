@@ -3,13 +3,15 @@ order and columns, the login's session checks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 
 import pytest
 
 from pion.kvcache.prefix import Prefix
 from pion.server.dashboard.history import History
-from pion.server.dashboard.prefixes import Query, QueryError, codec_of, model_short, ordered
+from pion.server.dashboard.prefixes import COLUMNS, Query, QueryError, codec_of, model_short, ordered
 from pion.server.dashboard.readers import Viewer
 
 
@@ -52,15 +54,35 @@ def test_queries_are_checked():
             Query.parse(args)
 
 
-def test_the_order_breaks_ties_by_space_and_namespace_in_both_directions():
+@pytest.mark.parametrize("chunk", [1, 2, 1000])  # one run per row, runs across ties, a single run
+def test_the_order_breaks_ties_by_space_and_namespace_in_both_directions(chunk):
     rows = [("b", "n2", "", 5, "fp16", 10, 1, 0.0, False), ("a", "n9", "", 5, "fp16", 30, 1, 0.0, True),
             ("a", "n1", "", 7, "int8", 20, 2, 0.0, False)]
-    assert [r[1] for r in ordered(rows, "hits", "desc")] == ["n1", "n9", "n2"]
-    assert [r[1] for r in ordered(rows, "hits", "asc")] == ["n9", "n2", "n1"]
-    assert [r[1] for r in ordered(rows, "bytes", "desc")] == ["n9", "n1", "n2"]
-    assert [r[1] for r in ordered(rows, "ns", "desc")] == ["n9", "n2", "n1"]
-    assert [r[1] for r in ordered(rows, "space", "asc")] == ["n1", "n9", "n2"]
-    assert [r[1] for r in ordered(rows, "pinned", "desc")] == ["n9", "n1", "n2"]
+
+    def names(sort: str, order: str) -> list[str]:
+        return [r[1] for r in asyncio.run(ordered(rows, sort, order, chunk))]
+
+    assert names("hits", "desc") == ["n1", "n9", "n2"]
+    assert names("hits", "asc") == ["n9", "n2", "n1"]
+    assert names("tokens", "desc") == ["n1", "n9", "n2"] and names("tokens", "asc") == ["n9", "n2", "n1"]
+    assert names("bytes", "desc") == ["n9", "n1", "n2"]
+    assert names("ns", "desc") == ["n9", "n2", "n1"] and names("ns", "asc") == ["n1", "n2", "n9"]
+    assert names("space", "asc") == ["n1", "n9", "n2"] and names("space", "desc") == ["n2", "n9", "n1"]
+    assert names("pinned", "desc") == ["n9", "n1", "n2"]
+    assert names("codec", "desc") == ["n1", "n9", "n2"]
+
+
+def test_the_sliced_sort_is_sorted_and_stable():
+    rng = random.Random(5)
+    rows = [(rng.choice("ab"), f"n{i:04d}", "", rng.randrange(5), "", 0, rng.randrange(3), 0.0, False)
+            for i in range(3000)]
+    rng.shuffle(rows)
+    for sort in ("hits", "tokens", "ns"):
+        for order in ("asc", "desc"):
+            at = COLUMNS.index(sort)
+            ties = (lambda r: (r[1], r[0])) if sort == "ns" else (lambda r: (r[0], r[1]))
+            expected = sorted(sorted(rows, key=ties), key=lambda r, at=at: r[at], reverse=order == "desc")
+            assert asyncio.run(ordered(rows, sort, order, chunk=128)) == expected, (sort, order)
 
 
 def test_model_and_codec_columns_read_the_manifest():

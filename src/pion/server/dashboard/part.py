@@ -2,10 +2,10 @@
 
 The listener is an ``asyncio`` server on the event loop, as the metrics endpoint's is: every
 answer reads server state, which only the loop may touch, and each is small (one page of
-prefixes, a few cards, the last hour of samples). What could be long is kept off the loop's
-path: the prefix rows are built in chunks with yields between and sorted in a worker thread
-(``pion.server.dashboard.prefixes``); a failed login waits with ``asyncio.sleep``, never holding
-the loop. One request per connection; the page's files are read from the package at start.
+prefixes, a few cards, the last hour of samples). What could be long is cut into slices so it
+never holds the loop's critical path: the prefix table is read and sorted a slice at a time with
+yields between, and reused while fresh (``pion.server.dashboard.prefixes``); a failed login
+waits with ``asyncio.sleep``, never holding the loop. One request per connection; the page's files are read from the package at start.
 
 Routes: ``GET /`` (the page), ``GET /static/<file>``, ``GET /api/session`` (who is logged in;
 on an open loopback server it opens a session as ``default``), ``POST /api/login``
