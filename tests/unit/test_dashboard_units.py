@@ -102,3 +102,10 @@ def test_a_viewer_sees_its_space_or_all():
     assert Viewer("default", None).sees("acme") and Viewer("default", None).sees("default")
     assert Viewer("acme", "acme").sees("acme") and not Viewer("acme", "acme").sees("globex")
     assert not Viewer("acme", "acme").sees("default")
+
+
+def test_binary_slow_log_arguments_are_escaped():
+    from pion.server.dashboard.readers import _shown
+
+    assert _shown(b"KV.PREFIX.LOOKUP") == "KV.PREFIX.LOOKUP" and _shown("café".encode()) == "café"
+    assert _shown(b"\x00\x80?ab... (12 more bytes)") == "\\x00\\x80?ab... (12 more bytes)"

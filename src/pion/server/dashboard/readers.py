@@ -168,10 +168,18 @@ def slowlog(server: Server) -> dict[str, Any]:
         "threshold_us": server.settings.slowlog_log_slower_than, "max_len": server.settings.slowlog_max_len,
         "length": len(log.entries) if log is not None else 0,
         "entries": [{"id": e[0], "time": e[1], "usec": e[2],
-                     "command": " ".join(bytes(a).decode("utf-8", "replace") for a in e[3]),
+                     "command": " ".join(_shown(bytes(a)) for a in e[3]),
                      "client": bytes(e[4]).decode("utf-8", "replace"),
                      "name": bytes(e[5] or b"").decode("utf-8", "replace")} for e in entries],
     }
+
+
+def _shown(arg: bytes) -> str:
+    """An argument as text; binary ones (a K/V blob's head) escaped as redis-cli shows them."""
+    text = arg.decode("utf-8", "replace")
+    if "\ufffd" in text or any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        return arg.decode("latin-1").encode("unicode_escape").decode("ascii")
+    return text
 
 
 def _plain(fields: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,12 @@ function seconds(s) {
   if (s < 3600) return (s / 60).toFixed(1) + " min";
   return (s / 3600).toFixed(1) + " h";
 }
+function axisSeconds(s) {  // the chart's labels: short enough for its margin
+  if (s === 0) return "0";
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+  if (s < 3600) return (s / 60).toFixed(s < 600 ? 1 : 0) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
 function ago(epoch) {
   if (!epoch) return "never";
   const d = Math.max(0, Date.now() / 1000 - epoch);
@@ -168,7 +174,9 @@ function drawOverview(o) {
 
 function drawPrefixes(p) {
   state.page = p.page;
-  $("prefix-total").textContent = `${count(p.total)} total`;
+  const stale = Date.now() / 1000 - p.as_of > 5;  // a large table is re-read less often (docs/dashboard.md)
+  $("prefix-total").textContent = `${count(p.total)} total` +
+    (stale ? ` · as of ${new Date(p.as_of * 1000).toLocaleTimeString()}` : "");
   $("page-info").textContent = `page ${count(p.page)} of ${count(p.pages)}`;
   $("page-prev").disabled = p.page <= 1;
   $("page-next").disabled = p.page >= p.pages;
@@ -269,7 +277,7 @@ function svg(tag, attrs) {
 function chart(id, points, value, format, fixedMax) {
   const root = $(id);
   while (root.firstChild) root.removeChild(root.firstChild);
-  const W = 600, H = 180, L = 46, R = 8, T = 10, B = 22;
+  const W = 600, H = 180, L = 62, R = 8, T = 10, B = 22;
   const values = points.map(value);
   const known = values.filter((v) => v !== null);
   const max = fixedMax !== undefined ? fixedMax : Math.max(1e-9, ...known) * 1.1;
@@ -310,7 +318,7 @@ function chart(id, points, value, format, fixedMax) {
 function drawHistory(h) {
   const points = h.points;
   chart("chart-hit-rate", points, (p) => p.hit_rate, (v) => (100 * v).toFixed(0) + "%", 1);
-  chart("chart-saved", points, (p) => p.saved_total_s, (v) => seconds(v));
+  chart("chart-saved", points, (p) => p.saved_total_s, axisSeconds);
 }
 
 // -- wiring -------------------------------------------------------------------------------------
