@@ -92,6 +92,8 @@ def test_a_password_server_asks_for_a_login_and_refuses_a_wrong_one(locked):
     assert dash.login("nobody", PASSWORD).status == 401
     failures = locked.call(lambda: locked.server.parts.acl.failures["127.0.0.1"][0])
     assert failures == 2  # the same per-address counters AUTH keeps
+    logged = locked.call(lambda: [(e["username"], e["client-info"]) for e in locked.server.parts.acl.log.entries])
+    assert logged == [("nobody", "dashboard addr=127.0.0.1"), ("default", "dashboard addr=127.0.0.1")]  # ACL LOG
     with socket.create_connection(("127.0.0.1", locked.port), timeout=10) as sock:  # AUTH sees them too
         sock.sendall(b"AUTH wrong\r\n")
         assert sock.recv(100).startswith(b"-WRONGPASS")

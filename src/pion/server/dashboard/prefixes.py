@@ -197,6 +197,12 @@ class PrefixTable:
         self._locks: dict[Viewer, asyncio.Lock] = {}
         self.builds = 0
 
+    def prune(self) -> None:
+        """Forget the snapshots gone stale (the cron calls it)."""
+        now = time.monotonic()
+        if any(not s.fresh(now) for s in self._snapshots.values()):
+            self._snapshots = {v: s for v, s in self._snapshots.items() if s.fresh(now)}
+
     async def page(self, viewer: Viewer, query: Query) -> dict[str, Any]:
         snapshot, view = await self._sorted(viewer, query.sort, query.order)
         total = len(snapshot.rows) if snapshot is not None else 0

@@ -4,7 +4,7 @@ sessions they open.
 A login names an ACL user and its password (``pion.server.security.auth``: the default user of
 ``requirepass``, a ``--tenant``, an ACL file's user). A wrong one costs what a wrong AUTH costs,
 from the same per-address counters, so a guesser gains nothing by switching from AUTH to the
-page. A right one opens a session: a random 256-bit id in an HTTP-only, ``SameSite=Strict``
+page, and goes to ACL LOG as a failed AUTH does (client-info ``dashboard addr=...``). A right one opens a session: a random 256-bit id in an HTTP-only, ``SameSite=Strict``
 cookie (the password is never stored, sent back or put in a URL). Every request checks the
 session again against the users as they are now: a user disabled or deleted, or whose password
 changed, is logged out. A user of the main keyspace must be allowed to run ``INFO`` (the
@@ -87,6 +87,7 @@ class Sessions:
             return LoginResult(self.open(user, secret), wait)
         self.failed_logins += 1
         count, delay = self.users.note_host_failure(host)
+        self.users.log.record("auth", "toplevel", "AUTH", printable(name or "default"), f"dashboard addr={host}")
         if count <= 10 or count & (count - 1) == 0:
             log.warning("dashboard login failed for user '%s' from %s (%d recent failures from this address; "
                         "its answer is delayed %.3f s)", printable(name or "default"), host, count, delay)

@@ -216,10 +216,14 @@ class AclLog:
     def add(self, client: Client, reason: str, obj: str, username: str) -> None:
         from pion.server.net.client_info import client_line
 
-        now = int(time.time() * 1000)
         context = "lua" if client.in_script else ("multi" if client.executing or client.multi is not None
                                                   else "toplevel")
         info = client_line(client, obj.lower()) if client.conn is not None else ""
+        self.record(reason, context, obj, username, info)
+
+    def record(self, reason: str, context: str, obj: str, username: str, info: str) -> None:
+        """An entry from where there is no client (the dashboard's logins), or from ``add``."""
+        now = int(time.time() * 1000)
         for entry in self.entries:
             if (entry["reason"], entry["context"], entry["object"], entry["username"]) == (reason, context, obj, username) \
                     and now - entry["updated"] < self.GROUP_WINDOW_MS:
