@@ -12,6 +12,7 @@ import time
 import pytest
 import redis
 from tests.server.test_metrics import sample, scrape
+from tests.support.clusters import PionThreadCluster
 from tests.support.dashboard_data import hit, store_many, store_prefix
 from tests.support.dashboard_http import Dash
 from tests.support.servers import free_port, make_settings
@@ -315,3 +316,16 @@ def test_bad_requests_are_answered_and_change_nothing(open_server):
     assert dash.get("/api/session").status == 200
     with redis.Redis(port=open_server.port) as r:
         assert r.ping()
+
+
+def test_a_cluster_node_shows_cluster_info(tmp_path):
+    web = free_port()
+    cluster = PionThreadCluster(tmp_path, 1, dashboard_port=str(web))
+    try:
+        dash = Dash(web)
+        dash.get("/api/session")
+        state = dash.get("/api/replication").body["cluster"]
+        assert (state["cluster_enabled"], state["cluster_state"], state["cluster_known_nodes"]) == (1, "ok", 1)
+        assert state["cluster_slots_assigned"] == 16384  # CLUSTER INFO's own fields
+    finally:
+        cluster.stop()

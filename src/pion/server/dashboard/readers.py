@@ -149,14 +149,13 @@ def search(server: Server, viewer: Viewer) -> dict[str, Any]:
 
 def replication(server: Server) -> dict[str, Any]:
     """INFO replication's fields, and CLUSTER INFO's on a cluster node (a main-keyspace user only)."""
-    out: dict[str, Any] = {"replication": _plain(server.info_sections["replication"](server))}
+    out: dict[str, Any] = {"replication": _plain(server.info_sections["replication"](server)),
+                           "cluster": _plain(server.info_sections["cluster"](server))}
     cluster = server.parts.cluster
     if cluster is not None:
         from pion.server.cluster.replies import info_fields
 
-        out["cluster"] = _plain(info_fields(cluster.state, cluster.message_stats()))
-    else:
-        out["cluster"] = _plain(server.info_sections["cluster"](server))
+        out["cluster"].update(_plain(info_fields(cluster.state, cluster.message_stats())))
     return out
 
 
