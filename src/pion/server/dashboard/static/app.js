@@ -229,16 +229,12 @@ const CLUSTER_FIELDS = ["cluster_enabled", "cluster_state", "cluster_slots_assig
   "cluster_known_nodes", "cluster_size", "cluster_current_epoch"];
 
 function drawPairs(id, fields, names) {
-  const dl = $(id);
-  const fresh = document.createElement("dl");
-  fresh.id = id;
-  fresh.className = dl.className;
+  const items = [];
   const extra = Object.keys(fields).filter((k) => /^slave\d+$/.test(k));
   for (const key of names.concat(extra)) {
-    if (!(key in fields)) continue;
-    fresh.append(el("dt", key), el("dd", fields[key]));
+    if (key in fields) items.push(el("dt", key), el("dd", fields[key]));
   }
-  dl.replaceWith(fresh);
+  $(id).replaceChildren(...items);
 }
 
 function drawReplication(r) {
