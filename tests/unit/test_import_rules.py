@@ -65,7 +65,7 @@ WINGS = ["security", "durability", "admin", "net"]
 CORE = {"admission", "args", "blocking", "component", "context", "deferred", "dispatch", "errors", "parts",
         "pause", "pubsub", "redaction", "registry", "tracking"}
 #: what sits above the wings (imports them): a core module must not reach these either
-ABOVE = {"app", "assembly", "run", "metrics", "commands", "scripting", "cluster", "replication"}
+ABOVE = {"app", "assembly", "run", "metrics", "dashboard", "commands", "scripting", "cluster", "replication"}
 
 
 def _server_part(module: str) -> str | None:

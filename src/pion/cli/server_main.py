@@ -44,6 +44,9 @@ Breadcrumbs (docs/durability.md): --crash-log PATH (default <dir>/pion.crash.log
 (default <dir>/pion.status), --no-crash-log (neither), --rss-warn-pct N (default 70; over 100: off).
 Metrics (docs/metrics.md): --metrics-port N serves Prometheus text at http://127.0.0.1:N/metrics
 (default 0 = off); --metrics-bind ADDR listens elsewhere (no password protects it: keep it private).
+Dashboard (docs/dashboard.md): --dashboard-port N serves a page at http://127.0.0.1:N/ (default 0 = off)
+of the stored prefixes, hit rate, memory, indexes, replication and the slow log; the server's own users
+log in. --dashboard-bind ADDR listens elsewhere, refused at start unless a password is set.
 
 Security (SECURITY.md): --requirepass-file PATH (or PION_REQUIREPASS, or --requirepass PASS: visible
 in ps) makes every client AUTH first. --tenant NAME:PASSWORD[:quota=1gb] (repeatable) or

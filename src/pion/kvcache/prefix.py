@@ -66,6 +66,14 @@ class Prefix:
     published_seq: int = 0
     #: stamped by ``PrefixRegistry.add``; ``KV.PREFIX.GENERATION`` answers it (a fetch's consistency check)
     generation: int = 0
+    #: KV.PREFIX.LOOKUP HITs of this entry and the wall-clock second of the last one (the
+    #: dashboard's columns; kept in memory only, like the LRU clock: a restart starts them at 0)
+    hits: int = 0
+    last_hit: float = 0.0
+
+    def note_hit(self, when: float) -> None:
+        self.hits += 1
+        self.last_hit = when
 
     def token_count(self) -> int | None:
         """How many tokens the prefix holds, when the registration says (chain, then manifest)."""

@@ -10,8 +10,8 @@ security (users, tenants, TLS) next, since tenants count their memory through th
 scripting, the K/V engine, the MoE expert tier, search, embeddings and agent memory, which
 register snapshot extensions with durability; replication; durability's final save (after every
 engine, so at shutdown it runs before any of them tears its state down); the metrics endpoint
-last (it opens after recovery and reads every part). Admission (``pion.server.admission``) is
-handed the security, memory and durability parts here.
+and the dashboard last (they open after recovery and read every part). Admission
+(``pion.server.admission``) is handed the security, memory and durability parts here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pion.server.context import kv_engine
 
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
-    from pion.server import cluster, metrics, replication
+    from pion.server import cluster, dashboard, metrics, replication
     from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
     from pion.server.durability import persistence
     from pion.server.durability.persistence_hooks import FinalSave
@@ -50,6 +50,7 @@ def make_server(settings: Settings) -> Server:
     replication.install(server)  # feeds replicas from the journal, follows replicaof (docs/replication.md)
     server.add_component(FinalSave(durability))  # stopped before every engine above (reverse order)
     metrics.install(server)
+    dashboard.install(server)  # the page reads what metrics and INFO read (docs/dashboard.md)
     return server
 
 

@@ -76,6 +76,12 @@ class ServerCollector:
         for component in server.components:
             yield from component.metrics()
 
+    def kvcache(self) -> Iterator[Any]:
+        """The K/V families alone (the dashboard's charts sample them every few seconds)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        yield from self._kvcache(CounterMetricFamily, GaugeMetricFamily)
+
     def _commands(self, counter: Any) -> Iterator[Any]:
         calls = counter("pion_commands", "commands run, by name", labels=["command"])
         failed = counter("pion_commands_failed", "commands that answered an error while running",

@@ -2,8 +2,9 @@
 
 Each part is ``None`` until the module that owns it installs it, and stays ``None`` where it is
 not configured (no data directory: no ``persistence``, ``memory`` or ``arenas``; no
-``cluster-enabled``: no ``cluster``; no ``--metrics-port``: no ``metrics``). A command that needs
-an absent part answers the error its module always answered; nothing looks a part up by name.
+``cluster-enabled``: no ``cluster``; no ``--metrics-port``: no ``metrics``; no
+``--dashboard-port``: no ``dashboard``). A command that needs an absent part answers the error
+its module always answered; nothing looks a part up by name.
 A few parts are made on first use by their own module (``kvcache``, ``attention``, ``acl``,
 ``tls``), so a server built without the assembler (tests) still has them when asked.
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from pion.moe import ExpertTier
     from pion.server.cluster import ClusterEngine
     from pion.server.commands.search_embed import AutoEmbedder
+    from pion.server.dashboard.part import Dashboard
     from pion.server.durability.memory_guard import MemoryManager
     from pion.server.durability.persistence import Persistence
     from pion.server.metrics import MetricsEndpoint
@@ -66,3 +68,4 @@ class Parts:
     cluster: ClusterEngine | None = None
     replication: Replication | None = None
     metrics: MetricsEndpoint | None = None
+    dashboard: Dashboard | None = None

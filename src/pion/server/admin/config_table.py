@@ -192,7 +192,8 @@ _TLS = [_bool("tls-cluster", False), _bool("tls-replication", False),
 #: Pion's breadcrumbs (pion.server.durability.status): read at start, so CONFIG SET refuses them
 _PION_IMMUTABLE = [_str("crash-log", flags=IMMUTABLE), _str("status-file", flags=IMMUTABLE),
                    _bool("breadcrumbs", True, IMMUTABLE), _int("rss-warn-pct", 70, 1, INT_MAX, IMMUTABLE),
-                   _int("metrics-port", 0, 0, 65535, IMMUTABLE), _str("metrics-bind", "127.0.0.1", IMMUTABLE)]
+                   _int("metrics-port", 0, 0, 65535, IMMUTABLE), _str("metrics-bind", "127.0.0.1", IMMUTABLE),
+                   _int("dashboard-port", 0, 0, 65535, IMMUTABLE), _str("dashboard-bind", "127.0.0.1", IMMUTABLE)]
 _SPECIAL = [
     _special("dir", ".", v.check_dir, PROTECTED),
     _special("save", "3600 1 300 100 60 10000", v.check_save, MULTI_ARG),

@@ -44,6 +44,12 @@ def shards_reply(state: ClusterState) -> list[Any]:
 
 
 def info_reply(state: ClusterState, stats: dict[str, int]) -> Verbatim:
+    """CLUSTER INFO's text."""
+    return Verbatim("".join(f"{k}:{v}\r\n" for k, v in info_fields(state, stats).items()))
+
+
+def info_fields(state: ClusterState, stats: dict[str, int]) -> dict[str, object]:
+    """CLUSTER INFO's fields (the dashboard shows them too)."""
     assigned = state.assigned()
     masters = sum(1 for n in state.nodes.values() if n.slots)
     pfail = sum(len(n.slots) for n in state.nodes.values() if n.unreachable and not n.myself)
@@ -54,4 +60,4 @@ def info_reply(state: ClusterState, stats: dict[str, int]) -> Verbatim:
         "cluster_current_epoch": state.current_epoch, "cluster_my_epoch": state.myself.epoch,
         **stats, "total_cluster_links_buffer_limit_exceeded": 0,
     }
-    return Verbatim("".join(f"{k}:{v}\r\n" for k, v in fields.items()))
+    return fields

@@ -9,6 +9,8 @@ or token chain is refused; and there are new commands and options: ``MANIFEST``,
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from pion.codecs.chain import HASH_BYTES
@@ -153,13 +155,16 @@ def kv_prefix_lookup(ctx, argv):
     if not complete:
         stats.miss()
         return Status("MISS")
+    entry = sp.registry.get(ns)
     if tokens is not None:
         credit_us = 1000 * prefill_ms if prefill_ms else None
     elif prefill_ms is not None:
         credit_us = 1000 * prefill_ms
     else:
-        credit_us = sp.registry.get(ns).prefill_us if sp.registry.get(ns) is not None else None
+        credit_us = entry.prefill_us if entry is not None else None
     stats.hit(sp.hit_tokens(ns) if tokens is None else tokens, credit_us)
+    if entry is not None:  # the dashboard's per-prefix hits and last hit
+        entry.note_hit(time.time())
     sp.touch(ns)
     ctx.hold_until_durable(seq)
     return Status("HIT")

@@ -86,6 +86,11 @@ def install(server: Any) -> SearchEngine:
     return eng
 
 
+def percent_indexed(index: SearchIndex) -> float:
+    """FT.INFO ``percent_indexed``: the share of the initial scan done (1.0 when not indexing)."""
+    return 1.0 if not index.indexing else (index.scan_done / index.scan_total if index.scan_total else 1.0)
+
+
 def _name(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
@@ -267,7 +272,7 @@ def ft_info(ctx: Ctx, argv: list[bytes]):
     inverted = index.text.memory_bytes()
     vector_bytes = index.vector_bytes()
     total_bytes = index.memory_bytes()
-    percent = 1.0 if not index.indexing else (index.scan_done / index.scan_total if index.scan_total else 1.0)
+    percent = percent_indexed(index)
     # a flat [key, value, ...] array in both protocols: langchain-redis (RESP3 by default) reads it
     # with list.index("prefixes"), and RedisVL reads it positionally or as pairs
     flat_def: list[Any] = []

@@ -101,8 +101,16 @@ class Users:
         """Count a failed AUTH: ``(recent failures of this connection or address, seconds its
         reply waits)``. The wait queues behind the address's other pending guesses, so many
         connections from one source learn one answer per delay, not one each."""
+        conn = client.conn
+        mine = getattr(conn, "auth_failures", 0) + 1
+        if conn is not None:
+            conn.auth_failures = mine
+        return self.note_host_failure(_host_of(client), mine)
+
+    def note_host_failure(self, host: str, mine: int = 0) -> tuple[int, float]:
+        """``note_failure`` by address alone (the dashboard's logins: one HTTP request a guess);
+        ``mine``: the failures the caller counted on its own connection."""
         now = time.monotonic()
-        host = _host_of(client)
         entry = self.failures.pop(host, None)
         if entry is None or now - entry[1] > FAIL_WINDOW:
             entry = [0.0, now, now]  # failures, time of the last one, when its last held reply leaves
@@ -111,10 +119,6 @@ class Users:
         self.failures[host] = entry
         while len(self.failures) > MAX_TRACKED_HOSTS:
             self.failures.popitem(last=False)
-        conn = client.conn
-        mine = getattr(conn, "auth_failures", 0) + 1
-        if conn is not None:
-            conn.auth_failures = mine
         count = max(mine, int(entry[0]))
         delay = min(FAIL_DELAY * 2 ** min(count - 1, 16), FAIL_DELAY_MAX)
         entry[2] = max(now, entry[2]) + delay
@@ -123,7 +127,11 @@ class Users:
     def queued(self, client: Client) -> float:
         """Seconds a successful AUTH waits: behind the pending failed guesses of its address (else
         the one right guess among many concurrent ones would be answered at once)."""
-        entry = self.failures.get(_host_of(client))
+        return self.queued_host(_host_of(client))
+
+    def queued_host(self, host: str) -> float:
+        """``queued`` by address alone."""
+        entry = self.failures.get(host)
         now = time.monotonic()
         if entry is None or now - entry[1] > FAIL_WINDOW:
             return 0.0
@@ -208,10 +216,14 @@ class AclLog:
     def add(self, client: Client, reason: str, obj: str, username: str) -> None:
         from pion.server.net.client_info import client_line
 
-        now = int(time.time() * 1000)
         context = "lua" if client.in_script else ("multi" if client.executing or client.multi is not None
                                                   else "toplevel")
         info = client_line(client, obj.lower()) if client.conn is not None else ""
+        self.record(reason, context, obj, username, info)
+
+    def record(self, reason: str, context: str, obj: str, username: str, info: str) -> None:
+        """An entry from where there is no client (the dashboard's logins), or from ``add``."""
+        now = int(time.time() * 1000)
         for entry in self.entries:
             if (entry["reason"], entry["context"], entry["object"], entry["username"]) == (reason, context, obj, username) \
                     and now - entry["updated"] < self.GROUP_WINDOW_MS:

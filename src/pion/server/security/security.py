@@ -79,12 +79,38 @@ def check_bind(settings: Settings) -> str | None:
     return None
 
 
+def dashboard_exposed(settings: Settings) -> bool:
+    """The dashboard listens beyond loopback; raises StartupError for an address that does not parse."""
+    try:
+        return bool(settings.dashboard_port) and not is_loopback(settings.dashboard_bind)
+    except ValueError:
+        raise StartupError(f"dashboard-bind: '{settings.dashboard_bind}' is not a valid IPv4 or IPv6 address") from None
+
+
+def dashboard_refusal(bind: str) -> str:
+    return (f"refusing to serve the dashboard on {bind} without a password: anyone who can reach it could "
+            "read what the cache holds. Set a password (--requirepass-file PATH, PION_REQUIREPASS, or an ACL "
+            "user with one) and keep the default user from being open, or bind the dashboard to 127.0.0.1 "
+            "(the default).")
+
+
+def check_dashboard_bind(settings: Settings) -> str | None:
+    """A dashboard beyond loopback with no password anywhere in the settings (no requirepass, no
+    user line with one, no ACL file): refused before anything is locked. The users as loaded
+    (an ACL file's, an open default user) are checked again when the dashboard is installed."""
+    if not dashboard_exposed(settings) or settings.requirepass or settings.aclfile:
+        return None
+    if any(">" in line or "#" in line for line in settings.users):
+        return None
+    return dashboard_refusal(settings.dashboard_bind)
+
+
 def check_startup(settings: Settings) -> list[Any]:
     """Refuse a start that is unsafe or misconfigured (before the data directory is locked);
     returns the tenant specs. Raises ``StartupError`` with what to do instead."""
     from pion.config import ConfigError
 
-    refusal = check_bind(settings)
+    refusal = check_bind(settings) or check_dashboard_bind(settings)
     if refusal is not None:
         raise StartupError(refusal)
     try:
