@@ -29,23 +29,24 @@ def test_set_get_lookup_delete_and_stats(cache):
     assert cache.delete("capital of france") == 1 and cache.get("capital of france") is None
     stats = cache.stats()
     assert int(stats["semantic_hits"]) >= 2 and int(stats["semantic_misses"]) >= 2
-    assert stats["rule"] == "hit when cosine similarity >= threshold"
+    assert stats["rule"] == "hit when cosine similarity >= threshold and the verifier accepts the entry"
 
 
 def test_sync_and_async_hit_on_the_same_similarity(cache):
     cache.set("the quick brown fox jumps", "answer")
-    similarity = cache.lookup("the quick brown fox sleeps", threshold=-1).similarity
+    # the threshold rule alone (VERIFY off): the verifier would refuse "jumps" swapped for "sleeps"
+    similarity = cache.lookup("the quick brown fox sleeps", threshold=-1, verify="off").similarity
     assert 0 < similarity < 1
 
     async def async_side(threshold):
-        return await cache.aget("the quick brown fox sleeps", threshold=threshold)
+        return await cache.aget("the quick brown fox sleeps", threshold=threshold, verify="off")
 
     for threshold in (similarity - 1e-6, similarity + 1e-6):
-        sync_hit = cache.get("the quick brown fox sleeps", threshold=threshold)
+        sync_hit = cache.get("the quick brown fox sleeps", threshold=threshold, verify="off")
         async_hit = asyncio.run(async_side(threshold))
         assert sync_hit == async_hit == ("answer" if threshold <= similarity else None)
     # the sync and async paths build the same command, number unchanged
-    assert cache._get_args("p", 0.8, None) == ["AI.SEMANTIC_CACHE", "GET", "p", "WITHSCORE", "WITHWORKSPACE",
+    assert cache._get_args("p", 0.8, None) == ["AI.SEMANTIC_CACHE", "GET", "p", "WITHSCORE", "WITHWORKSPACE", "WITHREASON",
                                                 "THRESHOLD", "0.8"]
 
 
