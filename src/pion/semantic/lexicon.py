@@ -195,6 +195,21 @@ TIME_SHIFTS = {"next": "next", "coming": "next", "last": "last", "past": "last",
 TIME_PERIODS = frozenset("week weekend month year quarter season summer winter spring autumn monday tuesday "
                          "wednesday thursday friday saturday sunday morning evening night".split())
 
+#: irregular verb forms -> the verb (Snowball stems regular forms only: "wrote" is not "write")
+IRREGULAR: dict[str, str] = {form: verb for verb, forms in {
+    "write": "wrote written writes", "win": "won", "begin": "began begun", "buy": "bought", "go": "went gone",
+    "take": "took taken", "make": "made", "give": "gave given", "speak": "spoke spoken", "eat": "ate eaten",
+    "drive": "drove driven", "see": "saw seen", "know": "knew known", "grow": "grew grown", "fly": "flew flown",
+    "find": "found", "build": "built", "sell": "sold", "teach": "taught", "think": "thought", "bring": "brought",
+    "catch": "caught", "fall": "fell fallen", "choose": "chose chosen", "break": "broke broken",
+    "steal": "stole stolen", "freeze": "froze frozen", "pay": "paid", "say": "said", "tell": "told",
+    "sing": "sang sung", "swim": "swam swum", "run": "ran", "lead": "led", "lose": "lost", "send": "sent",
+    "spend": "spent", "leave": "left", "feel": "felt", "keep": "kept", "sleep": "slept", "meet": "met",
+    "hold": "held", "stand": "stood", "understand": "understood", "draw": "drew drawn", "hide": "hid hidden",
+    "ride": "rode ridden", "rise": "rose risen", "shake": "shook shaken", "wear": "wore worn", "tear": "tore torn",
+    "bear": "bore born borne", "die": "died", "be": "was were been", "do": "did done", "have": "had has",
+}.items() for form in forms.split()}
+
 #: Roman numerals read as numbers (after a capitalised word: "World War II", "Henry VIII")
 ROMAN = {"ii": "2", "iii": "3", "iv": "4", "v": "5", "vi": "6", "vii": "7", "viii": "8", "ix": "9", "x": "10",
          "xi": "11", "xii": "12"}

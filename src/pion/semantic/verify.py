@@ -53,7 +53,7 @@ from pion.vector.text import stem as _stem
 MODES = ("off", "lexical", "model")
 DEFAULT_MODE = "lexical"
 #: model mode: a swapped word needs a counterpart at least this close (word-embedding cosine)
-WORD_MATCH = 0.62
+WORD_MATCH = 0.65
 #: a substitution is a swap of at most this many words per side in an otherwise shared question
 SWAP_WORDS = 2
 
@@ -92,8 +92,13 @@ _WORDY_UNITS = frozenset("second seconds minute minutes day days week weeks mont
                          "cup cups stone stones pound pounds bit bits cal".split())
 
 
+_UNIT_SLOT_BEFORE = frozenset("many much per a an one in to into from of".split())
+
+
 def stem(word: str) -> str:
-    return _stem(word) or word
+    """The word's Snowball stem, or its lemma for an irregular verb form ("wrote" -> "write")."""
+    lemma = lx.IRREGULAR.get(word)
+    return lemma if lemma is not None else _stem(word) or word
 
 
 def _inflections(form: str) -> set[str]:
@@ -241,10 +246,11 @@ def _unit_at(tokens: list[Token], i: int) -> str | None:
     unit = _UNIT_OF.get(tok.low)
     if unit is None:
         return None
-    if tok.low in _WORDY_UNITS or len(tok.low) <= 2 and tok.kind != "sym":
+    if tok.low in _WORDY_UNITS:
         prev = tokens[i - 1] if i > 0 else None
-        if not (_is_num(prev) or prev is not None and prev.low in ("many", "much", "per", "a", "an", "one", "in")
-                or tok.low in ("cup", "cups") and prev is not None):
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        if not (_is_num(prev) or prev is not None and prev.low in _UNIT_SLOT_BEFORE
+                or nxt is not None and nxt.low in ("to", "into", "per")):
             return None
     return unit
 
