@@ -274,6 +274,15 @@ def _word_at(tokens: list[Token], i: int, step: int) -> tuple[str | None, int]:
         return unit, i
     if tok.low in lx.STOPWORDS:
         return None, i
+    if tok.text[:1].isupper() and tok.kind == "word":  # a name of several words: "New York"
+        start = end = i
+        while end + 1 < len(tokens) and tokens[end + 1].text[:1].isupper() and tokens[end + 1].kind == "word":
+            end += 1
+        while start - 1 >= 0 and tokens[start - 1].text[:1].isupper() and tokens[start - 1].kind == "word" \
+                and not tokens[start - 1].initial:
+            start -= 1
+        if end > start:
+            return " ".join(t.low for t in tokens[start:end + 1]), (end if step > 0 else start)
     return tok.root, i
 
 
