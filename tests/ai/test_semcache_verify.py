@@ -167,3 +167,19 @@ def test_model_mode_with_the_packaged_minilm():
         assert not refused.ok and refused.category == "substitution" and "similarity" in refused.reason
     finally:
         provider.close()
+
+
+def test_odd_and_long_input_is_verified_without_error():
+    rng = np.random.default_rng(7)
+    alphabet = list("abcXYZ 0123456789.,;:!?'\"()-+*/%$€°—\n\t\x00é漢字🙂") + ["n't", " to ", " from ", " than "]
+    for _ in range(300):
+        a = "".join(rng.choice(alphabet, size=int(rng.integers(0, 40))))
+        b = "".join(rng.choice(alphabet, size=int(rng.integers(0, 40))))
+        for mode in ("off", "lexical"):
+            assert isinstance(verify.verify(a, b, mode).ok, bool)
+    assert lexical("", "").ok and isinstance(lexical("", "What is 2 + 2?").ok, bool)
+    # a very long text is read up to MAX_CHARS: quick, and the same beginning verifies as the same
+    long_a = "Convert 10 km to miles " + "and so on " * 100_000
+    long_b = "Convert 10 km to miles " + "and so on " * 100_001
+    assert lexical(long_a, long_b).ok
+    assert not lexical("Convert 10 miles to km " + "x " * 10_000, long_a).ok
