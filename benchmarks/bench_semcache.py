@@ -2,8 +2,8 @@
 wrong answers of AI.SEMANTIC_CACHE GET at thresholds 0.70-0.95 with VERIFY off, lexical and model,
 and the latency verification adds.
 
-The sets (``benchmarks/data/semcache_hard_negatives.jsonl``, 110 cached prompts and 427 lookups,
-and the held-out ``semcache_heldout.jsonl``, 33 prompts and 117 lookups, written after the first
+The sets (``benchmarks/data/semcache_hard_negatives.jsonl``, 122 cached prompts and 467 lookups,
+and the held-out ``semcache_heldout.jsonl``, 33 prompts and 117 lookups, written before any tuning
 and never tuned on) have one line per cached prompt: ``hits``, paraphrases that must be served its
 answer, and ``misses``, questions close in wording that mean something else (reversed order,
 another number, unit, time, entity, negation, comparison, direction or operator word), which must
