@@ -124,3 +124,13 @@ def test_model_mode_asks_the_servers_model(minilm):
     pipe.ping()
     pipe.execute_command(SC, "GET", "How much does a new car cost in Germany?")
     assert pipe.execute() == [b"about 40000 euros", True, b"about 40000 euros"]
+
+
+def test_the_start_flag_sets_the_default_and_refuses_a_bad_mode():
+    from pion.cli.server_main import build_settings
+    from pion.config import ConfigError
+
+    assert build_settings([]).semantic_cache_verify == "lexical"
+    assert build_settings(["--semantic-cache-verify", "model"]).semantic_cache_verify == "model"
+    with pytest.raises(ConfigError, match="semantic-cache-verify must be off, lexical or model"):
+        build_settings(["--semantic-cache-verify", "maybe"])
