@@ -90,6 +90,8 @@ class Settings:
     embed_preload: bool = False
     #: AI.SEMANTIC_CACHE GET hits when cosine similarity >= this (docs/embeddings.md has the measurement)
     semantic_cache_threshold: float = 0.85
+    #: the check after the vector match (pion.semantic.verify): off | lexical | model
+    semantic_cache_verify: str = "lexical"
     # Stage 2 (ATTEND.PREFIX.*): bytes of decoded prefixes and block summaries kept warm (0 = no cap)
     attention_warm_bytes: int = 1024**3
     # Stage 2: attend only the last N prefix tokens when a query does not say (0 = the whole prefix)
@@ -182,6 +184,8 @@ class Settings:
         _check(0 <= self.embed_threads <= 256, "embed-threads must be 0..256")
         _check(1 <= self.embed_timeout <= 3600, "embed-timeout must be 1..3600 seconds")
         _check(-1.0 <= self.semantic_cache_threshold <= 1.0, "semantic-cache-threshold must be a cosine similarity in -1..1")
+        _check(self.semantic_cache_verify in ("off", "lexical", "model"),
+               "semantic-cache-verify must be off, lexical or model")
         _check(self.attention_warm_bytes >= 0, "attention-warm-bytes must be >= 0")
         _check(self.attention_fa_window >= 0, "attention-fa-window must be >= 0")
         _check(self.proto_max_bulk_len >= 1024 * 1024, "proto-max-bulk-len must be at least 1mb")
@@ -344,6 +348,7 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "embed-timeout": ("embed_timeout", parse_int_value, str),
     "embed-preload": ("embed_preload", parse_bool, format_bool),
     "semantic-cache-threshold": ("semantic_cache_threshold", parse_float_value, repr),
+    "semantic-cache-verify": ("semantic_cache_verify", lambda v: str(v).lower(), str),
     "attention-warm-bytes": ("attention_warm_bytes", parse_memory, str),
     "attention-fa-window": ("attention_fa_window", parse_int_value, str),
     "fa-window": ("attention_fa_window", parse_int_value, str),  # the reference's flag name

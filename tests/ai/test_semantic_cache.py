@@ -51,7 +51,7 @@ def test_default_threshold_is_the_servers_and_stats_state_the_rule(make_server):
     client.execute_command(SC, "SET", "red apple pie recipe", "bake it")
     assert client.execute_command(SC, "GET", "red apple") == b"bake it"  # similar enough at 0.2
     stats = dict(zip(*[iter(client.execute_command(SC, "STATS"))] * 2, strict=True))
-    assert stats[b"threshold"] == b"0.2" and stats[b"rule"] == b"hit when cosine similarity >= threshold"
+    assert stats[b"threshold"] == b"0.2" and stats[b"rule"] == b"hit when cosine similarity >= threshold and the verifier accepts the entry"
     assert stats[b"entries"] == 1 and stats[b"dim"] == 384 and stats[b"model"] == b"hash:384"
     client.close()
 

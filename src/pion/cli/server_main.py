@@ -33,7 +33,8 @@ Embeddings (AI.EMBED, AI.SEMANTIC_CACHE, AI.MEMORY, FT EMBED fields; docs/embedd
 --embed-provider minilm (default: the packaged all-MiniLM-L6-v2, needs the [embed] extra) |
 sentence-transformers:PATH | openai (--embed-url URL --embed-model NAME, key in PION_EMBED_API_KEY or
 --embed-api-key-file PATH) | none; --embed-batch-size N --embed-threads N --embed-preload yes;
---semantic-cache-threshold SIM (default 0.85, cosine similarity).
+--semantic-cache-threshold SIM (default 0.85, cosine similarity) --semantic-cache-verify off|lexical|model
+(default lexical: the check after the vector match).
 Stage 2 (ATTEND.PREFIX.*, on the CPU): --attention-warm-bytes BYTES caps the prefixes kept ready
 (default 1gb; the rest answer -COLDMISS until KV.PREFIX.WARM); --fa-window N attends only the
 last N prefix tokens when a query does not say (default 0 = all).

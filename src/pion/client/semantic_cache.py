@@ -5,7 +5,8 @@ similarity of the prompt to a cached one is at least the threshold** (``threshol
 the server's ``semantic-cache-threshold`` when None). The sync and the async methods build the
 same command with the same number and pass it through unchanged (the anchors' sync and async
 paths read one threshold on two scales: redis-vl-python#407, langchain-redis#98); nothing on the
-client converts it.
+client converts it. A candidate above the threshold is then verified by the server (``verify``:
+off, lexical or model; ``pion.semantic.verify``) and ``decide`` returns the server's reason too.
 
     cache = PionSemanticCache("pion://127.0.0.1:1974", threshold=0.9, ttl=3600)
 
@@ -29,12 +30,25 @@ from typing import Any
 from pion.client.client import DEFAULT_URL, redis_url
 from pion.client.errors import translate
 
+VERIFY_MODES = ("off", "lexical", "model")
+
 
 @dataclass(frozen=True)
 class CacheHit:
     response: str
     similarity: float
     workspace: bytes | None = None
+    #: why the server served it ("hit: verified (lexical), similarity 0.93; refused first: ...")
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A lookup's outcome with the server's reason: ``hit`` is None on a miss, and ``reason`` says
+    why (no entry, below the threshold, or which candidate the verifier refused and in which category)."""
+
+    hit: CacheHit | None
+    reason: str
 
 
 @dataclass
@@ -42,6 +56,13 @@ class _Options:
     threshold: float | None
     ttl: int | None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    verify: str | None = None
+
+
+def _verify(mode: str | None) -> str | None:
+    if mode is not None and mode not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)} (or None: the server's default)")
+    return mode
 
 
 def _tags(tags: Iterable[str] | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -54,12 +75,12 @@ def _tags(tags: Iterable[str] | None, default: tuple[str, ...]) -> tuple[str, ..
 
 class PionSemanticCache:
     def __init__(self, url: str = DEFAULT_URL, *, threshold: float | None = None, ttl: int | None = None,
-                 tags: Iterable[str] = (), client: Any = None, async_client: Any = None,
+                 tags: Iterable[str] = (), verify: str | None = None, client: Any = None, async_client: Any = None,
                  socket_timeout: float = 120.0, **redis_kwargs: Any) -> None:
         if threshold is not None and not -1.0 <= threshold <= 1.0:
             raise ValueError("threshold is a cosine similarity: it must be between -1 and 1")
         self.url = url
-        self.options = _Options(threshold, ttl, _tags(tags, ()))
+        self.options = _Options(threshold, ttl, _tags(tags, ()), _verify(verify))
         self._redis_kwargs = dict(redis_kwargs, socket_timeout=socket_timeout)
         self._client = client
         self._async = async_client
@@ -98,11 +119,15 @@ class PionSemanticCache:
 
     # -- the commands, built once for both paths -------------------------------------------------
 
-    def _get_args(self, prompt: str, threshold: float | None, tags: Iterable[str] | None) -> list[Any]:
-        args: list[Any] = ["AI.SEMANTIC_CACHE", "GET", prompt, "WITHSCORE", "WITHWORKSPACE"]
+    def _get_args(self, prompt: str, threshold: float | None, tags: Iterable[str] | None,
+                  verify: str | None = None) -> list[Any]:
+        args: list[Any] = ["AI.SEMANTIC_CACHE", "GET", prompt, "WITHSCORE", "WITHWORKSPACE", "WITHREASON"]
         chosen = self.options.threshold if threshold is None else threshold
         if chosen is not None:
             args += ["THRESHOLD", repr(float(chosen))]
+        mode = self.options.verify if verify is None else _verify(verify)
+        if mode is not None:
+            args += ["VERIFY", mode]
         wanted = _tags(tags, self.options.tags)
         if wanted:
             args += ["FILTER", ",".join(wanted)]
@@ -122,25 +147,34 @@ class PionSemanticCache:
         return args
 
     @staticmethod
-    def _hit(reply: Any) -> CacheHit | None:
-        if reply is None:
-            return None
-        response, score, workspace = reply
+    def _decision(reply: Any) -> Decision:
+        response, score, workspace, reason = reply
+        why = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+        if response is None:
+            return Decision(None, why)
         text = response.decode("utf-8", "replace") if isinstance(response, bytes) else str(response)
-        return CacheHit(text, float(score), workspace)
+        return Decision(CacheHit(text, float(score), workspace, why), why)
 
     # -- sync --------------------------------------------------------------------------------------
 
-    def lookup(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None) -> CacheHit | None:
-        """The hit (response, similarity, workspace) or None."""
-        args = self._get_args(prompt, threshold, tags)
+    def decide(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None,
+               verify: str | None = None) -> Decision:
+        """The hit or None, with the server's reason (``verify``: off, lexical or model; None: the
+        cache's, else the server's ``semantic-cache-verify``)."""
+        args = self._get_args(prompt, threshold, tags, verify)
         try:
-            return self._hit(self.redis.execute_command(*args))
+            return self._decision(self.redis.execute_command(*args))
         except Exception as exc:
             raise translate(exc) from exc
 
-    def get(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None) -> str | None:
-        hit = self.lookup(prompt, threshold=threshold, tags=tags)
+    def lookup(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None,
+               verify: str | None = None) -> CacheHit | None:
+        """The hit (response, similarity, workspace, reason) or None."""
+        return self.decide(prompt, threshold=threshold, tags=tags, verify=verify).hit
+
+    def get(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None,
+            verify: str | None = None) -> str | None:
+        hit = self.lookup(prompt, threshold=threshold, tags=tags, verify=verify)
         return None if hit is None else hit.response
 
     def set(self, prompt: str, response: str, *, ttl: int | None = None, tags: Iterable[str] | None = None,
@@ -166,16 +200,21 @@ class PionSemanticCache:
 
     # -- async -------------------------------------------------------------------------------------
 
-    async def alookup(self, prompt: str, *, threshold: float | None = None,
-                      tags: Iterable[str] | None = None) -> CacheHit | None:
-        args = self._get_args(prompt, threshold, tags)
+    async def adecide(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None,
+                      verify: str | None = None) -> Decision:
+        args = self._get_args(prompt, threshold, tags, verify)
         try:
-            return self._hit(await self.aredis.execute_command(*args))
+            return self._decision(await self.aredis.execute_command(*args))
         except Exception as exc:
             raise translate(exc) from exc
 
-    async def aget(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None) -> str | None:
-        hit = await self.alookup(prompt, threshold=threshold, tags=tags)
+    async def alookup(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None,
+                      verify: str | None = None) -> CacheHit | None:
+        return (await self.adecide(prompt, threshold=threshold, tags=tags, verify=verify)).hit
+
+    async def aget(self, prompt: str, *, threshold: float | None = None, tags: Iterable[str] | None = None,
+                   verify: str | None = None) -> str | None:
+        hit = await self.alookup(prompt, threshold=threshold, tags=tags, verify=verify)
         return None if hit is None else hit.response
 
     async def aset(self, prompt: str, response: str, *, ttl: int | None = None, tags: Iterable[str] | None = None,

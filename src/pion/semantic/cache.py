@@ -3,7 +3,9 @@
 **The threshold rule, stated once:** a lookup hits when the cosine similarity between the
 embedded query and the embedded prompt of the nearest entry (among those carrying every
 ``FILTER`` tag) is at least the threshold: ``hit <=> similarity >= threshold``, similarity in
--1..1 (1 = same direction). Every path uses ``is_hit`` on the similarity the server computed:
+-1..1 (1 = same direction), **and** the verifier (``pion.semantic.verify``, ``VERIFY off|lexical|model``)
+accepts it: the nearest entries above the threshold are tried in order, the first verified one is
+the hit. Every path uses ``is_hit`` on the similarity the server computed:
 AI.SEMANTIC_CACHE GET, EXPLAIN, the client's sync and async methods and the MCP tool all pass the
 threshold through unchanged, so none of them can read it on another scale (the anchors' users
 found sync and async paths disagreeing: redis-vl-python#407, langchain-redis#98).
@@ -81,23 +83,32 @@ def set_writes(key: bytes, prompt: str, response: bytes, vector: np.ndarray, tag
     return writes
 
 
-def lookup(index: Any, query: np.ndarray, tags: list[str], values: Any) -> CacheEntry | None:
-    """The nearest entry carrying every tag in ``tags`` (None: the cache has none); the caller
-    decides hit or miss with ``is_hit``."""
+#: how many of the nearest entries the verifier may look at (the first it accepts is the hit)
+CANDIDATES = 8
+
+
+def candidates(index: Any, query: np.ndarray, tags: list[str], values: Any, k: int = CANDIDATES) -> list[CacheEntry]:
+    """The ``k`` nearest entries carrying every tag in ``tags``, most similar first (empty: the cache
+    has none); the caller decides hit or miss with ``is_hit`` and the verifier."""
     allowed = allowed_docs(index, [("tags", tags, True)]) if tags else None
-    best = nearest(index, query, 1, allowed)
-    if not best:
-        return None
-    doc_id, sim = best[0]
-    key = index.docs[doc_id]
-    stored = values(key)
-    fields = getattr(stored, "fields", None)
-    if fields is None:
-        return None
-    workspace = fields.get(b"workspace")
-    return CacheEntry(key=key, prompt=field_text(fields, b"prompt"), response=bytes(fields.get(b"response", b"")),
-                      similarity=sim, workspace=None if workspace is None else bytes(workspace),
-                      tags=[t for t in field_text(fields, b"tags").split(",") if t])
+    out = []
+    for doc_id, sim in nearest(index, query, k, allowed):
+        key = index.docs[doc_id]
+        fields = getattr(values(key), "fields", None)
+        if fields is None:
+            continue
+        workspace = fields.get(b"workspace")
+        out.append(CacheEntry(key=key, prompt=field_text(fields, b"prompt"),
+                              response=bytes(fields.get(b"response", b"")), similarity=sim,
+                              workspace=None if workspace is None else bytes(workspace),
+                              tags=[t for t in field_text(fields, b"tags").split(",") if t]))
+    return out
+
+
+def lookup(index: Any, query: np.ndarray, tags: list[str], values: Any) -> CacheEntry | None:
+    """The nearest entry carrying every tag in ``tags`` (None: the cache has none)."""
+    found = candidates(index, query, tags, values, 1)
+    return found[0] if found else None
 
 
 def keys_with_prompt(index: Any, prompt: str, values: Any) -> list[bytes]:

@@ -20,6 +20,9 @@ The contract (single writer, log order):
 - Meanwhile the client's connection runs no further command from its pipeline, so its replies
   stay in order and its next commands see this one's effect; other clients go on.
 
+``finish`` may return another ``Deferred`` (a second stage that needs the first's result read on
+the loop); it starts at once and the client stays parked until that one answers.
+
 A job that raises ``ReplyError`` answers with it (``finish`` is not called, ``abandon`` is: it
 releases what the handler took, such as an arena reservation); any other exception is logged
 and answered with ``-ERR``, so a connection never stays parked.
@@ -96,6 +99,10 @@ def _complete(server: Server, client: Client, request: Deferred, done: asyncio.F
         reply = server.dispatcher.internal_error(name, exc)
     else:
         reply = server.dispatcher.run_deferred(client, request, results)
+        if isinstance(reply, Deferred):  # a second stage (AI.SEMANTIC_CACHE GET VERIFY model): the
+            reply.argv = request.argv      # connection stays parked until it answers
+            start(server, client, reply)
+            return
     if done.exception() is not None and request.abandon is not None:
         request.abandon()
     if isinstance(reply, ReplyError):

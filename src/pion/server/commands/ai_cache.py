@@ -1,21 +1,25 @@
 """AI.SEMANTIC_CACHE SET/GET/EXPLAIN/DEL/FLUSH/STATS: the semantic cache (``pion.semantic.cache``).
 
 Hit rule (stated once, in ``pion.semantic.cache``): a hit when the cosine similarity of the
-query to the nearest entry's prompt is >= the threshold (``THRESHOLD t`` or the server's
-``semantic-cache-threshold``). GET and EXPLAIN count ``semantic_hits``/``semantic_misses`` in
+query to an entry's prompt is >= the threshold (``THRESHOLD t`` or the server's
+``semantic-cache-threshold``) and the verifier accepts the entry (``VERIFY off|lexical|model`` or the
+server's ``semantic-cache-verify``; ``pion.semantic.verify``): the nearest entries above the threshold
+are tried in order. ``WITHREASON`` says why the lookup hit or missed (which candidate was refused, in
+which category). GET and EXPLAIN count ``semantic_hits``/``semantic_misses`` in
 PION.STATS (the tenant's own ledger for a tenant). Entries are ordinary hashes of the client's
 database (they count against its memory and quota, and are logged as HSET/PEXPIREAT/DEL).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
-from pion.semantic import cache
+from pion.semantic import cache, verify
 from pion.semantic.owned import DimensionMismatch
 from pion.server.args import parse_float, parse_nonneg_int
 from pion.server.commands.ai_embed import embedder_of, live_value, parse_options, run_writes, text_of, with_vectors
@@ -76,32 +80,106 @@ def sc_set(ctx: Ctx, argv: list[bytes]):
     return with_vectors(ctx, [prompt], finish)
 
 
+def _verify_mode(ctx: Ctx, opts: dict[bytes, Any]) -> str:
+    if b"VERIFY" not in opts:
+        return ctx.server.settings.semantic_cache_verify
+    mode = bytes(opts[b"VERIFY"]).decode("latin-1").lower()
+    if mode not in verify.MODES:
+        raise ReplyError("ERR VERIFY must be off, lexical or model")
+    return mode
+
+
+def _model_embedder(ctx: Ctx):
+    """VERIFY model asks the server's embedding model; the hash provider is no model (its vectors are
+    bags of words), so it is refused with the reason rather than run as if it were."""
+    embedder = embedder_of(ctx)
+    if embedder.spec.kind in ("hash", "none"):
+        raise ReplyError(f"ERR VERIFY model needs a semantic embedding model (embed-provider minilm, "
+                         f"sentence-transformers:PATH or openai); this server's is {embedder.name}")
+    return embedder
+
+
+@dataclass
+class _Decision:
+    """The lookup's outcome: the hit (or None) and why, for WITHREASON."""
+
+    entry: cache.CacheEntry | None
+    reason: str
+
+
+def _decide(query: str, found: list[cache.CacheEntry], threshold: float, mode: str,
+            words: dict[str, np.ndarray] | None = None) -> _Decision:
+    """The first candidate above the threshold that the verifier accepts is the hit."""
+    if not found:
+        return _Decision(None, "miss: the cache has no entry (with these tags)")
+    above = [entry for entry in found if cache.is_hit(entry.similarity, threshold)]
+    if not above:
+        nearest = found[0]
+        return _Decision(None, f"miss: the nearest entry {nearest.prompt!r} scored {nearest.similarity:.4f} "
+                               f"< threshold {threshold:g}")
+    refused = []
+    for entry in above:
+        if mode == "model":
+            verdict = verify.model_check(query, entry.prompt, words or {})
+        else:
+            verdict = verify.lexical(query, entry.prompt) if mode == "lexical" else verify.ACCEPT
+        if verdict.ok:
+            how = "verify off" if mode == "off" else f"verified ({mode})"
+            tail = f"; refused first: {'; '.join(refused)}" if refused else ""
+            return _Decision(entry, f"hit: {how}, similarity {entry.similarity:.4f}{tail}")
+        refused.append(f"{entry.prompt!r} ({entry.similarity:.4f}) {verdict.text()}")
+    return _Decision(None, f"miss: refused {'; '.join(refused)}")
+
+
 def _lookup(ctx: Ctx, argv: list[bytes], flags: dict[bytes, int], reply):
     query = text_of(argv[2], "query")
     opts = parse_options(argv, 3, flags)
     threshold = _threshold(ctx, opts)
+    mode = _verify_mode(ctx, opts)
     tags = cache.parse_tags(opts[b"FILTER"]) if b"FILTER" in opts else []
+    if mode == "model":
+        _model_embedder(ctx)  # refused at once, before any embedding, when there is no model to ask
+
+    def done(ctx2: Ctx, decision: _Decision):
+        ctx2.kv_ledger().bump("semantic_hits" if decision.entry is not None else "semantic_misses")
+        return reply(decision, opts)
 
     def finish(ctx2: Ctx, vectors: np.ndarray):
         index = _existing(ctx2)
-        entry = None
+        found: list[cache.CacheEntry] = []
         if index is not None:
             if cache.OWNED.width(index) != vectors.shape[1]:
                 _index(ctx2, vectors.shape[1])  # raises the mismatch error
-            entry = cache.lookup(index, vectors[0], tags, lambda key: live_value(ctx2, key))
-        hit = entry is not None and cache.is_hit(entry.similarity, threshold)
-        ctx2.kv_ledger().bump("semantic_hits" if hit else "semantic_misses")
-        return reply(entry if hit else None, opts)
+            found = cache.candidates(index, vectors[0], tags, lambda key: live_value(ctx2, key))
+        if mode != "model":
+            return done(ctx2, _decide(query, found, threshold, mode))
+        # model mode: the words to ask the model about (those of the candidates whose only
+        # disagreement is a word substitution), embedded off the loop in a second stage
+        words = sorted({w for entry in found if cache.is_hit(entry.similarity, threshold)
+                        for w in verify.words_to_embed(query, entry.prompt)})
+        if not words:
+            return done(ctx2, _decide(query, found, threshold, mode))
+        return with_vectors(ctx2, words, lambda ctx3, rows: done(
+            ctx3, _decide(query, found, threshold, mode, dict(zip(words, rows, strict=True)))))
 
     return with_vectors(ctx, [query], finish)
 
 
-def _get_reply(entry: cache.CacheEntry | None, opts: dict[bytes, Any]):
+def _get_reply(decision: _Decision, opts: dict[bytes, Any]):
+    entry = decision.entry
+    if b"WITHREASON" in opts:
+        out: list[Any] = [None if entry is None else entry.response]
+        if b"WITHSCORE" in opts:
+            out.append(None if entry is None else round(entry.similarity, 6))
+        if b"WITHWORKSPACE" in opts:
+            out.append(None if entry is None else entry.workspace)
+        out.append(decision.reason.encode())
+        return out
     if entry is None:
         return None
     if not (b"WITHSCORE" in opts or b"WITHWORKSPACE" in opts):
         return entry.response
-    out: list[Any] = [entry.response]
+    out = [entry.response]
     if b"WITHSCORE" in opts:
         out.append(round(entry.similarity, 6))
     if b"WITHWORKSPACE" in opts:
@@ -109,22 +187,30 @@ def _get_reply(entry: cache.CacheEntry | None, opts: dict[bytes, Any]):
     return out
 
 
+def _explain_reply(decision: _Decision, opts: dict[bytes, Any]):
+    workspace = None if decision.entry is None else decision.entry.workspace
+    if b"WITHREASON" in opts:
+        return [workspace, decision.reason.encode()]
+    return workspace
+
+
 @command("AI.SEMANTIC_CACHE|GET", -3, f"readonly {_EMBEDS}", categories=f"@read {_CATS}", group="pion", since="0.1.0")
 def sc_get(ctx: Ctx, argv: list[bytes]):
-    """AI.SEMANTIC_CACHE GET query [THRESHOLD sim] [WITHSCORE] [WITHWORKSPACE] [FILTER tag,tag...]: the
-    cached response (nil on a miss); with WITHSCORE/WITHWORKSPACE an array [response, similarity,
-    workspace]."""
-    flags = {b"THRESHOLD": 1, b"WITHSCORE": 0, b"WITHWORKSPACE": 0, b"FILTER": 1}
+    """AI.SEMANTIC_CACHE GET query [THRESHOLD sim] [VERIFY off|lexical|model] [WITHSCORE] [WITHWORKSPACE]
+    [WITHREASON] [FILTER tag,tag...]: the cached response (nil on a miss); with WITHSCORE/WITHWORKSPACE
+    an array [response, similarity, workspace]; WITHREASON appends why (always an array then, nil
+    fields on a miss)."""
+    flags = {b"THRESHOLD": 1, b"VERIFY": 1, b"WITHSCORE": 0, b"WITHWORKSPACE": 0, b"WITHREASON": 0, b"FILTER": 1}
     return _lookup(ctx, argv, flags, _get_reply)
 
 
 @command("AI.SEMANTIC_CACHE|EXPLAIN", -3, f"readonly {_EMBEDS}", categories=f"@read {_CATS}", group="pion",
          since="0.1.0")
 def sc_explain(ctx: Ctx, argv: list[bytes]):
-    """AI.SEMANTIC_CACHE EXPLAIN query [THRESHOLD sim] [FILTER tag,tag...]: the workspace blob stored with
-    the entry the query hits (nil on a miss or when it has none)."""
-    return _lookup(ctx, argv, {b"THRESHOLD": 1, b"FILTER": 1},
-                   lambda entry, opts: None if entry is None else entry.workspace)
+    """AI.SEMANTIC_CACHE EXPLAIN query [THRESHOLD sim] [VERIFY off|lexical|model] [WITHREASON] [FILTER tag,tag...]:
+    the workspace blob stored with the entry the query hits (nil on a miss or when it has none);
+    WITHREASON: [workspace, why]."""
+    return _lookup(ctx, argv, {b"THRESHOLD": 1, b"VERIFY": 1, b"WITHREASON": 0, b"FILTER": 1}, _explain_reply)
 
 
 @command("AI.SEMANTIC_CACHE|DEL", -3, "write", categories=f"@write {_CATS}", group="pion", since="0.1.0")
@@ -168,7 +254,8 @@ def sc_stats(ctx: Ctx, argv: list[bytes]):
     return {
         b"entries": len(index.docs) if index is not None else 0,
         b"threshold": repr(ctx.server.settings.semantic_cache_threshold).encode(),
-        b"rule": b"hit when cosine similarity >= threshold",
+        b"rule": b"hit when cosine similarity >= threshold and the verifier accepts the entry",
+        b"verify": ctx.server.settings.semantic_cache_verify.encode(),
         b"dim": cache.OWNED.width(index) if index is not None else 0,
         b"model": bytes(fields.get(b"model", embedder.name.encode() if embedder else b"")),
         b"semantic_hits": counts["semantic_hits"],
