@@ -10,6 +10,12 @@ strings (``upper lower substr strlen format contains startswith endswith split t
 to_str``), ``exists``, ``case``, dates (``timefmt parsetime day hour minute month year
 dayofweek dayofmonth dayofyear monthofyear``) and ``geodistance``.
 Errors read like RediSearch's: ``Syntax error at offset N near X``, ``Unknown function name 'f'``.
+
+Hostile input: parentheses, unary signs and function calls nest at most ``MAX_NESTING`` levels
+(RediSearch's expression parser, a lemon parser with its default 100-entry stack, gives up at
+about half that), and a flat chain of one precedence level (``@n+@n+...``, ``a && b && ...``,
+``a ^ b ^ ...``) compiles to one closure that folds its operands in a loop, so neither parsing
+nor evaluating recurses once per operand.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ def _lex(text: str) -> list[_Tok]:
 
 Expr = Callable[[dict[str, Any]], Any]
 
+#: parentheses, unary operators and function calls nested deeper than this are a syntax error
+MAX_NESTING = 50
+
 
 def compile_expression(text: str) -> Expr:
     parser = _Parser(text)
@@ -76,6 +85,13 @@ class _Parser:
         self.text = text
         self.toks = _lex(text)
         self.i = 0
+        self.depth = 0
+
+    def enter(self, tok: _Tok) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise ReplyError(f"Syntax error at offset {tok.pos} near {tok.text or '<end>'}: "
+                             f"expression nested deeper than {MAX_NESTING} levels")
 
     @property
     def tok(self) -> _Tok:
@@ -97,19 +113,20 @@ class _Parser:
         return False
 
     def parse_or(self) -> Expr:
-        left = self.parse_and()
+        items = [self.parse_and()]
         while self.accept("||"):
-            right = self.parse_and()
-            left = (lambda a, b: lambda row: _truth(a(row)) or _truth(b(row)))(left, right)
-            left = _as_number_bool(left)
-        return left
+            items.append(self.parse_and())
+        if len(items) == 1:
+            return items[0]
+        return lambda row: 1.0 if any(_truth(item(row)) for item in items) else 0.0
 
     def parse_and(self) -> Expr:
-        left = self.parse_cmp()
+        items = [self.parse_cmp()]
         while self.accept("&&"):
-            right = self.parse_cmp()
-            left = _as_number_bool((lambda a, b: lambda row: _truth(a(row)) and _truth(b(row)))(left, right))
-        return left
+            items.append(self.parse_cmp())
+        if len(items) == 1:
+            return items[0]
+        return lambda row: 1.0 if all(_truth(item(row)) for item in items) else 0.0
 
     def parse_cmp(self) -> Expr:
         left = self.parse_add()
@@ -120,43 +137,48 @@ class _Parser:
         return left
 
     def parse_add(self) -> Expr:
-        left = self.parse_mul()
+        first = self.parse_mul()
+        rest: list[tuple[Callable, Expr]] = []
         while True:
             if self.accept("+"):
-                left = _binary(left, self.parse_mul(), lambda x, y: x + y)
+                rest.append((_add, self.parse_mul()))
             elif self.accept("-"):
-                left = _binary(left, self.parse_mul(), lambda x, y: x - y)
+                rest.append((_sub, self.parse_mul()))
             else:
-                return left
+                return _fold(first, rest)
 
     def parse_mul(self) -> Expr:
-        left = self.parse_pow()
+        first = self.parse_pow()
+        rest: list[tuple[Callable, Expr]] = []
         while True:
             if self.accept("*"):
-                left = _binary(left, self.parse_pow(), lambda x, y: x * y)
+                rest.append((_mul, self.parse_pow()))
             elif self.accept("/"):
-                left = _binary(left, self.parse_pow(), _div)
+                rest.append((_div, self.parse_pow()))
             elif self.accept("%"):
-                left = _binary(left, self.parse_pow(), _mod)
+                rest.append((_mod, self.parse_pow()))
             else:
-                return left
+                return _fold(first, rest)
 
     def parse_pow(self) -> Expr:
-        base = self.parse_unary()
-        if self.accept("^"):
-            return _binary(base, self.parse_pow(), _power)
-        return base
+        items = [self.parse_unary()]
+        while self.accept("^"):
+            items.append(self.parse_unary())
+        return items[0] if len(items) == 1 else _power_chain(items)
 
     def parse_unary(self) -> Expr:
-        if self.accept("-"):
-            inner = self.parse_unary()
-            return lambda row: None if (v := _num(inner(row))) is None else -v
-        if self.accept("+"):
-            return self.parse_unary()
-        if self.accept("!"):
-            inner = self.parse_unary()
-            return lambda row: 0.0 if _truth(inner(row)) else 1.0
-        return self.parse_primary()
+        signs: list[str] = []
+        while self.tok.kind == "op" and self.tok.text in ("-", "+", "!"):
+            self.enter(self.tok)
+            signs.append(self.take().text)
+        expr = self.parse_primary()
+        self.depth -= len(signs)
+        for sign in reversed(signs):
+            if sign == "-":
+                expr = (lambda inner: lambda row: None if (v := _num(inner(row))) is None else -v)(expr)
+            elif sign == "!":
+                expr = (lambda inner: lambda row: 0.0 if _truth(inner(row)) else 1.0)(expr)
+        return expr
 
     def parse_primary(self) -> Expr:
         tok = self.tok
@@ -181,6 +203,7 @@ class _Parser:
                 return lambda row: math.inf
             if not self.accept("("):
                 raise ReplyError(f"Syntax error at offset {tok.pos} near {tok.text}")
+            self.enter(tok)
             args: list[Expr] = []
             if not self.accept(")"):
                 while True:
@@ -189,17 +212,69 @@ class _Parser:
                         break
                     if not self.accept(","):
                         raise self.error()
+            self.depth -= 1
             return _function(tok.text, args, tok.pos)
-        if self.accept("("):
+        if tok.kind == "op" and tok.text == "(":
+            self.enter(tok)
+            self.i += 1
             inner = self.parse_or()
             if not self.accept(")"):
                 raise self.error()
+            self.depth -= 1
             return inner
         raise self.error()
 
 
-def _as_number_bool(fn: Expr) -> Expr:
-    return lambda row: 1.0 if fn(row) else 0.0
+def _fold(first: Expr, rest: list[tuple[Callable, Expr]]) -> Expr:
+    """``a op b op c ...`` of one left-associative level, folded left to right in a loop."""
+    if not rest:
+        return first
+    if len(rest) == 1:
+        return _binary(first, rest[0][1], rest[0][0])
+
+    def run(row: dict[str, Any]) -> Any:
+        acc = _num(first(row))
+        for op, expr in rest:
+            b = _num(expr(row))
+            if acc is None or b is None:
+                return None
+            try:
+                acc = float(op(acc, b))
+            except (ZeroDivisionError, OverflowError, ValueError):
+                acc = math.nan
+        return acc
+    return run
+
+
+def _power_chain(items: list[Expr]) -> Expr:
+    """``a ^ b ^ c ...``: right-associative, folded from the right in a loop."""
+    if len(items) == 2:
+        return _binary(items[0], items[1], _power)
+
+    def run(row: dict[str, Any]) -> Any:
+        acc = _num(items[-1](row))
+        for expr in reversed(items[:-1]):
+            a = _num(expr(row))
+            if a is None or acc is None:
+                return None
+            try:
+                acc = float(_power(a, acc))
+            except (ZeroDivisionError, OverflowError, ValueError):
+                acc = math.nan
+        return acc
+    return run
+
+
+def _add(a: float, b: float) -> float:
+    return a + b
+
+
+def _sub(a: float, b: float) -> float:
+    return a - b
+
+
+def _mul(a: float, b: float) -> float:
+    return a * b
 
 
 def _truth(value: Any) -> bool:
