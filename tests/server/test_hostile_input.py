@@ -17,10 +17,10 @@ import sys
 
 import pytest
 import redis
-
-from pion.storage import json_path
 from tests.support.canary import Canary
 from tests.support.servers import ProcessServer
+
+from pion.storage import json_path
 
 BOUND = 1.0
 DEEP = 5000

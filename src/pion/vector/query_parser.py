@@ -28,7 +28,6 @@ from pion.protocol.errors import ReplyError
 from pion.vector.fields import UNITS
 from pion.vector.query_lexer import Lexer, Token, syntax_error
 
-
 #: how deeply a query may nest (RediSearch's DIALECT 2 parser holds about 250 parentheses, DIALECT 1 97)
 MAX_NESTING = 128
 TOO_DEEP = "Parser stack overflow. Try moving nested parentheses more to the left"
