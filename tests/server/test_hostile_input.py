@@ -5,7 +5,8 @@ VSIM FILTER's tokenizer linear in the expression.
 
 Each command runs against a ``pion-server`` process while a canary connection PINGs every 20 ms;
 the canary's longest wait must stay under a generous bound (``BOUND``: the goal is 250 ms on a
-quiet machine, the bound leaves room for a loaded CI host). The errors are the peers' texts:
+quiet machine; the 20,000-term chains measured 250-880 ms at load average 9-13 on two cores, so
+the bound leaves room for a loaded CI host while still catching the 9-36 s stalls of before). The errors are the peers' texts:
 RediSearch's ``Parser stack overflow`` / ``Syntax error at offset N near X``, RedisJSON's
 ``Error occurred on position N, ...``.
 """
@@ -22,7 +23,7 @@ from tests.support.servers import ProcessServer
 
 from pion.storage import json_path
 
-BOUND = 1.0
+BOUND = 2.0
 DEEP = 5000
 
 
