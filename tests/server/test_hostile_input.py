@@ -208,3 +208,31 @@ def test_cmsgpack_unpack_too_deep(server, r):
     for _ in range(MAX_DECODE_DEPTH - 1):
         (reply,) = reply
     assert reply == [1]
+
+
+# -- JSON documents stay within the nesting limit ------------------------------------------------
+
+
+def test_json_writes_cannot_nest_past_the_limit(server, r):
+    def nested(levels: int, leaf: str = "1") -> str:
+        return '{"a":' * levels + leaf + "}" * levels
+
+    r.execute_command("JSON.SET", "j", "$", nested(99, "[]"))  # 100 levels: the innermost is an array
+    before = r.execute_command("JSON.GET", "j")
+    path = "$" + ".a" * 99  # the array, 99 containers deep
+    parent = "$" + ".a" * 98
+    refusals = [
+        ("JSON.SET", "j", path, nested(30)),       # 99 + 30 = 129
+        ("JSON.SET", "j", parent + ".b", nested(31)),  # a new member: 99 + 30 = 129
+        ("JSON.MERGE", "j", path, nested(30)),
+        ("JSON.ARRAPPEND", "j", path, nested(29)),  # inside the array: 99 + 1 + 29 = 129
+        ("JSON.ARRINSERT", "j", path, "0", nested(29)),
+    ]
+    for argv in refusals:
+        with pytest.raises(redis.ResponseError, match="^recursion limit exceeded: the document would nest deeper"):
+            r.execute_command(*argv)
+        assert r.execute_command("JSON.GET", "j") == before  # nothing changed
+    assert r.execute_command("JSON.ARRAPPEND", "j", path, nested(28)) == [1]  # exactly 128 levels
+    assert r.execute_command("JSON.SET", "j", parent + ".b", nested(29)) == b"OK"
+    assert json.loads(r.execute_command("JSON.GET", "j", "$..b"))  # readable, no RecursionError
+    assert guarded(server, r, "JSON.RESP", "j")
