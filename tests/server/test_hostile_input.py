@@ -236,3 +236,14 @@ def test_json_writes_cannot_nest_past_the_limit(server, r):
     assert r.execute_command("JSON.SET", "j", parent + ".b", nested(29)) == b"OK"
     assert json.loads(r.execute_command("JSON.GET", "j", "$..b"))  # readable, no RecursionError
     assert guarded(server, r, "JSON.RESP", "j")
+
+
+def test_lua_deep_table_reply(server, r):
+    from pion.server.scripting.convert import MAX_DEPTH
+
+    script = "local t = {} local c = t for i = 1, tonumber(ARGV[1]) do c[1] = {} c = c[1] end return t"
+    reply = guarded(server, r, "EVAL", script, "0", str(DEEP))
+    for _ in range(MAX_DEPTH):  # Redis's "reached lua stack limit" where the converter stops
+        assert isinstance(reply, list) and len(reply) == 1
+        (reply,) = reply
+    assert isinstance(reply, redis.ResponseError) and "reached lua stack limit" in str(reply)
