@@ -5,6 +5,10 @@
 them; ``pions://`` for TLS with redis-py's ``ssl_ca_certs``/``ssl_certfile``/``ssl_keyfile`` query
 parameters). A tenant's user and password give that tenant's own memories. docs/mcp.md has the
 JSON snippet for MCP clients.
+
+Streamable HTTP on a non-loopback ``--host`` refuses to start without ``--auth-token-file`` (a
+bearer token checked on every request) or an explicit ``--insecure``; the rules and the
+Host/Origin allow-list are ``pion.client.mcp.http``'s.
 """
 
 from __future__ import annotations
