@@ -38,6 +38,11 @@ def test_empty_token_file_is_refused(tmp_path):
     assert done.returncode == 2 and "is empty" in done.stderr, done.stderr
 
 
+def test_http_flags_with_stdio_are_refused(tmp_path):
+    done = subprocess.run(mcp_argv("pion://127.0.0.1:9", "--insecure"), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "streamable-http only" in done.stderr, done.stderr
+
+
 def test_rules():
     assert http.startup_refusal("127.0.0.1", None, False) is None
     assert http.startup_refusal("::1", None, False) is None

@@ -57,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     transport = "streamable-http" if args.transport == "http" else args.transport
     token = None
+    if transport == "stdio" and (args.auth_token_file or args.insecure or args.allowed_host):
+        print("pion mcp: --auth-token-file, --insecure and --allowed-host apply to --transport streamable-http "
+              "only (stdio has no listener)", file=sys.stderr)
+        return 2
     if transport == "streamable-http":
         from pion.client.mcp import http
 
