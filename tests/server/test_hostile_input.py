@@ -247,3 +247,12 @@ def test_lua_deep_table_reply(server, r):
         assert isinstance(reply, list) and len(reply) == 1
         (reply,) = reply
     assert isinstance(reply, redis.ResponseError) and "reached lua stack limit" in str(reply)
+
+
+def test_lua_deep_table_argument(server, r):
+    script = ("local t = {} local c = t for i = 1, tonumber(ARGV[1]) do c[1] = {} c = c[1] end "
+              "return redis.call('SET', 'x', t)")
+    reply = guarded(server, r, "EVAL", script, "0", str(DEEP))
+    assert isinstance(reply, redis.ResponseError)
+    assert "Lua redis lib command arguments must be strings or integers" in str(reply)
+    assert r.exists("x") == 0
