@@ -43,7 +43,8 @@ Reference flags for what Pion does not have (--metal-attention, --cuda-attention
 Breadcrumbs (docs/durability.md): --crash-log PATH (default <dir>/pion.crash.log), --status-file PATH
 (default <dir>/pion.status), --no-crash-log (neither), --rss-warn-pct N (default 70; over 100: off).
 Metrics (docs/metrics.md): --metrics-port N serves Prometheus text at http://127.0.0.1:N/metrics
-(default 0 = off); --metrics-bind ADDR listens elsewhere (no password protects it: keep it private).
+(default 0 = off); --metrics-bind ADDR listens elsewhere: off loopback it needs a password on the
+server (scrapes then send HTTP Basic credentials) or --protected-mode no.
 
 Security (SECURITY.md): --requirepass-file PATH (or PION_REQUIREPASS, or --requirepass PASS: visible
 in ps) makes every client AUTH first. --tenant NAME:PASSWORD[:quota=1gb] (repeatable) or
