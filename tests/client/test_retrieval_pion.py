@@ -176,6 +176,24 @@ def test_rows_whose_tokens_changed_behind_the_entry_are_not_loaded(url):
 
 
 @pytest.mark.hf
+def test_a_chunk_ingested_again_from_changed_text_is_refused_as_such(url):
+    # another process re-ingests "doc" from edited text (15 tokens, not 12): the rows under the
+    # name are no longer this cache's entry; the refusal says so and counts a mismatch
+    mine = make("hf", url)
+    mine.ingest("doc", models.prompt(12))
+    theirs = make("hf", url)
+    theirs.ingest("doc", models.prompt(15, offset=7))
+    with pytest.raises(KeyError, match="refused: .*text changed") as refused:
+        mine.prepare("doc", QUESTION)
+    assert "evicted" not in str(refused.value)
+    assert mine.stats()["manifest_mismatches"] == 1 and "text changed" in mine.last_mismatch
+    mine.store.drop(mine.chunk_namespace("doc"))  # now really gone: an eviction, said as such
+    with pytest.raises(KeyError, match=r"no longer stored \(evicted\)"):
+        mine.prepare("doc", QUESTION)
+    assert mine.stats()["manifest_mismatches"] == 1
+
+
+@pytest.mark.hf
 def test_the_local_manifest_file_persists_and_refuses_another_model(url, tmp_path):
     path = tmp_path / "chunks.json"
     filled("hf", url, manifest_path=path)

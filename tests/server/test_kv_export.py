@@ -121,6 +121,29 @@ def test_files_are_private_in_a_fresh_directory_removed_at_shutdown(make_server)
     assert not base.exists() and not (Path(srv.settings.dir) / RECORD).exists()
 
 
+@pytest.mark.parametrize("removed", ["base", "space"])
+def test_a_directory_removed_under_the_running_server_is_made_again(make_server, removed):
+    import shutil
+
+    srv = make_server()
+    r = redis.Redis(port=srv.port)
+    data = fill(r)
+    first = export(r, 0, 50, 2, H, D, "DTYPE", "F32")
+    base = recorded_base(srv)
+    shutil.rmtree(base if removed == "base" else base / "default")  # a clean-up of /dev/shm
+    again = export(r, 0, 50, 2, H, D, "DTYPE", "F32")  # used to answer an internal error until restart
+    assert again != first and os.path.exists(again) and not os.path.exists(first)
+    new_base = recorded_base(srv)
+    assert (new_base != base) == (removed == "base")  # a gone base is never reused: a new random name
+    assert os.path.dirname(again) == str(new_base / "default")
+    assert stat.S_IMODE(os.stat(new_base / "default").st_mode) == 0o700
+    assert np.array_equal(safetensors.numpy.load_file(again)["k.0"], heads_major(data["pk", 0]))
+    assert export(r, 0, 50, 2, H, D, "DTYPE", "F32") == again  # and it is cached as before
+    r.close()
+    srv.stop()
+    assert not new_base.exists()
+
+
 def test_a_planted_link_at_the_old_predictable_name_is_never_followed(make_server, tmp_path):
     """Issue 12, defect 5: the export base had a name anyone could compute, in a world-writable
     directory, and was used without checks: a link planted there made V.EXPORT empty its target."""

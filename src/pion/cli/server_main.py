@@ -44,7 +44,8 @@ Reference flags for what Pion does not have (--metal-attention, --cuda-attention
 Breadcrumbs (docs/durability.md): --crash-log PATH (default <dir>/pion.crash.log), --status-file PATH
 (default <dir>/pion.status), --no-crash-log (neither), --rss-warn-pct N (default 70; over 100: off).
 Metrics (docs/metrics.md): --metrics-port N serves Prometheus text at http://127.0.0.1:N/metrics
-(default 0 = off); --metrics-bind ADDR listens elsewhere (no password protects it: keep it private).
+(default 0 = off); --metrics-bind ADDR listens elsewhere: off loopback it needs a password on the
+server (scrapes then send HTTP Basic credentials) or --protected-mode no.
 Dashboard (docs/dashboard.md): --dashboard-port N serves a page at http://127.0.0.1:N/ (default 0 = off)
 of the stored prefixes, hit rate, memory, indexes, replication and the slow log; the server's own users
 log in. --dashboard-bind ADDR listens elsewhere, refused at start unless a password is set.

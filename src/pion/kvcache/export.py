@@ -126,13 +126,26 @@ class ExportCache:
     _names: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def open_directory(self, base: Path, tenant: bytes) -> Path:
-        """This space's export directory (mode 0700), inside this server's own ``base``."""
+        """This space's export directory (mode 0700), inside this server's own ``base``.
+
+        Checked at every export: when it was removed under the running server (a clean-up of
+        ``/dev/shm``) or is no longer a private directory of ours, the files it held are
+        forgotten (never unlinked through a path that may now lead elsewhere) and it is made
+        again, so V.EXPORT keeps working instead of failing until a restart."""
+        if self.directory is not None and (self.directory.parent != base or not _private_dir(self.directory)):
+            self.forget()
         if self.directory is None:
             name = "default" if not tenant else "t-" + tenant.hex()[:64]
             directory = base / name
             directory.mkdir(mode=0o700)  # the base is new and ours alone: the name cannot exist
             self.directory = directory
         return self.directory
+
+    def forget(self) -> None:
+        """Drop every record (the directory went away with its files)."""
+        self.files.clear()
+        self.nbytes = 0
+        self.directory = None
 
     def lookup(self, key: ExportKey, versions: tuple[int, int]) -> str | None:
         """The path of a fresh export of ``key``, if there is one on disk."""
@@ -209,7 +222,10 @@ class ExportBase:
         self.path: Path | None = None
 
     def ensure(self) -> Path:
-        """The base, created (and recorded) at the first export."""
+        """The base, created (and recorded) at the first export, and made again (a new random
+        name) when it was removed or is no longer ours."""
+        if self.path is not None and owned_directory(self.path) is not None:
+            self.path = None  # gone, or replaced: never reused, never deleted by us
         if self.path is None:
             parent = shm_dir() or self.data_dir
             self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getuid()}-", dir=parent))
@@ -256,6 +272,15 @@ def owned_directory(path: Path) -> str | None:
     if not path.name.startswith(f"{PREFIX}{os.getuid()}-"):
         return "its name is not one this server makes"
     return None
+
+
+def _private_dir(path: Path) -> bool:
+    """A real directory (not a link) of this user, mode 0700."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700
 
 
 def remove_owned(path: Path) -> str | None:

@@ -8,14 +8,19 @@ plus what each component's ``metrics()`` yields (``pion.server.component``), so 
 command path nothing. The endpoint is served on the event loop, as every
 reader of that state must be; a scrape of a few hundred series takes a fraction of a millisecond.
 
-Nothing protects the endpoint: it shows command names, counts and sizes (no keys, no values),
-so it listens on loopback unless ``--metrics-bind`` says otherwise. docs/metrics.md lists the
-series, an example scrape and a Grafana dashboard.
+The endpoint shows command names, counts and sizes (no keys, no values) and listens on loopback
+unless ``--metrics-bind`` says otherwise. Off loopback it is protected like the server's own
+port: with no password on the server (``requirepass`` or an ACL user with one) the start is
+refused unless ``--protected-mode no``; with one, every scrape must send HTTP Basic credentials of
+an enabled user (Prometheus's ``basic_auth``), checked against the live user table in constant
+time, else ``401``. docs/metrics.md lists the series, an example scrape and a Grafana dashboard.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 import time
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pion.server.component import Component
 from pion.server.durability.wal_journal import WalJournal
 from pion.server.errors import StartupError
+from pion.server.security.auth import users_of
 from pion.server.security.security import is_loopback
 
 if TYPE_CHECKING:
@@ -192,6 +198,8 @@ class MetricsEndpoint(Component):
         self._generate = client.generate_latest
         self._listener: asyncio.Server | None = None
         self.scrapes = 0
+        #: checks ``(user, password)`` of a scrape (None: no authentication, loopback or insecure)
+        self.credentials: Any = None
 
     def render(self) -> bytes:
         """The exposition text, as a scrape gets it."""
@@ -241,12 +249,29 @@ class MetricsEndpoint(Component):
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
             return "400 Bad Request", b"bad request\n", "text/plain"
         method, target = parts[0], parts[1].split(b"?", 1)[0]
+        if self.credentials is not None and not self._authorized(head):
+            return "401 Unauthorized", b"unauthorized: send HTTP Basic credentials of a server user\n", "text/plain"
         if target not in (b"/metrics", b"/"):
             return "404 Not Found", b"not found: the metrics are at /metrics\n", "text/plain"
         if method != b"GET":
             return "405 Method Not Allowed", b"only GET\n", "text/plain"
         self.scrapes += 1
         return "200 OK", self.render(), self.content_type
+
+    def _authorized(self, head: bytes) -> bool:
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() != b"authorization":
+                continue
+            scheme, _, encoded = value.strip().partition(b" ")
+            if scheme.lower() != b"basic":
+                return False
+            try:
+                user, sep, password = base64.b64decode(encoded.strip(), validate=True).partition(b":")
+            except (binascii.Error, ValueError):
+                return False
+            return bool(sep) and self.credentials(user.decode("utf-8", "replace"), password)
+        return False
 
 
 def install(server: Server) -> MetricsEndpoint | None:
@@ -260,8 +285,29 @@ def install(server: Server) -> MetricsEndpoint | None:
     except ValueError:
         raise StartupError(f"metrics-bind: '{settings.metrics_bind}' is not a valid IPv4 or IPv6 address") from None
     if exposed:
-        log.warning("metrics on %s: no password protects /metrics (command names, counts, sizes)",
-                    settings.metrics_bind)
+        users = users_of(server)
+        if not _has_password(users):
+            if settings.protected_mode:
+                raise StartupError(
+                    f"refusing to serve metrics on {settings.metrics_bind} without a password: anyone who can "
+                    "reach it could read the server's command names, counts and sizes. Set a password "
+                    "(--requirepass-file PATH, PION_REQUIREPASS, or an ACL user with one), then scrape with "
+                    "HTTP Basic credentials; or keep --metrics-bind 127.0.0.1; on a network you trust "
+                    "completely, start with --protected-mode no.")
+            log.warning("metrics on %s: no password protects /metrics (--protected-mode no)", settings.metrics_bind)
+        else:
+            endpoint.credentials = lambda name, password: _accepts(users, name, password)
     server.parts.metrics = endpoint
     server.add_component(endpoint)
     return endpoint
+
+
+def _has_password(users: Any) -> bool:
+    """Does any enabled user need a password (requirepass sets the default user's)?"""
+    return any(user.enabled and not user.nopass and user.passwords for user in users.table.users.values())
+
+
+def _accepts(users: Any, name: str, password: bytes) -> bool:
+    user = users.get(name)
+    # a user without a password (nopass) opens no door here: /metrics off loopback needs a real one
+    return user is not None and not user.nopass and user.accepts(password)

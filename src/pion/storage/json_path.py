@@ -12,6 +12,14 @@ Supported JSONPath: ``$``, ``.name``, ``['name']``/``["name"]``, ``[n]`` (negati
 ``== != < <= > >= =~``, ``&& || !`` and parentheses. Why our own: writes need the concrete
 locations of matches (to set, delete or append in place), which the maintained Python JSONPath
 libraries do not give for RedisJSON's legacy syntax and filter forms.
+
+Guards against hostile paths: ``=~`` runs RE2 (``google-re2``, the ``search`` extra), which
+matches in time linear in the text as RedisJSON's Rust ``regex`` does (an unanchored search);
+a pattern RE2 cannot run (backreferences, lookaround) is refused, and without RE2 ``=~`` is
+refused rather than run on Python's backtracking ``re``. Filters nest (parentheses, ``!``, a
+filter inside a filter's path) at most ``MAX_NESTING`` levels, and a flat chain of ``&&``/``||``
+is one n-ary node evaluated in a loop, so no path makes the parser or the evaluator recurse
+past Python's stack.
 """
 
 from __future__ import annotations
@@ -21,6 +29,11 @@ from collections.abc import Iterator
 from typing import Any
 
 Location = tuple  # of str | int
+
+#: how deeply filters may nest (parentheses, ``!``, filters inside a filter's paths)
+MAX_NESTING = 128
+RE2_HINT = ("JSONPath '=~' needs the google-re2 package (linear-time regular expressions): "
+            "pip install 'pion[search]'")
 
 
 class JsonPathError(ValueError):
@@ -98,6 +111,13 @@ class _PathParser:
     def __init__(self, text: str, pos: int) -> None:
         self.text = text
         self.pos = pos
+        self.depth = 0
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise JsonPathError(f"Error occurred on position {self.pos}, filter nested deeper than "
+                                f"{MAX_NESTING} levels")
 
     def error(self, what: str = "a path segment") -> JsonPathError:
         return JsonPathError(f"Error occurred on position {self.pos}, expected {what}")
@@ -147,7 +167,9 @@ class _PathParser:
             wrapped = text.startswith("(", self.pos)
             if wrapped:
                 self.pos += 1
+            self.enter()
             expr = _FilterParser(self).parse_or()
+            self.depth -= 1
             self.skip_space()
             if wrapped:
                 self.expect(")")
@@ -213,7 +235,7 @@ class _PathParser:
         raise self.error(f"closing {quote}")
 
     def maybe_int(self) -> int | None:
-        match = re.compile(r"-?\d+").match(self.text, self.pos)
+        match = _INT.match(self.text, self.pos)
         if match is None:
             return None
         self.pos = match.end()
@@ -231,6 +253,7 @@ class _PathParser:
 
 # -- filter expressions -----------------------------------------------------------------------------
 
+_INT = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
 _OPS = ("==", "!=", "<=", ">=", "=~", "<", ">")
 _MISSING = object()
@@ -243,29 +266,37 @@ class _FilterParser:
         self.p = outer
 
     def parse_or(self) -> tuple:
-        left = self.parse_and()
+        items = [self.parse_and()]
         while self.peek("||"):
             self.p.pos += 2
-            left = ("or", left, self.parse_and())
-        return left
+            items.append(self.parse_and())
+        return items[0] if len(items) == 1 else ("or", items)
 
     def parse_and(self) -> tuple:
-        left = self.parse_not()
+        items = [self.parse_not()]
         while self.peek("&&"):
             self.p.pos += 2
-            left = ("and", left, self.parse_not())
-        return left
+            items.append(self.parse_not())
+        return items[0] if len(items) == 1 else ("and", items)
 
     def parse_not(self) -> tuple:
-        if self.peek("!") and not self.peek("!="):
+        negations = 0
+        while self.peek("!") and not self.peek("!="):
             self.p.pos += 1
-            return ("not", self.parse_not())
-        return self.parse_compare()
+            negations += 1
+            self.p.enter()
+        expr = self.parse_compare()
+        self.p.depth -= negations
+        for _ in range(negations):
+            expr = ("not", expr)
+        return expr
 
     def parse_compare(self) -> tuple:
         if self.peek("("):
             self.p.pos += 1
+            self.p.enter()
             inner = self.parse_or()
+            self.p.depth -= 1
             self.p.skip_space()
             self.p.expect(")")
             return inner
@@ -277,10 +308,7 @@ class _FilterParser:
                 if op == "=~":
                     if right[0] != "lit" or not isinstance(right[1], str):
                         raise self.p.error("a regular expression string")
-                    try:
-                        right = ("re", re.compile(right[1]))
-                    except re.error as exc:
-                        raise JsonPathError(f"invalid regular expression: {exc}") from None
+                    right = ("re", compile_regex(right[1]))
                 return ("cmp", op, left, right)
         return ("exists", left)
 
@@ -313,12 +341,32 @@ class _FilterParser:
         return self.p.text.startswith(token, self.p.pos)
 
 
+def compile_regex(pattern: str) -> Any:
+    """``=~``'s pattern as an RE2 regex (linear-time search, RedisJSON's Rust ``regex`` syntax);
+    refused when RE2 cannot run it or is not installed, never handed to backtracking ``re``."""
+    try:
+        import re2
+    except ImportError:
+        raise JsonPathError(RE2_HINT) from None
+    options = re2.Options()
+    options.log_errors = False  # the refusal goes to the client, not to the server's stderr
+    options.never_capture = True  # =~ asks only whether it matches
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise JsonPathError(f"invalid regular expression '{pattern}': {reason} "
+                            "(linear-time RE2 syntax: no backreferences or lookaround)") from None
+
+
 def _eval_filter(expr: tuple, current: Any, root: Any) -> bool:
     kind = expr[0]
     if kind == "or":
-        return _eval_filter(expr[1], current, root) or _eval_filter(expr[2], current, root)
+        return any(_eval_filter(item, current, root) for item in expr[1])
     if kind == "and":
-        return _eval_filter(expr[1], current, root) and _eval_filter(expr[2], current, root)
+        return all(_eval_filter(item, current, root) for item in expr[1])
     if kind == "not":
         return not _eval_filter(expr[1], current, root)
     if kind == "exists":

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pion.protocol.errors import ReplyError
-from pion.vector.expressions import compile_expression, format_value, referenced_properties
+from pion.vector.expressions import compile_with_properties, format_value
 from pion.vector.search import SearchRequest, _int, parse_params
 
 DEFAULT_SORT_MAX = 10
@@ -147,12 +147,13 @@ def parse_aggregate(argv: list[bytes], default_dialect: int) -> AggregateRequest
             text = argv[i + 1].decode("utf-8", "replace")
             if argv[i + 2].upper() != b"AS":
                 raise ReplyError("Bad arguments for APPLY: AS is required")
-            req.steps.append(Step("apply", (compile_expression(text), argv[i + 3].decode(), referenced_properties(text))))
+            expr, props = compile_with_properties(text)
+            req.steps.append(Step("apply", (expr, argv[i + 3].decode(), props)))
             i += 3
         elif word == b"FILTER":
             need(1, "FILTER")
             text = argv[i + 1].decode("utf-8", "replace")
-            req.steps.append(Step("filter", (compile_expression(text), referenced_properties(text))))
+            req.steps.append(Step("filter", compile_with_properties(text)))
             i += 1
         elif word == b"LIMIT":
             need(2, "LIMIT")

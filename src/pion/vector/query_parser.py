@@ -11,6 +11,10 @@ Vector clauses: ``<filter>=>[KNN k @v $B [EF_RUNTIME n] [HYBRID_POLICY p] [BATCH
 with optional ``=>{$yield_distance_as: d; ...}``, and ``@v:[VECTOR_RANGE r $B]=>{$EPSILON: e;
 $YIELD_DISTANCE_AS: d}``. Parameters (``$name``) come from PARAMS. Errors read like RediSearch's:
 ``Syntax error at offset N near X``, ``No such parameter `x```.
+
+Nesting (parentheses, ``-``/``~`` prefixes, ``@f:`` modifiers inside each other) is bounded by
+``MAX_NESTING``, past which the query is refused with RediSearch's own text for its parser's full
+stack, so no query recurses past Python's stack in the parser, the executor or FT.EXPLAIN.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from typing import Any
 from pion.protocol.errors import ReplyError
 from pion.vector.fields import UNITS
 from pion.vector.query_lexer import Lexer, Token, syntax_error
+
+#: how deeply a query may nest (RediSearch's DIALECT 2 parser holds about 250 parentheses, DIALECT 1 97)
+MAX_NESTING = 128
+TOO_DEEP = "Parser stack overflow. Try moving nested parentheses more to the left"
 
 
 @dataclass
@@ -104,6 +112,12 @@ class _Parser:
         self.params = params
         self.lexer = Lexer(text)
         self.tok = self.lexer.next()
+        self.depth = 0
+
+    def nest(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise ReplyError(TOO_DEEP)
 
     # token plumbing
     def advance(self) -> Token:
@@ -160,12 +174,12 @@ class _Parser:
         return children[0] if len(children) == 1 else Node("and", children=children)
 
     def unary(self) -> Node:
-        if self.at("MINUS"):
-            self.advance()
-            return self.attributes(Node("not", children=[self.unary()]))
-        if self.at("TILDE"):
-            self.advance()
-            return self.attributes(Node("opt", children=[self.unary()]))
+        if self.at("MINUS", "TILDE"):
+            kind = "not" if self.advance().kind == "MINUS" else "opt"
+            self.nest()
+            inner = self.unary()
+            self.depth -= 1
+            return self.attributes(Node(kind, children=[inner]))
         return self.attributes(self.atom(self.unary if self.dialect >= 2 else self.d1_intersect_inner))
 
     # -- dialect 1 -------------------------------------------------------------------------------
@@ -173,13 +187,11 @@ class _Parser:
     def d1_intersect(self) -> Node:
         children = []
         while not self.at("EOF", "RP"):
-            if self.at("MINUS"):
-                self.advance()
-                children.append(Node("not", children=[self.d1_intersect_inner()]))
-                break
-            if self.at("TILDE"):
-                self.advance()
-                children.append(Node("opt", children=[self.d1_intersect_inner()]))
+            if self.at("MINUS", "TILDE"):
+                kind = "not" if self.advance().kind == "MINUS" else "opt"
+                self.nest()
+                children.append(Node(kind, children=[self.d1_intersect_inner()]))
+                self.depth -= 1
                 break
             children.append(self.d1_union())
         if not children:
@@ -205,6 +217,7 @@ class _Parser:
         kind = tok.kind
         if kind == "LP":
             self.advance()
+            self.nest()
             if self.at("STAR"):
                 self.advance()
                 inner = Node("all")
@@ -213,6 +226,7 @@ class _Parser:
             if not self.at("RP"):
                 raise self.error()
             self.advance()
+            self.depth -= 1
             return inner
         if kind == "MODIFIER":
             return self.modifier(modifier_body)
@@ -287,16 +301,18 @@ class _Parser:
             if len(names) > 1:
                 raise self.error()
             return self.bracket(names[0])
+        self.nest()
         inner = body() if self.dialect < 2 else self.attributes(self.atom_or_prefixed())
+        self.depth -= 1
         return Node("fields", children=[inner], fields=names)
 
     def atom_or_prefixed(self) -> Node:
-        if self.at("MINUS"):
-            self.advance()
-            return Node("not", children=[self.atom_or_prefixed()])
-        if self.at("TILDE"):
-            self.advance()
-            return Node("opt", children=[self.atom_or_prefixed()])
+        if self.at("MINUS", "TILDE"):
+            kind = "not" if self.advance().kind == "MINUS" else "opt"
+            self.nest()
+            inner = self.atom_or_prefixed()
+            self.depth -= 1
+            return Node(kind, children=[inner])
         return self.atom(self.unary)
 
     def comparison(self, tok: Token) -> Node:

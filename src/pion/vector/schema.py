@@ -20,6 +20,14 @@ FIELD_TYPES = ("TEXT", "TAG", "NUMERIC", "GEO", "VECTOR", "GEOSHAPE")
 VECTOR_TYPES = {"FLOAT32": 4, "FLOAT64": 8, "FLOAT16": 2, "BFLOAT16": 2, "INT8": 1, "UINT8": 1}
 METRICS = ("L2", "IP", "COSINE")
 MAX_DIM = 32768
+#: HNSW's M: at least 2 (below, the graph degenerates into chains), at most UINT16_MAX / 2 as
+#: RediSearch's VecSim (its link counts are 16-bit)
+MIN_M, MAX_M = 2, 32767
+#: EF_CONSTRUCTION / EF_RUNTIME: usearch sizes per-search buffers by it (10^9 is an
+#: out-of-memory at the first add); a query's EF_RUNTIME is clamped to the graph's size instead
+MAX_EF = 1_000_000
+#: rows a FLAT/HNSW field allocates up front, whatever INITIAL_CAP says (it grows by doubling)
+PREALLOCATE_MAX = 1024
 
 
 @dataclass
@@ -139,13 +147,13 @@ class _Args:
     def next_str(self, what: str) -> str:
         return self.next(what).decode("utf-8", "replace")
 
-    def next_int(self, what: str, minimum: int = 0) -> int:
+    def next_int(self, what: str, minimum: int = 0, maximum: int | None = None) -> int:
         raw = self.next_str(what)
         try:
             value = int(raw)
         except ValueError:
             raise _err(f"Bad arguments for {what}: Could not convert argument to expected type") from None
-        if value < minimum:
+        if value < minimum or (maximum is not None and value > maximum):
             raise _err(f"Bad arguments for {what}: Value is outside acceptable bounds")
         return value
 
@@ -358,11 +366,11 @@ def _parse_vector(args: _Args) -> VectorParams:
         elif name == "BLOCK_SIZE" and algo == "FLAT":
             params.block_size = args.next_int(what, minimum=1)
         elif name == "M" and algo == "HNSW":
-            params.m = args.next_int(what, minimum=1)
+            params.m = args.next_int(what, minimum=MIN_M, maximum=MAX_M)
         elif name == "EF_CONSTRUCTION" and algo == "HNSW":
-            params.ef_construction = args.next_int(what, minimum=1)
+            params.ef_construction = args.next_int(what, minimum=1, maximum=MAX_EF)
         elif name == "EF_RUNTIME" and algo == "HNSW":
-            params.ef_runtime = args.next_int(what, minimum=1)
+            params.ef_runtime = args.next_int(what, minimum=1, maximum=MAX_EF)
         elif name == "EPSILON" and algo == "HNSW":
             params.epsilon = args.next_float(what)
             if params.epsilon < 0:
@@ -372,4 +380,37 @@ def _parse_vector(args: _Args) -> VectorParams:
     for required in ("TYPE", "DIM", "DISTANCE_METRIC"):
         if required not in seen:
             raise _err(f"Missing mandatory parameter: cannot create {algo} index without specifying {required} argument")
+    _check_memory(params)
     return params
+
+
+def element_size(params: VectorParams) -> int:
+    """Bytes one vector costs, as RediSearch's VecSim estimates it: the vector and its label,
+    and for HNSW its level-0 links (2M) and one upper level (M), 4 bytes each."""
+    size = params.dim * VECTOR_TYPES[params.data_type] + 8
+    if params.algorithm == "HNSW":
+        size += 3 * params.m * 4 + 16
+    return size
+
+
+def memory_limit() -> int:
+    """What RediSearch sizes vector indexes against when no maxmemory is set: the machine's memory."""
+    import os
+
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def _check_memory(params: VectorParams) -> None:
+    """RediSearch's server-limit checks: INITIAL_CAP vectors must fit the memory, a BLOCK_SIZE
+    block a tenth of it (the same texts as its spec.c)."""
+    size = element_size(params)
+    limit = memory_limit()
+    if params.initial_cap and params.initial_cap > limit // size:
+        raise _err(f"Vector index initial capacity {params.initial_cap} exceeded server limit "
+                   f"({limit // size} with the given parameters)")
+    if params.block_size and params.block_size > limit // 10 // size:
+        raise _err(f"Vector index block size {params.block_size} exceeded server limit "
+                   f"({limit // 10 // size} with the given parameters)")

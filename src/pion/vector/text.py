@@ -101,17 +101,39 @@ def edit_distance_at_most(a: str, b: str, limit: int) -> bool:
 
 
 def wildcard_match(pattern: str, word: str) -> bool:
-    """``w'...'`` patterns: ``?`` one character, ``*`` any run, ``\\`` escapes."""
-    import re
+    """``w'...'`` patterns: ``?`` one character, ``*`` any run, ``\\`` escapes.
 
-    parts: list[str] = []
+    Matched with the two-pointer wildcard walk (back to the last star only), so a pattern such as
+    ``*a*a*a*a*b`` costs at most len(pattern) * len(word) steps: a regex with ``.*`` per star
+    backtracks exponentially on it.
+    """
+    tokens: list[str | None] = []  # a character, or None for a star
     i = 0
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
-            parts.append(re.escape(pattern[i + 1]))
+            tokens.append("\\" + pattern[i + 1])
             i += 2
             continue
-        parts.append(".*" if ch == "*" else "." if ch == "?" else re.escape(ch))
+        tokens.append(None if ch == "*" else ch)
         i += 1
-    return re.fullmatch("".join(parts), word, re.S) is not None
+    p = w = 0
+    star = -1
+    resume = 0
+    while w < len(word):
+        tok = tokens[p] if p < len(tokens) else ""
+        if tok is None:
+            star, resume = p, w
+            p += 1
+        elif tok and (tok == "?" or tok[-1] == word[w]):
+            p += 1
+            w += 1
+        elif star >= 0:
+            p = star + 1
+            resume += 1
+            w = resume
+        else:
+            return False
+    while p < len(tokens) and tokens[p] is None:
+        p += 1
+    return p == len(tokens)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pion.protocol.errors import ReplyError
-from pion.vector.schema import VectorParams
+from pion.vector.schema import PREALLOCATE_MAX, VectorParams
 
 #: a filtered KNN brute-forces the allowed rows when there are at most this many (or the
 #: filter keeps at most this fraction of the index): exact and cheaper than paging the graph
@@ -82,7 +82,8 @@ class VectorField:
         self.params = params
         self.dim = params.dim
         self.metric = params.metric
-        capacity = max(16, params.initial_cap or 0)
+        # INITIAL_CAP is a hint: a few rows up front, then doubling (10^9 would be allocated at once)
+        capacity = max(16, min(params.initial_cap or 0, PREALLOCATE_MAX))
         self.rows = np.zeros((capacity, self.dim), dtype=np.float32)
         self.sq_norms = np.zeros(capacity, dtype=np.float32)  # L2 only
         self.slot_doc = np.full(capacity, -1, dtype=np.int64)
@@ -453,7 +454,9 @@ class _Graph:
                 fraction = max(float(allowed_mask.sum()) / max(live_count, 1), 1e-6)
             count = min(graph_size, max(k, int(k / fraction * 1.2) + 1) + len(pending))
             while True:
-                keys, dists = self._search(query, count, max(ef, count if allowed_mask is not None else ef))
+                # an ef past the graph's size finds nothing more, and usearch allocates by it
+                wide = min(max(ef, count if allowed_mask is not None else ef), max(graph_size, count))
+                keys, dists = self._search(query, count, wide)
                 gv = self.graph_ver
                 keys = keys.astype(np.int64)
                 ok = (keys < len(gv)) & (keys < len(slot_ver))

@@ -45,21 +45,24 @@ def make_server(name: str, instructions: str, *, host: str = "127.0.0.1", port: 
     cls, major = _server_class()
     if major == 2:
         server = cls(name, instructions=instructions)
-        server._pion_http = {"host": host, "port": port, "streamable_http_path": path}
     else:
         server = cls(name, instructions=instructions, host=host, port=port, streamable_http_path=path)
+    server._pion_http = {"host": host, "port": port, "streamable_http_path": path}
     server._pion_sdk_major = major
     return server
 
 
-def run(server: Any, transport: str) -> None:
-    """Serve until the client goes away (stdio) or the process is stopped (streamable HTTP)."""
+def run(server: Any, transport: str, *, token: str | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:
+    """Serve until the client goes away (stdio) or the process is stopped (streamable HTTP, through
+    ``pion.client.mcp.http``: the Host/Origin allow-list always, the bearer ``token`` when given)."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got '{transport}'")
-    if transport == "stdio" or server._pion_sdk_major == 1:
+    if transport == "stdio":
         server.run(transport=transport)
-    else:
-        server.run(transport=transport, **server._pion_http)
+        return
+    from pion.client.mcp import http
+
+    http.serve(server, token=token, extra_hosts=allowed_hosts)
 
 
 def tool_error(message: str) -> Exception:

@@ -110,6 +110,7 @@ class HybridRetrievalCache:
         self.last_prepare: dict = {}
         #: why the last stored manifest was refused (for logs and tests)
         self.last_mismatch = ""
+        self._miss: str | None = None  # why the last fetch missed (None: nothing stored: evicted)
 
     # -- namespaces ----------------------------------------------------------------------
 
@@ -145,7 +146,7 @@ class HybridRetrievalCache:
             stored, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema, chunk_id=entry.chunk_id,
             kind=entry.kind, stub_sha256=entry.stub_sha256)
         if why is None and stored.get("tokens_sha256") != entry.tokens_sha256:
-            why = "other tokens than this cache's entry"
+            why = "other tokens than this cache's entry (the chunk's text changed)"
         if why is not None and stored is not None:
             self._mismatch(entry.namespace, why)
         return why is None
@@ -366,27 +367,57 @@ class HybridRetrievalCache:
         got = self._fetch_verified(entry, None)
         if got is None:
             self._counts["hydrate_miss_count"] += 1
-            raise KeyError(f"chunk {entry.chunk_id!r}: its K/V is no longer stored ({self.last_mismatch or 'evicted'})")
+            if self._miss is None:
+                raise KeyError(f"chunk {entry.chunk_id!r}: its K/V is no longer stored (evicted)")
+            raise KeyError(f"chunk {entry.chunk_id!r}: its K/V is no longer stored as ingested, refused: "
+                           f"{self._miss}")
         self._counts["hydrate_count"] += 1
         return got
 
     def _fetch_verified(self, entry: ChunkEntry, ids: list[int] | None):
+        """The verified rows of ``entry``, or None; ``self._miss`` then says why (None: evicted)."""
+        self._miss = None
         try:
             got = self.store.get(entry.namespace, entry.tokens)
         except PionError:
             self._counts["errors"] += 1
             return None
         if got is None:
+            # a miss by size: rows stored under this name for another token count (the chunk was
+            # ingested again from changed text) are a mismatch, not an eviction
+            self._miss = self._stored_mismatch(entry, ids)
             return None
         manifest, k, v = got
+        why = self._entry_mismatch(manifest, entry, ids)
+        if why is not None:
+            self._mismatch(entry.namespace, why)
+            self._miss = f"{entry.namespace}: {why}"
+            return None
+        return manifest, k, v
+
+    def _entry_mismatch(self, manifest: dict, entry: ChunkEntry, ids: list[int] | None) -> str | None:
         why = chunk_mismatch(manifest, fp_hash=self.fp_hash, layout=self.layout, codecs=self.schema,
                              chunk_id=entry.chunk_id, kind=entry.kind, stub_sha256=entry.stub_sha256, token_ids=ids)
         if why is None and manifest.get("tokens_sha256") != entry.tokens_sha256:
-            why = "other tokens than this cache's entry"
-        if why is not None:
-            self._mismatch(entry.namespace, why)
+            why = "other tokens than this cache's entry (the chunk's text changed)"
+        return why
+
+    def _stored_mismatch(self, entry: ChunkEntry, ids: list[int] | None) -> str | None:
+        """After a miss: is something else stored under the entry's name? (the reason, counted)"""
+        try:
+            manifest = self.store.manifest(entry.namespace)
+        except PionError:
+            self._counts["errors"] += 1
             return None
-        return manifest, k, v
+        if manifest is None:
+            return None
+        why = self._entry_mismatch(manifest, entry, ids)
+        if why is None and manifest.get("token_count") != entry.tokens:
+            why = f"{manifest.get('token_count')} tokens stored, the entry has {entry.tokens}"
+        if why is None:
+            return None
+        self._mismatch(entry.namespace, why)
+        return f"{entry.namespace}: {why}"
 
     def _mismatch(self, ns: str, why: str) -> None:
         self._counts["manifest_mismatches"] += 1

@@ -47,6 +47,7 @@ def _set_one(ctx: Ctx, key: bytes, path: Path, value: Any, nx: bool, xx: bool) -
     if not nx:
         found = [loc for _, loc in compiled.find(doc.root)]
         if found:
+            js.check_nesting(max(len(loc) for loc in found), value)
             for loc in order_for_mutation(found):
                 js.set_at(doc.root, loc, _copy(value) if len(found) > 1 else value)
             js.changed(ctx, key, doc, "json.set")
@@ -66,8 +67,11 @@ def _add_member(ctx: Ctx, key: bytes, doc: JsonValue, compiled, value: Any) -> b
             raise ReplyError("ERR array index out of range")
         return None
     parent_path = type(compiled)(compiled.steps[:-1])
+    parents = parent_path.find(doc.root)
+    if parents:
+        js.check_nesting(max(len(loc) for _, loc in parents) + 1, value)
     added = 0
-    for parent, _ in parent_path.find(doc.root):
+    for parent, _ in parents:
         if isinstance(parent, dict) and last not in parent:
             parent[last] = _copy(value) if added else value
             added += 1
@@ -161,6 +165,7 @@ def json_merge(ctx: Ctx, argv: list[bytes]):
     compiled = js.compile_path(path)
     found = [loc for _, loc in compiled.find(doc.root)]
     if found:
+        js.check_nesting(max(len(loc) for loc in found), patch)
         for loc in order_for_mutation(found, drop_nested=False):
             js.set_at(doc.root, loc, _merge(js.value_at(doc.root, loc), _copy(patch)))
         js.changed(ctx, key, doc, "json.merge")

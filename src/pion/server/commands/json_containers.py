@@ -36,12 +36,18 @@ def _lookup(ctx: Ctx, argv: list[bytes], name: str, missing: ReplyError | None =
     return path, js.compile_path(path).values(doc.root)
 
 
-def _mutate_arrays(ctx: Ctx, key: bytes, path: Path, event: str, fn, what: str = "not an array"):
-    """Apply ``fn(array) -> reply`` to every array match (deepest first, replies in match order)."""
+def _mutate_arrays(ctx: Ctx, key: bytes, path: Path, event: str, fn, what: str = "not an array",
+                   adding: list[Any] | None = None):
+    """Apply ``fn(array) -> reply`` to every array match (deepest first, replies in match order);
+    ``adding``: the values ``fn`` puts into the arrays, checked against the nesting limit first."""
     doc = js.need_doc(ctx, key)
     found = js.matches(doc, path)
     results: list[Any] = [None] * len(found)
     arrays = {loc: i for i, (value, loc) in enumerate(found) if isinstance(value, list)}
+    if adding and arrays:
+        deepest = max(len(loc) for loc in arrays) + 1
+        for value in adding:
+            js.check_nesting(deepest, value)
     for loc in order_for_mutation(list(arrays), drop_nested=False):
         results[arrays[loc]] = fn(js.value_at(doc.root, loc))
     if arrays:
@@ -124,7 +130,7 @@ def json_arrappend(ctx: Ctx, argv: list[bytes]):
         array.extend(_fresh(values))
         return len(array)
 
-    return _mutate_arrays(ctx, argv[1], path, "json.arrappend", append)
+    return _mutate_arrays(ctx, argv[1], path, "json.arrappend", append, adding=values)
 
 
 def _fresh(values: list[Any]) -> list[Any]:
@@ -145,7 +151,7 @@ def json_arrinsert(ctx: Ctx, argv: list[bytes]):
         array[at:at] = _fresh(values)
         return len(array)
 
-    return _mutate_arrays(ctx, argv[1], path, "json.arrinsert", insert)
+    return _mutate_arrays(ctx, argv[1], path, "json.arrinsert", insert, adding=values)
 
 
 @command("JSON.ARRLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")

@@ -8,10 +8,19 @@ from typing import Any
 from pion.protocol.errors import ReplyError
 from pion.server.context import Ctx
 from pion.storage.json_path import CompiledPath, JsonPathError, Path
-from pion.storage.json_value import JsonError, JsonValue, loads
+from pion.storage.json_value import MAX_DEPTH, JsonError, JsonValue, depth, loads
 
 NO_KEY = "ERR could not perform this operation on a key that doesn't exist"
 NO_PATH = "ERR Path does not exist"
+TOO_DEEP = f"ERR recursion limit exceeded: the document would nest deeper than {MAX_DEPTH} levels"
+
+
+def check_nesting(levels_above: int, value: Any) -> None:
+    """Refuse (before any change) a value that, placed ``levels_above`` containers deep, would
+    nest the document past MAX_DEPTH: JSON.SET at a deep path used to grow documents that every
+    later JSON.GET answered with an internal RecursionError."""
+    if isinstance(value, (dict, list)) and levels_above + depth(value) > MAX_DEPTH:
+        raise ReplyError(TOO_DEEP)
 
 
 def no_path_or(what: str) -> ReplyError:

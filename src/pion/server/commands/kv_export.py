@@ -46,13 +46,12 @@ def v_export(ctx, argv):
         check_session(side, session, key)
     sp.touch(key.sid_k)
     exports = sp.exports
-    if exports.directory is None:
-        tenant = getattr(ctx.client, "tenant", None) or b""
-        try:
-            base = ctx.kv_engine.export_root(ctx.server.settings.dir)
-            exports.open_directory(base, tenant.encode() if isinstance(tenant, str) else tenant)
-        except OSError as exc:
-            raise ReplyError(f"ERR V.EXPORT: cannot create the export directory: {exc.strerror or exc}") from None
+    tenant = getattr(ctx.client, "tenant", None) or b""
+    try:  # checked every time: a directory removed under the running server is made again
+        base = ctx.kv_engine.export_root(ctx.server.settings.dir)
+        exports.open_directory(base, tenant.encode() if isinstance(tenant, str) else tenant)
+    except OSError as exc:
+        raise ReplyError(f"ERR V.EXPORT: cannot create the export directory: {exc.strerror or exc}") from None
     exports.sweep(lambda sid: None if (s := sp.vstore.get(sid)) is None else s.version)
     versions = (sessions[0].version, sessions[1].version)
     found = exports.lookup(key, versions)

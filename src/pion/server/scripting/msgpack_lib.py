@@ -3,7 +3,9 @@
 Encoding follows lua-cmsgpack's choices byte for byte: integral numbers take the smallest integer
 form, other numbers float32 when that is exact, else float64; a table is an array when its keys
 are exactly 1..n, a map otherwise; tables nested deeper than 16 become nil. Decoding builds Lua
-tables directly (map keys may themselves be tables).
+tables directly (map keys may themselves be tables); input nested deeper than
+``MAX_DECODE_DEPTH`` is refused with lua-cmsgpack's stack-overflow error instead of recursing
+past Python's stack.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from lupa import lua51
 from pion.server.scripting.libs import LuaArgError, check_number, check_string
 
 MAX_NESTING = 16
+#: arrays and maps nested deeper than this in ``unpack``'s input are refused (Redis's bundled
+#: lua-cmsgpack stops where the Lua stack does; ours is the Python stack)
+MAX_DECODE_DEPTH = 200
 
 
 class _Missing(Exception):
@@ -133,6 +138,7 @@ class Decoder:
         self.lua = lua
         self.data = data
         self.pos = pos
+        self.depth = 0
 
     def take(self, size: int) -> bytes:
         if self.pos + size > len(self.data):
@@ -180,16 +186,26 @@ class Decoder:
             return self.map(self.uint(2 if byte == 0xDE else 4))
         raise _BadFormat
 
+    def nest(self, where: str) -> None:
+        self.depth += 1
+        if self.depth > MAX_DECODE_DEPTH:
+            raise LuaArgError(f"stack overflow (in function {where})")
+
     def array(self, count: int) -> Any:
-        return self.lua.table_from([self.value() for _ in range(count)])
+        self.nest("mp_decode_to_lua_array")
+        items = [self.value() for _ in range(count)]
+        self.depth -= 1
+        return self.lua.table_from(items)
 
     def map(self, count: int) -> Any:
+        self.nest("mp_decode_to_lua_hash")
         table = self.lua.table()
         for _ in range(count):
             key = self.value()
             item = self.value()
             if key is not None:
                 table[key] = item
+        self.depth -= 1
         return table
 
 
