@@ -62,6 +62,10 @@ def ft_config(ctx: Ctx, argv: list[bytes]):
             raise ReplyError("Invalid option value for DEFAULT_DIALECT")
         if name in ("MINPREFIX", "MAXEXPANSIONS", "MAXPREFIXEXPANSIONS", "TIMEOUT") and not value.isdigit():
             raise ReplyError(f"Invalid option value for {name}")
+        if name == "ON_TIMEOUT":  # RediSearch keeps the policy's own spelling: return | fail
+            if value.lower() not in ("return", "fail"):
+                raise ReplyError("Invalid ON_TIMEOUT value")
+            value = value.lower()
         eng.config[name] = value
         ctx.dirty()
         return OK
