@@ -126,3 +126,37 @@ def test_fast_query_is_untouched_by_default_budget(big):
         assert reply[b"total_results"] == N_DOCS // 50 and reply[b"warning"] == []
     else:
         assert reply == [N_DOCS // 50]
+
+
+def _big_doc(n: int = 4000) -> str:
+    import json
+
+    return json.dumps({"items": [{"id": i, "name": f"n{i}", "tags": ["a", "b"], "p": {"x": i, "y": 1.5}}
+                                 for i in range(n)]})
+
+
+def test_json_read_budget(rr):
+    assert rr.execute_command("JSON.SET", "big", "$", _big_doc()) == b"OK"
+    full = rr.execute_command("JSON.GET", "big", "$..*..*")
+    assert full.startswith(b"[") and len(full) > 100_000
+    cmd(rr, "FT.CONFIG", "SET", "TIMEOUT", "1")
+    with pytest.raises(redis.ResponseError, match="^Timeout limit was reached$"):
+        rr.execute_command("JSON.GET", "big", "$..*..*..*")
+    with pytest.raises(redis.ResponseError, match="^Timeout limit was reached$"):
+        rr.execute_command("JSON.TYPE", "big", "$..*..*..*")
+    assert rr.execute_command("JSON.GET", "big", "$.items[0].id") == b"[0]"  # small reads go on
+    cmd(rr, "FT.CONFIG", "SET", "TIMEOUT", "0")
+    assert rr.execute_command("JSON.GET", "big", "$..*..*") == full
+
+
+def test_json_descent_order_and_values_match_locations(rr):
+    """The location-free read path answers what the write path finds, in the same order."""
+    from pion.storage.json_path import Path
+    from pion.storage.json_value import loads
+
+    doc = loads('{"a":{"b":[1,{"c":2}],"d":"x"},"e":[[3],[4,{"f":null}]],"g":1.5e300}')
+    for text in ("$..*", "$..b", "$..[0]", "$.a..*", "$..*..*", "$..[*]", "$..c", "$.e[*][1]"):
+        compiled = Path(text).compile()
+        assert compiled.values(doc) == [v for v, _ in compiled.find(doc)], text
+    assert rr.execute_command("JSON.SET", "d", "$", '{"a":{"b":[1,{"c":2}]},"g":1e16,"h":1e-7}') == b"OK"
+    assert rr.execute_command("JSON.GET", "d", "$..*") == b'[{"b":[1,{"c":2}]},1e16,1e-7,[1,{"c":2}],1,{"c":2},2]'
