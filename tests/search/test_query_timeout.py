@@ -160,3 +160,23 @@ def test_json_descent_order_and_values_match_locations(rr):
         assert compiled.values(doc) == [v for v, _ in compiled.find(doc)], text
     assert rr.execute_command("JSON.SET", "d", "$", '{"a":{"b":[1,{"c":2}]},"g":1e16,"h":1e-7}') == b"OK"
     assert rr.execute_command("JSON.GET", "d", "$..*") == b'[{"b":[1,{"c":2}]},1e16,1e-7,[1,{"c":2}],1,{"c":2},2]'
+
+
+def test_vsim_filter_budget(rr):
+    pipe = rr.pipeline(transaction=False)
+    rng = np.random.default_rng(3)
+    for i in range(1500):
+        x = rng.random(4).tolist()
+        pipe.execute_command("VADD", "vs", "VALUES", "4", *x, f"e{i}", "SETATTR", f'{{"n": {i}}}')
+    pipe.execute()
+    def query(salt: int) -> list:  # never true: every element is examined; a new text each time
+        expr = " or ".join(f".n == {-j - salt}" for j in range(1, 120))  # (verdicts are cached per text)
+        return ["VSIM", "vs", "VALUES", "4", "0.5", "0.5", "0.5", "0.5", "COUNT", "10", "FILTER", expr,
+                "FILTER-EF", "100000"]
+
+    assert rr.execute_command(*query(0)) == []
+    cmd(rr, "FT.CONFIG", "SET", "TIMEOUT", "1")
+    for salt, extra in enumerate(([], ["NOTHREAD"], ["TRUTH"]), 1):
+        with pytest.raises(redis.ResponseError, match="^Timeout limit was reached$"):
+            rr.execute_command(*query(1000 * salt), *extra)
+    assert len(rr.execute_command("VSIM", "vs", "VALUES", "4", "0.5", "0.5", "0.5", "0.5", "COUNT", "3")) == 3

@@ -68,5 +68,20 @@ class Budget:
         return self.deadline - perf_counter() if self.deadline else float("inf")
 
 
+#: RediSearch's default TIMEOUT in milliseconds
+DEFAULT_MS = 500
+
+
+def timeout_ms(config: dict[str, str] | None) -> int:
+    """FT.CONFIG's TIMEOUT (``config``: the search engine's table; None without search: the
+    default). The one query budget of a server: searches, JSON reads and VSIM FILTER use it."""
+    if config is None:
+        return DEFAULT_MS
+    try:
+        return int(config.get("TIMEOUT", DEFAULT_MS))
+    except ValueError:
+        return DEFAULT_MS
+
+
 #: no deadline at all (replay, MULTI-less internal callers): ``tick`` returns at once
 UNLIMITED = Budget(0)

@@ -7,7 +7,7 @@ from typing import Any
 
 from pion.protocol.errors import ReplyError
 from pion.server.context import Ctx
-from pion.storage.budget import UNLIMITED, Budget
+from pion.storage.budget import UNLIMITED, Budget, timeout_ms
 from pion.storage.json_path import CompiledPath, JsonPathError, Path
 from pion.storage.json_value import JsonError, JsonValue, loads
 
@@ -54,11 +54,7 @@ def read_budget(ctx: Ctx) -> Budget:
     if ctx.replaying:
         return UNLIMITED
     search = ctx.server.parts.search
-    try:
-        ms = int(search.config.get("TIMEOUT", "500")) if search is not None else 500
-    except ValueError:
-        ms = 500
-    return Budget(ms)
+    return Budget(timeout_ms(search.config if search is not None else None))
 
 
 def parse_json(raw: bytes) -> Any:

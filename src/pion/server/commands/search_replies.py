@@ -13,7 +13,7 @@ from typing import Any
 
 from pion.protocol.resp import format_double
 from pion.server.context import Ctx
-from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout
+from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout, timeout_ms
 from pion.storage.hash_value import HashValue
 from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
@@ -125,15 +125,8 @@ def query_budget(ctx: Ctx, req) -> Budget:
         return UNLIMITED
     ms = getattr(req, "timeout_ms", None)
     if ms is None:
-        ms = config_timeout(config)
+        ms = timeout_ms(config)
     return Budget(ms)
-
-
-def config_timeout(config: dict[str, str]) -> int:
-    try:
-        return int(config.get("TIMEOUT", "500"))
-    except ValueError:
-        return 500
 
 
 def renew(plan) -> None:
