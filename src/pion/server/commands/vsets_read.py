@@ -16,6 +16,7 @@ import numpy as np
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import NULL_ARRAY, Status
+from pion.protocol.streamed import STREAM_MIN, sampled
 from pion.server.args import parse_float, parse_int
 from pion.server.commands.vset_args import double, get_set, parse_vector
 from pion.server.context import Ctx
@@ -239,6 +240,8 @@ def vrandmember(ctx: Ctx, argv: list[bytes]):
         return None if count is None else []
     if count is None:
         return vs.random_member()
+    if -count >= STREAM_MIN and can_defer(ctx):  # a large reply: made in pieces (pion.protocol.streamed)
+        return sampled(vs.live_names(), -count)
     return vs.random_members(count)
 
 

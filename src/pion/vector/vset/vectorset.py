@@ -263,6 +263,11 @@ class VectorSet:
         slots = np.random.default_rng().choice(g.live_slots(), size=count, replace=False)
         return [names[s] for s in slots.tolist()]
 
+    def live_names(self) -> list[bytes]:
+        """Every element's name (a snapshot, in slot order)."""
+        names = self.names
+        return [names[s] for s in self.graph.live_slots().tolist()]
+
     def random_member(self) -> bytes:
         return self.names[self.graph.random_slot()]
 
