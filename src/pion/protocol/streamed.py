@@ -22,6 +22,7 @@ A leaf of ``pion.protocol``: numpy is its only import outside the protocol packa
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 from pion.protocol.resp import Pairs, Streamed, _encode_into
@@ -36,6 +37,21 @@ _IMMUTABLE = frozenset((bytes, int, float, type(None), bool))
 
 def bulk(value: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+#: ``$<n>`` for every length below this (bulk headers looked up, not formatted)
+_SHORT = 4096
+_HEADS = [b"$%d" % n for n in range(_SHORT)]
+
+
+def bulk_array_body(part: Sequence[bytes]) -> bytes:
+    """The elements of an array of bulk strings, encoded (no array header): with short
+    elements the headers are looked up and everything joined in one C pass (about twice as
+    fast as formatting each element)."""
+    lengths = list(map(len, part))
+    if lengths and max(lengths) < _SHORT:
+        return b"\r\n".join(chain.from_iterable(zip(map(_HEADS.__getitem__, lengths), part, strict=True))) + b"\r\n"
+    return b"".join([b"$%d\r\n%s\r\n" % (len(v), v) for v in part])
 
 
 def _encode_pool(pool: Sequence[Any], proto: int, pairs: bool) -> Iterator[list[bytes]]:
@@ -111,7 +127,7 @@ def pieces_of(items: list | Pairs) -> Streamed | None:
         for start in range(0, n, PIECE):
             part = items[start:start + PIECE]
             if only_bytes:
-                yield b"".join([b"$%d\r\n%s\r\n" % (len(v), v) for v in part])
+                yield bulk_array_body(part)
             else:
                 out: list[bytes] = []
                 for item in part:
