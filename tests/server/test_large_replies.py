@@ -130,3 +130,16 @@ def test_unlimited_client_holds_bounded_output(make_server):
         assert sock.recv(16).startswith(b"*5000000\r\n$")  # the reply is there to read
     finally:
         sock.close()
+
+
+def test_long_range_with_long_and_odd_elements(rr):
+    values = [f"v{i}".encode() for i in range(BIG)]
+    values[5] = b"x" * 5000  # longer than the looked-up headers: that piece is formatted per element
+    values[PIECE_OFFSET] = b""
+    for start in range(0, BIG, 10000):
+        rr.rpush("l", *values[start:start + 10000])
+    assert rr.lrange("l", 0, -1) == values
+    assert rr.lrange("l", 1, -2) == values[1:-1]
+
+
+PIECE_OFFSET = STREAM_MIN // 2 + 1

@@ -22,7 +22,6 @@ A leaf of ``pion.protocol``: numpy is its only import outside the protocol packa
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import chain
 from typing import Any
 
 from pion.protocol.resp import Pairs, Streamed, _encode_into
@@ -45,13 +44,17 @@ _HEADS = [b"$%d" % n for n in range(_SHORT)]
 
 
 def bulk_array_body(part: Sequence[bytes]) -> bytes:
-    """The elements of an array of bulk strings, encoded (no array header): with short
-    elements the headers are looked up and everything joined in one C pass (about twice as
-    fast as formatting each element)."""
-    lengths = list(map(len, part))
-    if lengths and max(lengths) < _SHORT:
-        return b"\r\n".join(chain.from_iterable(zip(map(_HEADS.__getitem__, lengths), part, strict=True))) + b"\r\n"
-    return b"".join([b"$%d\r\n%s\r\n" % (len(v), v) for v in part])
+    """The elements of an array of bulk strings, encoded (no array header): with elements
+    shorter than ``_SHORT`` the ``$<n>`` headers are looked up and headers and elements
+    interleaved by two slice assignments, then joined by ``\r\n`` in one C pass (no Python
+    per element: about twice as fast as formatting each one)."""
+    parts: list = [None] * (2 * len(part))
+    try:
+        parts[::2] = map(_HEADS.__getitem__, map(len, part))
+    except IndexError:  # an element of _SHORT bytes or more
+        return b"".join([b"$%d\r\n%s\r\n" % (len(v), v) for v in part])
+    parts[1::2] = part
+    return b"\r\n".join(parts) + b"\r\n" if parts else b""
 
 
 def _encode_pool(pool: Sequence[Any], proto: int, pairs: bool) -> Iterator[list[bytes]]:
