@@ -25,6 +25,8 @@ from tests.support.servers import ProcessServer
 
 #: the canary's longest wait allowed (seconds); PION_CANARY_BOUND overrides it
 BOUND = float(os.environ.get("PION_CANARY_BOUND", "1.0"))
+#: FT.CONFIG TIMEOUT for the run (ms); unset: RediSearch's default, 500
+QUERY_TIMEOUT = os.environ.get("PION_QUERY_TIMEOUT")
 N_DOCS = 3000
 #: an APPLY/FILTER expression long enough that evaluating it over every row takes seconds
 LONG_EXPR = "+".join(["@n"] * 300)
@@ -37,6 +39,8 @@ def port(tmp_path_factory):
     try:
         r = redis.Redis(port=srv.port, socket_timeout=120)
         _load(r)
+        if QUERY_TIMEOUT is not None:
+            r.execute_command("FT.CONFIG", "SET", "TIMEOUT", QUERY_TIMEOUT)
         r.close()
         yield srv.port
     finally:
