@@ -180,3 +180,12 @@ def test_vsim_filter_budget(rr):
         with pytest.raises(redis.ResponseError, match="^Timeout limit was reached$"):
             rr.execute_command(*query(1000 * salt), *extra)
     assert len(rr.execute_command("VSIM", "vs", "VALUES", "4", "0.5", "0.5", "0.5", "0.5", "COUNT", "3")) == 3
+
+
+def test_profile_reports_the_timeout(big):
+    reply = cmd(big, "FT.PROFILE", "idx", "SEARCH", "QUERY", "%%word1%%", "LIMIT", "0", "5000", "TIMEOUT", "1")
+    if _is_resp3(big):
+        assert reply[b"Results"][b"warning"] == [TIMEOUT_TEXT]
+        assert reply[b"Profile"][b"Shards"][0][b"Warning"] == TIMEOUT_TEXT
+    else:
+        assert isinstance(reply[0], list) and isinstance(reply[0][0], int)

@@ -270,8 +270,10 @@ def ft_profile(ctx: Ctx, argv: list[bytes]):
     finally:
         ctx.client.conn = saved
     elapsed = (time.perf_counter() - started) * 1000.0
+    body = result[0] if isinstance(result, list) and result and isinstance(result[0], dict) else result
+    warned = body.get(b"warning") if isinstance(body, dict) else None  # RESP3: a query cut short (RETURN)
     entries = [(b"Total profile time", elapsed), (b"Parsing time", 0.0), (b"Pipeline creation time", 0.0),
-               (b"Warning", b"None"),
+               (b"Warning", warned[0] if warned else b"None"),
                (b"Iterators profile", [b"Type", b"PION", b"Time", elapsed]),
                (b"Result processors profile", [b"Type", b"Index", b"Time", elapsed])]
     if ctx.client.proto >= 3:
