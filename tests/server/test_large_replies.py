@@ -143,3 +143,34 @@ def test_long_range_with_long_and_odd_elements(rr):
 
 
 PIECE_OFFSET = STREAM_MIN // 2 + 1
+
+
+def test_client_gone_mid_stream_and_concurrent_streams(server):
+    r = redis.Redis(port=server.port, socket_timeout=30)
+    r.sadd("s", *[f"m{i}" for i in range(500)])
+    for _ in range(3):  # the reader goes away after the first bytes: the stream stops, nothing leaks
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"SRANDMEMBER s -3000000\r\n")
+        assert sock.recv(64).startswith(b"*3000000\r\n")
+        sock.close()
+    others = [redis.Redis(port=server.port, socket_timeout=30) for _ in range(3)]
+    import threading
+
+    results: list[int] = []
+
+    def fetch(client: redis.Redis) -> None:
+        results.append(len(client.srandmember("s", -BIG)))
+
+    threads = [threading.Thread(target=fetch, args=(c,)) for c in others]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [BIG] * 3
+    deadline = time.time() + 10
+    while time.time() < deadline and server.call(lambda: sum(
+            1 for c in server.server.clients.values() if c.conn is not None and c.conn.streaming is not None)):
+        time.sleep(0.05)
+    assert server.call(lambda: [c.id for c in server.server.clients.values()
+                                if c.conn is not None and c.conn.streaming is not None]) == []
+    assert r.ping()
