@@ -174,3 +174,19 @@ def test_client_gone_mid_stream_and_concurrent_streams(server):
     assert server.call(lambda: [c.id for c in server.server.clients.values()
                                 if c.conn is not None and c.conn.streaming is not None]) == []
     assert r.ping()
+
+
+def test_streamed_reply_after_a_write_in_the_same_pipeline(make_server):
+    srv = make_server(appendfsync="always")
+    r = redis.Redis(port=srv.port, socket_timeout=30)
+    values = [b"%d" % i for i in range(BIG)]
+    for start in range(0, BIG, 10000):
+        r.rpush("l", *values[start:start + 10000])
+    pipe = r.pipeline(transaction=False)
+    pipe.rpush("l", b"last")  # the reply after it waits for the log record: so does the stream
+    pipe.lrange("l", 0, -1)
+    pipe.sadd("s", "a")
+    pipe.srandmember("s", -BIG)
+    pipe.ping()
+    pushed, got, added, picks, pong = pipe.execute()
+    assert pushed == BIG + 1 and got == values + [b"last"] and added == 1 and picks == [b"a"] * BIG and pong
