@@ -146,9 +146,9 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
     resp3 = ctx.client.proto >= 3
     entries = []
     budget = plan.budget if plan is not None else UNLIMITED
+    if plan is not None and plan.timed_out:  # cut short before (RETURN): its rows load under a budget of their own
+        budget = Budget(budget.ms)
     for row in rows:
-        if budget.expired:  # RETURN after the deadline: the rows loaded so far
-            break
         try:
             budget.tick(8)
         except QueryTimeout as exc:
