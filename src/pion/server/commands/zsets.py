@@ -298,8 +298,8 @@ def zrandmember(ctx: Ctx, argv: list[bytes]):
         if with_scores:
             return sampled([(member, score) for score, member in zset.order], -count, pairs=True)
         return sampled([member for _, member in zset.order], -count)
-    if count < 0:
-        picks = [zset.order[random.randrange(size)] for _ in range(-count)]
+    if count < 0:  # one C call for the picks over a snapshot (not a sorted-list lookup per pick)
+        picks = random.choices(list(zset.order), k=-count)
     elif count >= size:
         picks = list(zset.order)
         random.shuffle(picks)
