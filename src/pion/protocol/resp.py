@@ -10,6 +10,7 @@ looks on the wire in each protocol version, so no handler ever branches on the v
     Pairs -> RESP3 array of 2-element arrays, RESP2 flat array (ZRANGE WITHSCORES, ...)
     Push -> RESP3 push (>), RESP2 array           Verbatim -> RESP3 verbatim (=), RESP2 bulk
     Payloads -> array (of large payloads, written without copying them)
+    Streamed -> array produced in pieces (``pion.protocol.streamed``; whole if encoded here)
     BulkParts -> one bulk string made of its pieces, written without copying them (MOE.EXPERT.FETCH)
     SetReply -> RESP3 set keeping its order (COMMAND INFO), RESP2 array
     Replies -> several replies back to back (SUBSCRIBE confirms each channel)
@@ -25,6 +26,7 @@ K/V batch fetch), comes back as a list of buffers, the payloads themselves, for
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pion.protocol.errors import ReplyError
@@ -112,6 +114,26 @@ class Vectored(list):
     """An encoded reply as its buffers (``encode_vectored``); ``nbytes`` is their total size."""
 
     nbytes = 0
+
+
+class Streamed:
+    """An array reply of ``count`` elements whose encoding ``make(proto)`` yields in pieces
+    (``pion.protocol.streamed``). ``count`` is the RESP3 element count; with ``pairs`` it is
+    doubled in RESP2 (pairs shown flat there, as ``Pairs``)."""
+
+    __slots__ = ("count", "make", "pairs")
+
+    def __init__(self, count: int, make: Callable[[int], Iterator[bytes]], pairs: bool = False) -> None:
+        self.count = count
+        self.make = make
+        self.pairs = pairs
+
+    def header(self, proto: int) -> bytes:
+        return b"*%d\r\n" % (self.count * 2 if self.pairs and proto < 3 else self.count)
+
+    def encode(self, proto: int) -> bytes:
+        """The whole reply at once (a caller that cannot stream)."""
+        return self.header(proto) + b"".join(self.make(proto))
 
 
 class _NullArray:
@@ -246,6 +268,9 @@ def _encode_into(value: Any, proto: int, out: list[bytes]) -> None:  # noqa: C90
         out.append(b",%s\r\n" % text if proto == 3 else b"$%d\r\n%s\r\n" % (len(text), text))
     elif isinstance(value, ReplyError):
         out.append(encode_error(value.message))
+    elif cls is Streamed:  # encoded whole: a caller that cannot stream it
+        out.append(value.header(proto))
+        out.extend(value.make(proto))
     elif cls is Pairs:
         if proto == 3:
             out.append(b"*%d\r\n" % len(value))

@@ -25,8 +25,10 @@ past Python's stack.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from pion.storage.budget import UNLIMITED, Budget
 
 Location = tuple  # of str | int
 
@@ -83,20 +85,39 @@ class CompiledPath:
         self.steps = steps
         self.is_static = all(step[0] in ("key", "index") for step in steps)
 
-    def find(self, root: Any) -> list[tuple[Any, Location]]:
-        """Every match as (value, location), in document order."""
+    def find(self, root: Any, budget: Budget = UNLIMITED) -> list[tuple[Any, Location]]:
+        """Every match as (value, location), in document order. Every node a step visits
+        ticks ``budget`` (past it: ``QueryTimeout``)."""
         nodes: list[tuple[Any, Location]] = [(root, ())]
+        tick = budget.tick
         for step in self.steps:
             out: list[tuple[Any, Location]] = []
             for value, loc in nodes:
-                out.extend(_apply(step, value, loc, root))
+                out.extend(_apply(step, value, loc, root, tick))
             nodes = out
             if not nodes:
                 break
         return nodes
 
-    def values(self, root: Any) -> list[Any]:
-        return [value for value, _ in self.find(root)]
+    def values(self, root: Any, budget: Budget = UNLIMITED) -> list[Any]:
+        """Every matching value, in document order, without their locations (the reads: no
+        location tuple is built per node, and a descent walks an explicit stack)."""
+        nodes: list[Any] = [root]
+        tick = budget.tick
+        for step in self.steps:
+            kind = step[0]
+            if kind in _SIMPLE or (kind == "desc" and step[1][0] in _SIMPLE):
+                out: list[Any] = []
+                for value in nodes:
+                    out.extend(_apply_value(step, value, tick))
+            else:
+                out = []
+                for value in nodes:
+                    out.extend(found for found, _ in _apply(step, value, (), root, tick))
+            nodes = out
+            if not nodes:
+                break
+        return nodes
 
 
 def compile_path(text: str) -> CompiledPath:
@@ -433,14 +454,97 @@ def _children(value: Any, loc: Location) -> Iterator[tuple[Any, Location]]:
             yield item, loc + (i,)
 
 
-def _descendants(value: Any, loc: Location) -> Iterator[tuple[Any, Location]]:
-    """The node itself and every node below it, in document (pre-)order."""
-    yield value, loc
-    for child, child_loc in _children(value, loc):
-        yield from _descendants(child, child_loc)
+def _descendants(value: Any, loc: Location, tick: Callable[..., None]) -> list[tuple[Any, Location]]:
+    """The node itself and every node below it, in document (pre-)order (an explicit stack:
+    no generator per level, no recursion limit)."""
+    out: list[tuple[Any, Location]] = []
+    stack = [(value, loc)]
+    while stack:
+        node, node_loc = stack.pop()
+        out.append((node, node_loc))
+        if isinstance(node, dict):
+            tick(len(node))
+            stack.extend(reversed([(item, node_loc + (key,)) for key, item in node.items()]))
+        elif isinstance(node, list):
+            tick(len(node))
+            stack.extend(reversed([(item, node_loc + (i,)) for i, item in enumerate(node)]))
+    return out
 
 
-def _apply(step: tuple, value: Any, loc: Location, root: Any) -> list[tuple[Any, Location]]:
+def _descendant_values(value: Any, tick: Callable[..., None]) -> list[Any]:
+    """``_descendants`` without the locations."""
+    out: list[Any] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if isinstance(node, dict):
+            tick(len(node))
+            stack.extend(reversed(node.values()))
+        elif isinstance(node, list):
+            tick(len(node))
+            stack.extend(reversed(node))
+    return out
+
+
+def _descendant_children(value: Any, tick: Callable[..., None]) -> list[Any]:
+    """``..*``: the children of every node, nodes taken in document (pre-)order."""
+    out: list[Any] = []
+    stack = [value]
+    pop = stack.pop
+    push = stack.extend
+    add = out.extend
+    while stack:
+        node = pop()
+        cls = node.__class__
+        if cls is dict:
+            kids = list(node.values())
+        elif cls is list:
+            kids = node
+        else:
+            continue
+        tick(len(kids))
+        add(kids)
+        push(reversed(kids))
+    return out
+
+
+#: steps whose matches need neither a location nor the document's root
+_SIMPLE = ("key", "index", "wild")
+
+
+def _apply_value(step: tuple, value: Any, tick: Callable[..., None]) -> list[Any]:
+    """``_apply`` for the steps that need no location nor the root (``values``)."""
+    kind = step[0]
+    if kind == "key":
+        if isinstance(value, dict) and step[1] in value:
+            return [value[step[1]]]
+        return []
+    if kind == "index":
+        if isinstance(value, list):
+            i = step[1] + len(value) if step[1] < 0 else step[1]
+            if 0 <= i < len(value):
+                return [value[i]]
+        return []
+    if kind == "wild":
+        if isinstance(value, dict):
+            tick(len(value))
+            return list(value.values())
+        if isinstance(value, list):
+            tick(len(value))
+            return list(value)
+        return []
+    inner = step[1]  # desc over a simple step
+    if inner[0] == "wild":
+        return _descendant_children(value, tick)
+    out: list[Any] = []
+    for node in _descendant_values(value, tick):
+        out.extend(_apply_value(inner, node, tick))
+    return out
+
+
+def _apply(step: tuple, value: Any, loc: Location, root: Any,
+           tick: Callable[..., None] = UNLIMITED.tick) -> list[tuple[Any, Location]]:
     kind = step[0]
     if kind == "key":
         name = step[1]
@@ -454,26 +558,33 @@ def _apply(step: tuple, value: Any, loc: Location, root: Any) -> list[tuple[Any,
                 return [(value[i], loc + (i,))]
         return []
     if kind == "wild":
-        return list(_children(value, loc))
+        found = list(_children(value, loc))
+        tick(len(found))
+        return found
     if kind == "union":
         out: list[tuple[Any, Location]] = []
         for item in step[1]:
-            out.extend(_apply(("key", item) if isinstance(item, str) else ("index", item), value, loc, root))
+            out.extend(_apply(("key", item) if isinstance(item, str) else ("index", item), value, loc, root, tick))
         return out
     if kind == "slice":
         if not isinstance(value, list):
             return []
         _, start, end, stride = step
         indexes = range(len(value))[slice(start, end, stride)]
+        tick(len(indexes))
         return [(value[i], loc + (i,)) for i in indexes]
     if kind == "filter":
-        return [(child, child_loc) for child, child_loc in _children(value, loc)
-                if _eval_filter(step[1], child, root)]
+        out = []
+        for child, child_loc in _children(value, loc):
+            tick(4)
+            if _eval_filter(step[1], child, root):
+                out.append((child, child_loc))
+        return out
     if kind == "desc":
         inner = step[1]
         out = []
-        for node, node_loc in _descendants(value, loc):
-            out.extend(_apply(inner, node, node_loc, root))
+        for node, node_loc in _descendants(value, loc, tick):
+            out.extend(_apply(inner, node, node_loc, root, tick))
         return out
     raise JsonPathError(f"unknown path step {kind}")
 

@@ -120,6 +120,15 @@ def format_number(value: int | float) -> str:
 def dumps(value: Any, indent: str | None = None, newline: str | None = None, space: str | None = None) -> str:
     """Compact JSON, or RedisJSON's INDENT/NEWLINE/SPACE layout when any is given."""
     if indent is None and newline is None and space is None:
+        if value.__class__ in (dict, list):
+            # the C encoder writes what _compact writes, except floats in exponent form
+            # (Python's 1e+16 against serde's 1e16): any "e+"/"e-" in the text takes the slow path
+            try:
+                text = _C_COMPACT(value)
+            except (TypeError, ValueError):
+                text = "e+"
+            if "e+" not in text and "e-" not in text:
+                return text
         out: list[str] = []
         _compact(value, out)
         return "".join(out)
@@ -129,6 +138,7 @@ def dumps(value: Any, indent: str | None = None, newline: str | None = None, spa
 
 
 _ENCODE_STR = json.JSONEncoder(ensure_ascii=False).encode
+_C_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False).encode
 
 
 def _compact(value: Any, out: list[str]) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pion.protocol.errors import ReplyError
+from pion.storage.budget import UNLIMITED, Budget, QueryTimeout
 from pion.vector.expressions import compile_with_properties, format_value
 from pion.vector.search import SearchRequest, _int, parse_params
 
@@ -27,6 +28,8 @@ DEFAULT_SORT_MAX = 10
 class Step:
     kind: str
     args: Any
+    #: budget items one row costs in this step (an expression's length: a long APPLY ticks more)
+    cost: int = 1
 
 
 @dataclass
@@ -43,10 +46,17 @@ class AggregateRequest:
     cursor_count: int = 1000
     cursor_maxidle: int = 300_000
     timeout_ms: int | None = None
+    #: RediSearch's ON_TIMEOUT policy (FT.CONFIG), set by the command
+    on_timeout: str = "return"
 
     def search_request(self) -> SearchRequest:
         return SearchRequest(query=self.query, verbatim=self.verbatim, scorer=self.scorer, params=self.params,
-                             dialect=self.dialect, limit=1 << 31)
+                             dialect=self.dialect, limit=1 << 31, on_timeout=self.on_timeout)
+
+
+def _cost(expression: str) -> int:
+    """Budget items one evaluation of an expression counts as (about one per operator)."""
+    return 1 + len(expression) // 16
 
 
 def _prop(raw: bytes) -> str:
@@ -148,12 +158,12 @@ def parse_aggregate(argv: list[bytes], default_dialect: int) -> AggregateRequest
             if argv[i + 2].upper() != b"AS":
                 raise ReplyError("Bad arguments for APPLY: AS is required")
             expr, props = compile_with_properties(text)
-            req.steps.append(Step("apply", (expr, argv[i + 3].decode(), props)))
+            req.steps.append(Step("apply", (expr, argv[i + 3].decode(), props), _cost(text)))
             i += 3
         elif word == b"FILTER":
             need(1, "FILTER")
             text = argv[i + 1].decode("utf-8", "replace")
-            req.steps.append(Step("filter", compile_with_properties(text)))
+            req.steps.append(Step("filter", compile_with_properties(text), _cost(text)))
             i += 1
         elif word == b"LIMIT":
             need(2, "LIMIT")
@@ -297,41 +307,81 @@ def _sort_key(value: Any) -> tuple:
 # -- running ----------------------------------------------------------------------------------------
 
 
+class _Progress:
+    """What a pipeline cut short by its budget answers under ON_TIMEOUT RETURN: the rows the
+    interrupted step had produced (the later steps are not run)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+
 def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
-                 schema_names: set[str]) -> list[dict[str, Any]]:
-    """Apply the steps to the rows (each row carries ``__key``); ``load(row, name)`` fills a field."""
+                 schema_names: set[str], budget: Budget = UNLIMITED) -> tuple[list[dict[str, Any]], bool]:
+    """Apply the steps to the rows (each row carries ``__key``); ``load(row, name)`` fills a field.
+
+    Every row a step touches ticks ``budget``. Past it: ``QueryTimeout`` under ON_TIMEOUT FAIL;
+    under RETURN the rows the interrupted step had produced so far. Returns (rows, timed_out)."""
+    progress = _Progress()
+    try:
+        return _run(req, rows, load, schema_names, budget.tick, progress), False
+    except QueryTimeout:
+        if req.on_timeout != "return":
+            raise
+        return progress.rows, True
+
+
+def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
+         schema_names: set[str], tick: Callable[..., None], progress: _Progress) -> list[dict[str, Any]]:
     if req.loads:
+        progress.rows = done = []
         for row in rows:
+            tick()
             if req.loads == ["*"]:
                 load(row, "*")
-                continue
-            for item in req.loads:
-                name, _, alias = item.partition("\0")
-                if name not in row or alias:
-                    value = load(row, name)
-                    if value is not None:
-                        row[alias or name] = value
+            else:
+                for item in req.loads:
+                    name, _, alias = item.partition("\0")
+                    if name not in row or alias:
+                        value = load(row, name)
+                        if value is not None:
+                            row[alias or name] = value
+            done.append(row)
     steps = req.steps
     for n_step, step in enumerate(steps):
         kind = step.kind
         if kind == "apply":
             expr, alias, props = step.args
-            _ensure(rows, props, load, schema_names)
+            _ensure(rows, props, load, schema_names, tick, progress)
+            progress.rows = done = []
+            cost = step.cost
             for row in rows:
+                tick(cost)
                 row[alias] = expr(row)
+                done.append(row)
         elif kind == "filter":
             expr, props = step.args
-            _ensure(rows, props, load, schema_names)
-            rows = [row for row in rows if _truthy(expr(row))]
+            _ensure(rows, props, load, schema_names, tick, progress)
+            progress.rows = kept = []
+            cost = step.cost
+            for row in rows:
+                tick(cost)
+                if _truthy(expr(row)):
+                    kept.append(row)
+            rows = kept
         elif kind == "group":
             props, reducers = step.args
-            _ensure(rows, props + [r.prop for r in reducers if r.prop], load, schema_names)
+            _ensure(rows, props + [r.prop for r in reducers if r.prop], load, schema_names, tick, progress)
+            progress.rows = []  # groups are answered whole or not at all
             groups: dict[tuple, list[dict[str, Any]]] = {}
             for row in rows:
+                tick()
                 key = tuple(_group_key(row.get(p)) for p in props)
                 groups.setdefault(key, []).append(row)
             out = []
             for members in groups.values():
+                tick(len(members))
                 new = {p: members[0].get(p) for p in props}
                 for reducer in reducers:
                     new[reducer.alias] = reducer.reduce(members)
@@ -339,7 +389,8 @@ def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callab
             rows = out
         elif kind == "sort":
             keys, maximum = step.args
-            _ensure(rows, [k for k, _ in keys], load, schema_names)
+            _ensure(rows, [k for k, _ in keys], load, schema_names, tick, progress)
+            tick(len(rows))
             for name, asc in reversed(keys):
                 present = [r for r in rows if r.get(name) is not None]
                 missing = [r for r in rows if r.get(name) is None]
@@ -353,6 +404,7 @@ def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callab
         elif kind == "limit":
             offset, count = step.args
             rows = rows[offset:offset + count]
+        progress.rows = rows
     return rows
 
 
@@ -373,17 +425,21 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-def _ensure(rows: list[dict[str, Any]], props: list[str], load, schema_names: set[str]) -> None:
+def _ensure(rows: list[dict[str, Any]], props: list[str], load, schema_names: set[str],
+            tick: Callable[..., None], progress: _Progress) -> None:
     """Load schema fields a step refers to that the rows do not carry yet (implicit LOAD)."""
     wanted = [p for p in props if p in schema_names]
     if not wanted:
         return
+    progress.rows = done = []
     for row in rows:
+        tick()
         for name in wanted:
             if name not in row:
                 value = load(row, name)
                 if value is not None:
                     row[name] = value
+        done.append(row)
 
 
 def render_value(value: Any) -> Any:

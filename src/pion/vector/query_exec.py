@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pion.protocol.errors import ReplyError
+from pion.storage.budget import UNLIMITED, Budget
 from pion.vector import scoring, text
 from pion.vector.fields import SYNONYM_PREFIX
 from pion.vector.index import SearchIndex
@@ -23,6 +24,8 @@ from pion.vector.query_parser import Node
 from pion.vector.text import STEM_PREFIX
 
 Hits = dict[int, float]
+#: a node's evaluation counts as this many items of the budget (it reads the clock every node or so)
+EVERY_NODE = 64
 
 
 @dataclass
@@ -39,6 +42,8 @@ class ExecContext:
     min_prefix: int = 2
     language: str | None = None  # the query's LANGUAGE (stems query words); default: the index's
     expander: str = "DEFAULT"  # DEFAULT: stems and synonyms; SYNONYM: synonyms only
+    #: the query's time budget (TIMEOUT): every loop below ticks it, past it ``QueryTimeout``
+    budget: Budget = UNLIMITED
 
 
 def evaluate(node: Node, ctx: ExecContext) -> Hits:
@@ -53,6 +58,7 @@ def _is_stopword(ctx: ExecContext, word: str) -> bool:
 
 def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
     kind = node.kind
+    ctx.budget.tick(EVERY_NODE)
     weight = float(node.attrs.get("weight", 1.0))
     if kind == "all":
         return dict.fromkeys(ctx.index.docs, 0.0)
@@ -70,14 +76,17 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
             if hits is None:  # a stop-word: no part of the union
                 continue
             seen = True
+            ctx.budget.tick(len(hits))
             for doc, score in hits.items():
                 out[doc] = out.get(doc, 0.0) + score * weight
         return out if seen else None
     if kind == "not":
         inner = _eval(node.children[0], ctx, fields) or {}
+        ctx.budget.tick(len(ctx.index.docs) >> 3)
         return {doc: 0.0 for doc in ctx.index.docs if doc not in inner}
     if kind == "opt":
         inner = _eval(node.children[0], ctx, fields) or {}
+        ctx.budget.tick(len(ctx.index.docs) >> 3)
         return {doc: inner.get(doc, 0.0) * weight for doc in ctx.index.docs}
     if kind == "term":
         if _is_stopword(ctx, node.value):
@@ -120,6 +129,7 @@ def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) 
         results.sort(key=len)
         base = dict(results[0])
         for other in results[1:]:
+            ctx.budget.tick(len(base))
             base = {doc: score + other[doc] for doc, score in base.items() if doc in other}
             if not base:
                 return {}
@@ -145,7 +155,9 @@ def _proximity(ctx: ExecContext, terms: list[Node], fields: list[str] | None, ba
     mask = _field_mask(ctx, fields)
     lists = [_postings(ctx, word, True, fields) for word in words]
     out: Hits = {}
+    tick = ctx.budget.tick
     for doc, score in base.items():
+        tick()
         positions = []
         for plists in lists:
             pos = sorted({p for plist in plists if doc in plist for p in plist[doc].positions
@@ -205,10 +217,13 @@ def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, 
     avg = index.avg_doc_len
     doc_len = index.text.doc_len
     out: Hits = {}
+    tick = ctx.budget.tick
     for plist in _postings(ctx, word, expand, fields):
+        tick(len(plist) >> 3)
         matching = [(d, p) for d, p in plist.items() if mask is None or p.mask & mask]
         n = len(matching)
         for doc, posting in matching:
+            tick()
             contribution = scoring.term_score(ctx.scorer, posting.freq, weight, total, n, doc_len.get(doc, 0), avg)
             out[doc] = out.get(doc, 0.0) + contribution
     return out
@@ -233,7 +248,9 @@ def _phrase(node: Node, ctx: ExecContext, fields: list[str] | None, weight: floa
     for plist in per_word[1:]:
         candidates &= plist.keys()
     out: Hits = {}
+    tick = ctx.budget.tick
     for doc in candidates:
+        tick()
         positions = [[p for p in plist[doc].positions if mask is None or (1 << (p >> 20)) & mask] for plist in per_word]
         if _within(positions, slop, inorder):
             out[doc] = sum(s.get(doc, 0.0) for s in scores) * weight
@@ -292,7 +309,14 @@ def _expansion(node: Node, ctx: ExecContext, fields: list[str] | None, weight: f
     else:
         def predicate(term): return text.wildcard_match(word, term)
     out: Hits = {}
-    for term in ctx.index.text.terms_matching(predicate, ctx.max_expansions):
+    tick = ctx.budget.tick
+    matches = predicate
+
+    def counted(term: str) -> bool:  # the scan over every term of the index ticks the budget
+        tick()
+        return matches(term)
+    for term in ctx.index.text.terms_matching(counted, ctx.max_expansions):
+        tick(EVERY_NODE)
         for doc, score in _term(term, ctx, fields, weight, expand=False).items():
             out[doc] = out.get(doc, 0.0) + score
     return out
@@ -320,6 +344,7 @@ def _tag(node: Node, ctx: ExecContext) -> Hits:
             out |= tags.values.get(value, set())
             continue
         for tag, docs in tags.values.items():
+            ctx.budget.tick()
             if _tag_matches(kind, value, tag):
                 out |= docs
     return dict.fromkeys(out, 0.0)

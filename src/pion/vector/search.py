@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pion.protocol.errors import ReplyError
+from pion.storage.budget import UNLIMITED, Budget, QueryTimeout
 from pion.vector import query_exec, scoring
 from pion.vector.fields import UNITS
 from pion.vector.index import SearchIndex
@@ -48,6 +49,8 @@ class SearchRequest:
     params: dict[str, bytes] = field(default_factory=dict)
     dialect: int = 1
     timeout_ms: int | None = None
+    #: RediSearch's ON_TIMEOUT policy (FT.CONFIG): "return" answers what the query has so far
+    on_timeout: str = "return"
     withcount: bool = True
     expander: str = "DEFAULT"
     withpayloads: bool = False
@@ -240,10 +243,27 @@ class SearchPlan:
     ctx: query_exec.ExecContext
     job: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
     started: float = 0.0
+    #: the budget ran out and ON_TIMEOUT RETURN kept what there was (the reply's warning)
+    timed_out: bool = False
+
+    @property
+    def budget(self) -> Budget:
+        return self.ctx.budget
+
+    def cut_short(self, exc: QueryTimeout) -> None:
+        """The budget ran out: under FAIL re-raise (the error reply), under RETURN note it."""
+        if self.req.on_timeout != "return":
+            raise exc
+        self.timed_out = True
 
 
-def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | None = None) -> SearchPlan:
-    """Parse and evaluate the filter part; the KNN part becomes ``job`` (thread-safe)."""
+def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | None = None,
+         budget: Budget = UNLIMITED) -> SearchPlan:
+    """Parse and evaluate the filter part; the KNN part becomes ``job`` (thread-safe).
+
+    The evaluation ticks ``budget``: past it the query fails (``QueryTimeout``), or under
+    ON_TIMEOUT RETURN it matches nothing more than it had (nothing, for a set evaluation cut
+    in the middle) and the plan is marked ``timed_out``."""
     started = time.perf_counter()
     query = parse_query(req.query, req.dialect, req.params)
     index.uses += 1
@@ -251,7 +271,7 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
     index.dialects[min(req.dialect, 4) - 1] += 1
     ctx = query_exec.ExecContext(index=index, scorer=req.scorer, verbatim=req.verbatim, infields=req.infields,
                                  slop=req.slop, inorder=req.inorder, stopwords_off=req.nostopwords,
-                                 language=req.language, expander=req.expander)
+                                 language=req.language, expander=req.expander, budget=budget)
     if req.infields:
         for name in req.infields:
             if index.definition.field(name) is None:
@@ -260,13 +280,17 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
     knn = query.knn
     if knn is not None and root.kind == "none":
         root = Node("all")
-    hits = query_exec.evaluate(root, ctx) if not (knn is not None and root.kind == "all") else None
-    if hits is not None:
-        hits = _legacy_filters(index, req, hits)
-    elif req.filters or req.geofilters or req.inkeys is not None:
-        hits = _legacy_filters(index, req, dict.fromkeys(index.docs, 0.0))
-    result = SearchPlan(index=index, req=req, query=query, hits=hits if hits is not None else {}, ctx=ctx,
-                        started=started)
+    result = SearchPlan(index=index, req=req, query=query, hits={}, ctx=ctx, started=started)
+    try:
+        hits = query_exec.evaluate(root, ctx) if not (knn is not None and root.kind == "all") else None
+        if hits is not None:
+            hits = _legacy_filters(index, req, hits)
+        elif req.filters or req.geofilters or req.inkeys is not None:
+            hits = _legacy_filters(index, req, dict.fromkeys(index.docs, 0.0))
+    except QueryTimeout as exc:
+        result.cut_short(exc)
+        return result  # RETURN: nothing gathered yet, the KNN leg is not run either
+    result.hits = hits if hits is not None else {}
     if knn is not None:
         result.job = _knn_job(index, knn, None if hits is None else np.fromiter(sorted(hits), dtype=np.int64))
         if hits is None:
@@ -334,11 +358,18 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
     if req.sortby is not None and index.definition.field(req.sortby) is None and req.sortby != alias \
             and not any(req.sortby in e for e in extras.values()) and hits:
         raise ReplyError(f"Property `{req.sortby}` not loaded nor in schema")
-    scored = _scores(plan_, hits)
+    scored: dict[int, float] = {}
+    try:
+        _scores(plan_, hits, scored)
+    except QueryTimeout as exc:
+        plan_.cut_short(exc)  # RETURN: the documents scored so far
     total = len(scored)
     rows = [Row(doc, docs[doc], score, extras.get(doc, {})) for doc, score in scored.items()]
     if req.sortby is not None:
-        _sort_rows(index, rows, req.sortby, req.sort_asc, sort_loader)
+        try:
+            _sort_rows(index, rows, req.sortby, req.sort_asc, sort_loader, plan_.budget)
+        except QueryTimeout as exc:
+            plan_.cut_short(exc)  # RETURN: the rows as they were found, unsorted
     elif knn_result is not None:
         rows.sort(key=lambda r: (r.extras.get(alias, math.inf), r.doc_id))
     elif plan_.query.root.kind == "all" and not req.withscores:
@@ -349,16 +380,17 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
     return total, page
 
 
-def _scores(plan_: SearchPlan, hits: dict[int, float]) -> dict[int, float]:
+def _scores(plan_: SearchPlan, hits: dict[int, float], out: dict[int, float]) -> dict[int, float]:
     index, req = plan_.index, plan_.req
     docs = index.docs
     text = index.text
     scorer = req.scorer
     wildcard = plan_.query.root.kind == "all" or plan_.query.root.kind == "none"
     avg = index.avg_doc_len
-    out: dict[int, float] = {}
     scores = index.doc_scores
+    tick = plan_.budget.tick
     for doc, raw in hits.items():
+        tick()
         if doc not in docs:
             continue
         doc_len = text.doc_len.get(doc, 0)
@@ -371,7 +403,8 @@ def _scores(plan_: SearchPlan, hits: dict[int, float]) -> dict[int, float]:
     return out
 
 
-def _sort_rows(index: SearchIndex, rows: list[Row], name: str, asc: bool, loader) -> None:
+def _sort_rows(index: SearchIndex, rows: list[Row], name: str, asc: bool, loader,
+               budget: Budget = UNLIMITED) -> None:
     spec = index.definition.field(name)
     numeric = index.numerics.get(name)
 
@@ -391,7 +424,9 @@ def _sort_rows(index: SearchIndex, rows: list[Row], name: str, asc: bool, loader
             return _sortable(raw)
         return None
 
+    tick = budget.tick
     for row in rows:
+        tick()
         row.sort_value = value(row)
     present = [r for r in rows if r.sort_value is not None]
     missing = [r for r in rows if r.sort_value is None]

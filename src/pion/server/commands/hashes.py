@@ -13,6 +13,7 @@ import random
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Pairs
+from pion.protocol.streamed import STREAM_MIN, sampled
 from pion.server.args import INT64_MAX, INT64_MIN, is_int, parse_int
 from pion.server.commands.hash_fields import (  # noqa: F401 - importing registers them
     hexpire,
@@ -29,6 +30,7 @@ from pion.server.commands.hash_fields import (  # noqa: F401 - importing registe
 )
 from pion.server.commands.sets import COUNT_RANGE, filter_matches, parse_scan_options
 from pion.server.context import Ctx
+from pion.server.deferred import can_defer
 from pion.server.registry import command
 from pion.storage.hash_value import (
     HASHTABLE,
@@ -245,6 +247,8 @@ def hrandfield(ctx: Ctx, argv: list[bytes]):
     value = load(ctx, argv[1])
     if value is None or count == 0:
         return []
+    if -count >= STREAM_MIN and can_defer(ctx):  # a large reply: made in pieces (pion.protocol.streamed)
+        return sampled(list(value.fields.items()) if withvalues else list(value.fields), -count, pairs=withvalues)
     picked = _random_fields(value, count)
     if withvalues:
         fields = value.fields

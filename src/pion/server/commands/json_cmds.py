@@ -183,11 +183,12 @@ def _render(values: list[Any], fmt: tuple[str | None, str | None, str | None]) -
 
 
 def _get_paths(ctx: Ctx, doc: JsonValue, paths: list[Path], fmt: tuple, expand: str | None):
+    budget = js.read_budget(ctx)
     if expand is not None:  # RESP3 FORMAT EXPAND/EXPAND1: native values, one array per path
-        return [[_expand(v, expand == "EXPAND") for v in js.compile_path(p).values(doc.root)] for p in paths]
+        return [[_expand(v, expand == "EXPAND") for v in js.compile_path(p).values(doc.root, budget)] for p in paths]
     legacy = all(p.is_legacy for p in paths)
     if len(paths) == 1:
-        found = js.compile_path(paths[0]).values(doc.root)
+        found = js.compile_path(paths[0]).values(doc.root, budget)
         if legacy:
             if not found:
                 raise ReplyError(js.NO_PATH)
@@ -195,7 +196,7 @@ def _get_paths(ctx: Ctx, doc: JsonValue, paths: list[Path], fmt: tuple, expand: 
         return _render(found, fmt).encode()
     out: dict[str, Any] = {}
     for p in paths:
-        found = js.compile_path(p).values(doc.root)
+        found = js.compile_path(p).values(doc.root, budget)
         if legacy:
             if not found:
                 raise ReplyError(js.NO_PATH)
@@ -260,13 +261,14 @@ def json_mget(ctx: Ctx, argv: list[bytes]):
     """JSON.MGET key [key ...] path"""
     path = js.parse_path(argv[-1])
     compiled = js.compile_path(path)
+    budget = js.read_budget(ctx)
     out: list[bytes | None] = []
     for key in argv[1:-1]:
         value = ctx.db.get(key)
         if not isinstance(value, JsonValue):
             out.append(None)
             continue
-        found = compiled.values(value.root)
+        found = compiled.values(value.root, budget)
         if path.is_legacy:
             out.append(dumps(found[0]).encode() if found else None)
         else:
@@ -284,7 +286,7 @@ def json_type(ctx: Ctx, argv: list[bytes]):
     if doc is None:
         reply: Any = None
     else:
-        found = js.compile_path(path).values(doc.root)
+        found = js.compile_path(path).values(doc.root, js.read_budget(ctx))
         if path.is_legacy:
             reply = type_name_of(found[0]).encode() if found else None
         else:
@@ -323,7 +325,7 @@ def json_resp(ctx: Ctx, argv: list[bytes]):
     doc = js.get_doc(ctx, argv[1])
     if doc is None:
         return None
-    found = js.compile_path(path).values(doc.root)
+    found = js.compile_path(path).values(doc.root, js.read_budget(ctx))
     if path.is_legacy:
         if not found:
             raise ReplyError(js.NO_PATH)
@@ -495,10 +497,10 @@ def json_debug(ctx: Ctx, argv: list[bytes]):
     if path.is_legacy:
         if doc is None:
             return 0
-        found = js.compile_path(path).values(doc.root)
+        found = js.compile_path(path).values(doc.root, js.read_budget(ctx))
         if not found:
             raise ReplyError(js.NO_PATH)
         return estimate_size(found[0])
     if doc is None:
         return []
-    return [estimate_size(v) for v in js.compile_path(path).values(doc.root)]
+    return [estimate_size(v) for v in js.compile_path(path).values(doc.root, js.read_budget(ctx))]

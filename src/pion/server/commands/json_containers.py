@@ -33,7 +33,7 @@ def _lookup(ctx: Ctx, argv: list[bytes], name: str, missing: ReplyError | None =
         if path.is_legacy:
             return path, None
         raise missing or ReplyError(js.NO_KEY)
-    return path, js.compile_path(path).values(doc.root)
+    return path, js.compile_path(path).values(doc.root, js.read_budget(ctx))
 
 
 def _mutate_arrays(ctx: Ctx, key: bytes, path: Path, event: str, fn, what: str = "not an array",
@@ -214,7 +214,7 @@ def json_arrindex(ctx: Ctx, argv: list[bytes]):
     doc = js.get_doc(ctx, argv[1])
     if doc is None:
         raise ReplyError(js.NO_PATH)
-    found = js.compile_path(path).values(doc.root)
+    found = js.compile_path(path).values(doc.root, js.read_budget(ctx))
     if path.is_legacy:
         if not found:
             raise ReplyError(js.NO_PATH)

@@ -7,6 +7,7 @@ from typing import Any
 
 from pion.protocol.errors import ReplyError
 from pion.server.context import Ctx
+from pion.storage.budget import UNLIMITED, Budget, timeout_ms
 from pion.storage.json_path import CompiledPath, JsonPathError, Path
 from pion.storage.json_value import MAX_DEPTH, JsonError, JsonValue, depth, loads
 
@@ -51,6 +52,18 @@ def compile_path(path: Path) -> CompiledPath:
         return path.compile()
     except JsonPathError as exc:
         raise ReplyError(str(exc)) from None
+
+
+def read_budget(ctx: Ctx) -> Budget:
+    """The time budget of a read's path evaluation: the query TIMEOUT of FT.CONFIG (500 ms by
+    default, 0 for none), the one budget this server has for a client's query. RedisJSON has
+    no limit of its own; Pion needs one so that a ``$..*..*`` over a large document answers
+    ``Timeout limit was reached`` instead of holding the loop. Writes, replay and replicas
+    evaluate without one (a write either applies everywhere or nowhere)."""
+    if ctx.replaying:
+        return UNLIMITED
+    search = ctx.server.parts.search
+    return Budget(timeout_ms(search.config if search is not None else None))
 
 
 def parse_json(raw: bytes) -> Any:

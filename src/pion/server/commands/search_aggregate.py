@@ -15,7 +15,7 @@ from pion.protocol.resp import OK
 from pion.server import deferred
 from pion.server.commands.search_admin import engine
 from pion.server.commands.search_query import _heavy, default_dialect
-from pion.server.commands.search_replies import field_value, live_value
+from pion.server.commands.search_replies import field_value, live_value, query_budget, renew, timeout_warnings
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.hash_value import HashValue
@@ -77,11 +77,13 @@ def _render_rows(ctx: Ctx, rows: list[dict[str, Any]]) -> list[Any]:
     return out
 
 
-def _reply(ctx: Ctx, total: int, rows: list[dict[str, Any]], cursor_id: int | None) -> Any:
+def _reply(ctx: Ctx, total: int, rows: list[dict[str, Any]], cursor_id: int | None, timed_out: bool = False) -> Any:
+    """RESP2 ``[total, row, ...]`` (a timeout under RETURN shows nowhere in RESP2, as in
+    RediSearch); RESP3 the map, whose ``warning`` says ``Timeout limit was reached``."""
     rendered = _render_rows(ctx, rows)
     if ctx.client.proto >= 3:
         body: Any = {b"attributes": [], b"format": b"STRING", b"results": rendered,
-                     b"total_results": total, b"warning": []}
+                     b"total_results": total, b"warning": timeout_warnings(timed_out)}
     else:
         body = [total, *rendered]
     return [body, cursor_id] if cursor_id is not None else body
@@ -90,14 +92,16 @@ def _reply(ctx: Ctx, total: int, rows: list[dict[str, Any]], cursor_id: int | No
 def _complete(ctx: Ctx, index, req, plan, knn_result) -> Any:
     rows = _rows(plan, knn_result, req.addscores)
     names = {spec.name for spec in index.definition.fields}
-    rows = aggregate.run_pipeline(req, rows, _loader(ctx, index, req.dialect), names)
+    timed_out = plan.timed_out
+    if not timed_out:
+        rows, timed_out = aggregate.run_pipeline(req, rows, _loader(ctx, index, req.dialect), names, plan.budget)
     total = len(rows)
     if req.cursor:
         cursors = engine(ctx).cursors
         cursor = cursors.open(index, rows, req.cursor_count, req.cursor_maxidle, total)
         chunk, cid = cursors.take(cursor)
-        return _reply(ctx, total, chunk, cid)
-    return _reply(ctx, total, rows, None)
+        return _reply(ctx, total, chunk, cid, timed_out)
+    return _reply(ctx, total, rows, None, timed_out)
 
 
 @command("FT.AGGREGATE", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.1.0")
@@ -108,13 +112,15 @@ def ft_aggregate(ctx: Ctx, argv: list[bytes]):
     name = argv[1].decode("utf-8", "replace")
     index = eng.get(ctx.db, name, search_error=True)
     req = aggregate.parse_aggregate(argv, default_dialect(ctx))
-    plan = search.plan(index, req.search_request())
-    if plan.job is None:
+    budget = query_budget(ctx, req)
+    plan = search.plan(index, req.search_request(), budget=budget)
+    if plan.job is None or plan.timed_out:
         return _complete(ctx, index, req, plan, None)
     if deferred.can_defer(ctx) and _heavy(index, plan.query.knn):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
+            renew(plan)
             return _complete(ctx2, index, req, plan, results[0])
         return deferred.Deferred([plan.job], finish)
     return _complete(ctx, index, req, plan, plan.job())

@@ -20,18 +20,22 @@ from pion.server import deferred
 from pion.server.commands.search_admin import engine
 from pion.server.commands.search_aggregate import _loader
 from pion.server.commands.search_query import DEFER_MIN_VECTORS, default_dialect
+from pion.server.commands.search_replies import query_budget, timeout_warnings
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.storage.budget import Budget
 from pion.vector import aggregate, hybrid, search
 
 _CATS = "@search"
 
 
-def _legs(index, req: hybrid.HybridRequest):
-    """The text ranking now and the vector leg as a job (thread-safe)."""
+def _legs(index, req: hybrid.HybridRequest, budget: Budget):
+    """The text ranking now and the vector leg as a job (thread-safe). Both legs' evaluation on
+    the loop ticks ``budget``; under ON_TIMEOUT RETURN a leg cut short ranks what it had."""
+    on_timeout = req.post.on_timeout
     text_req = search.SearchRequest(query=req.query, scorer=req.scorer, params=req.params,
-                                    dialect=req.dialect, limit=1 << 31, withscores=True)
-    text_plan = search.plan(index, text_req)
+                                    dialect=req.dialect, limit=1 << 31, withscores=True, on_timeout=on_timeout)
+    text_plan = search.plan(index, text_req, budget=budget)
     if text_plan.query.knn is not None:
         raise ReplyError("Vector queries are not allowed in the SEARCH part of FT.HYBRID (use VSIM)")
     _, text_rows = search.finish(text_plan, None)
@@ -42,7 +46,8 @@ def _legs(index, req: hybrid.HybridRequest):
                          else f"Field `{req.vector_field}` is not a VECTOR field")
     allowed = None
     if req.vfilter is not None and req.vfilter.strip() not in ("", "*"):
-        filter_plan = search.plan(index, search.SearchRequest(query=req.vfilter, params=req.params, dialect=req.dialect))
+        filter_plan = search.plan(index, search.SearchRequest(query=req.vfilter, params=req.params, dialect=req.dialect,
+                                                              on_timeout=on_timeout), budget=budget)
         if filter_plan.query.knn is not None:
             raise ReplyError("Vector queries are not allowed in the VSIM FILTER")
         allowed = np.fromiter(sorted(filter_plan.hits), dtype=np.int64)
@@ -52,10 +57,11 @@ def _legs(index, req: hybrid.HybridRequest):
         job = vec.plan_range(query, float(radius), allowed)
     else:
         job = vec.plan_knn(query, req.k, allowed, req.ef, req.policy)
-    return text_ranked, job, vec
+    return text_ranked, job, vec, text_plan.timed_out or (allowed is not None and filter_plan.timed_out)
 
 
-def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector_result, started: float) -> Any:
+def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector_result, started: float,
+            budget: Budget, timed_out: bool) -> Any:
     ids, dists = vector_result
     vector_ranked = [(doc, float(d), hybrid.normalized_vector_score(vec.metric, float(d)))
                      for doc, d in zip(ids.tolist(), dists.tolist(), strict=True) if doc in index.docs]
@@ -75,7 +81,8 @@ def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector
         rows.append(row)
     names = {spec.name for spec in index.definition.fields}
     post = req.post
-    rows = aggregate.run_pipeline(post, rows, _loader(ctx, index, 2), names)
+    if not timed_out:
+        rows, timed_out = aggregate.run_pipeline(post, rows, _loader(ctx, index, 2), names, budget)
     total = len(rows)
     offset, count = req.limit
     rows = rows[offset:offset + count]
@@ -92,8 +99,9 @@ def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector
                 flat += [k, v]
             results.append(flat)
     if resp3:
-        return {b"total_results": total, b"results": results, b"warnings": [], b"execution_time": elapsed_ms}
-    return [b"total_results", total, b"results", results, b"warnings", [], b"execution_time",
+        return {b"total_results": total, b"results": results, b"warnings": timeout_warnings(timed_out),
+                b"execution_time": elapsed_ms}
+    return [b"total_results", total, b"results", results, b"warnings", timeout_warnings(timed_out), b"execution_time",
             ("%.3f" % elapsed_ms).encode()]
 
 
@@ -106,11 +114,12 @@ def ft_hybrid(ctx: Ctx, argv: list[bytes]):
     name = argv[1].decode("utf-8", "replace")
     index = eng.get(ctx.db, name, search_error=True)
     req = hybrid.parse_hybrid(argv, default_dialect(ctx))
-    text_ranked, job, vec = _legs(index, req)
+    budget = query_budget(ctx, req.post)
+    text_ranked, job, vec, timed_out = _legs(index, req, budget)
     if deferred.can_defer(ctx) and (vec.graph is not None or len(vec) >= DEFER_MIN_VECTORS):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
-            return _finish(ctx2, index, req, text_ranked, vec, results[0], started)
+            return _finish(ctx2, index, req, text_ranked, vec, results[0], started, Budget(budget.ms), timed_out)
         return deferred.Deferred([job], finish)
-    return _finish(ctx, index, req, text_ranked, vec, job(), started)
+    return _finish(ctx, index, req, text_ranked, vec, job(), started, budget, timed_out)

@@ -62,6 +62,10 @@ def ft_config(ctx: Ctx, argv: list[bytes]):
             raise ReplyError("Invalid option value for DEFAULT_DIALECT")
         if name in ("MINPREFIX", "MAXEXPANSIONS", "MAXPREFIXEXPANSIONS", "TIMEOUT") and not value.isdigit():
             raise ReplyError(f"Invalid option value for {name}")
+        if name == "ON_TIMEOUT":  # RediSearch keeps the policy's own spelling: return | fail
+            if value.lower() not in ("return", "fail"):
+                raise ReplyError("Invalid ON_TIMEOUT value")
+            value = value.lower()
         eng.config[name] = value
         ctx.dirty()
         return OK
@@ -266,8 +270,10 @@ def ft_profile(ctx: Ctx, argv: list[bytes]):
     finally:
         ctx.client.conn = saved
     elapsed = (time.perf_counter() - started) * 1000.0
+    body = result[0] if isinstance(result, list) and result and isinstance(result[0], dict) else result
+    warned = body.get(b"warning") if isinstance(body, dict) else None  # RESP3: a query cut short (RETURN)
     entries = [(b"Total profile time", elapsed), (b"Parsing time", 0.0), (b"Pipeline creation time", 0.0),
-               (b"Warning", b"None"),
+               (b"Warning", warned[0] if warned else b"None"),
                (b"Iterators profile", [b"Type", b"PION", b"Time", elapsed]),
                (b"Result processors profile", [b"Type", b"Index", b"Time", elapsed])]
     if ctx.client.proto >= 3:

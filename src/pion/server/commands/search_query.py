@@ -13,7 +13,7 @@ from typing import Any
 from pion.protocol.errors import ReplyError
 from pion.server import deferred
 from pion.server.commands.search_admin import engine
-from pion.server.commands.search_replies import field_value, live_value, search_reply, timeout_warnings
+from pion.server.commands.search_replies import field_value, live_value, query_budget, renew, search_reply
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.vector import search
@@ -51,19 +51,20 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
     name = argv[1].decode("utf-8", "replace")
     index = eng.get(ctx.db, name, search_error=True)
     req = search.parse_search(argv, default_dialect(ctx))
-    plan = search.plan(index, req)
-    if plan.job is None:
+    plan = search.plan(index, req, budget=query_budget(ctx, req))
+    if plan.job is None or plan.timed_out:
         total, rows = search.finish(plan, None, _sort_loader(ctx, index))
-        return search_reply(ctx, index, total, rows, req, timeout_warnings(req, plan.started))
+        return search_reply(ctx, index, total, rows, req, plan)
     if deferred.can_defer(ctx) and _heavy(index, plan.query.knn):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
+            renew(plan)
             total, rows = search.finish(plan, results[0], _sort_loader(ctx2, index))
-            return search_reply(ctx2, index, total, rows, req, timeout_warnings(req, plan.started))
+            return search_reply(ctx2, index, total, rows, req, plan)
         return deferred.Deferred([plan.job], finish)
     total, rows = search.finish(plan, plan.job(), _sort_loader(ctx, index))
-    return search_reply(ctx, index, total, rows, req, timeout_warnings(req, plan.started))
+    return search_reply(ctx, index, total, rows, req, plan)
 
 
 # -- FT.EXPLAIN -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from pion.protocol.resp import format_double
 from pion.server.context import Ctx
+from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout, timeout_ms
 from pion.storage.hash_value import HashValue
 from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
@@ -115,22 +116,44 @@ def _payload(index: SearchIndex, value: Any) -> bytes | None:
     return bytes(raw) if raw is not None else None
 
 
-def timeout_warnings(req, started: float) -> list[bytes]:
-    """RediSearch's warning when the query ran past its TIMEOUT (the results are complete:
-    Pion does not cut a query short, it reports that it took longer)."""
-    import time
+def query_budget(ctx: Ctx, req) -> Budget:
+    """The query's time budget: its TIMEOUT argument, else FT.CONFIG's TIMEOUT (0: none), and
+    FT.CONFIG's ON_TIMEOUT policy copied onto the request. Log replay has none."""
+    config = engine_of(ctx).config
+    req.on_timeout = config.get("ON_TIMEOUT", "return").lower()
+    if ctx.replaying:
+        return UNLIMITED
+    ms = getattr(req, "timeout_ms", None)
+    if ms is None:
+        ms = timeout_ms(config)
+    return Budget(ms)
 
-    timeout = getattr(req, "timeout_ms", None)
-    if timeout and (time.perf_counter() - started) * 1000.0 > timeout:
-        return [b"Timeout limit was reached"]
-    return []
+
+def renew(plan) -> None:
+    """After the KNN ran in the worker pool: the loop's part gets a budget of its own (time
+    in the pool holds no other client, the budget bounds what holds the loop)."""
+    plan.ctx.budget = Budget(plan.ctx.budget.ms)
 
 
-def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, warnings: list[bytes] | None = None) -> Any:
-    """FT.SEARCH's reply for rows of ``vector.search.Row``."""
+def timeout_warnings(timed_out: bool) -> list[bytes]:
+    """RediSearch's warning for a query cut short under ON_TIMEOUT RETURN."""
+    return [TIMEOUT_TEXT.encode()] if timed_out else []
+
+
+def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan=None) -> Any:
+    """FT.SEARCH's reply for rows of ``vector.search.Row``; loading them ticks the plan's budget
+    (past it: the error, or under RETURN the rows loaded so far and the warning)."""
     resp3 = ctx.client.proto >= 3
     entries = []
+    budget = plan.budget if plan is not None else UNLIMITED
+    if plan is not None and plan.timed_out:  # cut short before (RETURN): its rows load under a budget of their own
+        budget = Budget(budget.ms)
     for row in rows:
+        try:
+            budget.tick(8)
+        except QueryTimeout as exc:
+            plan.cut_short(exc)
+            break
         value = live_value(ctx, row.key)
         fields = None
         if not req.nocontent:
@@ -155,7 +178,7 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, warn
             item[b"values"] = []
             results.append(item)
         return {b"attributes": [], b"format": b"STRING", b"results": results,
-                b"total_results": total, b"warning": list(warnings or [])}
+                b"total_results": total, b"warning": timeout_warnings(plan is not None and plan.timed_out)}
     out: list[Any] = [total]
     for row, fields, payload in entries:
         out.append(row.key)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
+from pion.protocol.streamed import STREAM_MIN, sampled
 from pion.server.args import parse_int
 from pion.server.context import Ctx
+from pion.server.deferred import can_defer
 from pion.server.registry import command
 from pion.storage.glob import glob_match
 from pion.storage.scan import parse_cursor
@@ -165,6 +167,8 @@ def srandmember(ctx: Ctx, argv: list[bytes]):
         if value is None or count == 0:
             return []
         if count < 0:
+            if -count >= STREAM_MIN and can_defer(ctx):  # a large reply: made in pieces, off the loop's back
+                return sampled(list(value.members), -count)
             return value.random_repeats(-count)
         if count >= len(value.members):
             return list(value.members)

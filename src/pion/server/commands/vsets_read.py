@@ -16,11 +16,13 @@ import numpy as np
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import NULL_ARRAY, Status
+from pion.protocol.streamed import STREAM_MIN, sampled
 from pion.server.args import parse_float, parse_int
 from pion.server.commands.vset_args import double, get_set, parse_vector
 from pion.server.context import Ctx
 from pion.server.deferred import Deferred, can_defer
 from pion.server.registry import command
+from pion.storage.budget import UNLIMITED, Budget, timeout_ms
 from pion.vector.vset import CompileError, VectorSet, compile_filter, vectorset
 
 _KEYS = (1, 1, 1)
@@ -101,6 +103,15 @@ def _parse_query(argv: list[bytes], j: int) -> _Query:
     return q
 
 
+def filter_budget(ctx: Ctx) -> Budget:
+    """A FILTER's time budget: the query TIMEOUT of FT.CONFIG (500 ms by default, 0: none), the
+    server's one budget for a client's query. Redis evaluates FILTER in C and has none; here an
+    expression over many elements could hold the loop, so past it VSIM answers
+    ``Timeout limit was reached``."""
+    search = ctx.server.parts.search
+    return Budget(timeout_ms(search.config if search is not None else None))
+
+
 @command("VSIM", -4, "readonly", keys=_KEYS, categories=_READ, group="vector_set", since="8.0.0")
 def vsim(ctx: Ctx, argv: list[bytes]):
     """VSIM key (ELE | FP32 | VALUES num) (vector | element) [WITHSCORES] [WITHATTRIBS] [COUNT num] [EPSILON delta] [EF search-exploration-factor] [FILTER expression] [FILTER-EF max-filtering-effort] [TRUTH] [NOTHREAD]"""
@@ -111,8 +122,10 @@ def vsim(ctx: Ctx, argv: list[bytes]):
     unit, start = _query_vector(vs, argv)
     q = _parse_query(argv, start)
 
+    budget = filter_budget(ctx) if q.flt is not None else UNLIMITED
+
     def search() -> list:
-        return vs.search(unit, q.count, q.ef, q.flt, q.filter_ef, q.truth)
+        return vs.search(unit, q.count, q.ef, q.flt, q.filter_ef, q.truth, budget)
 
     if q.nothread or len(vs) <= vectorset.EXACT_SEARCH_MAX or not can_defer(ctx):
         return _reply(ctx, vs, q, search())
@@ -227,6 +240,8 @@ def vrandmember(ctx: Ctx, argv: list[bytes]):
         return None if count is None else []
     if count is None:
         return vs.random_member()
+    if -count >= STREAM_MIN and can_defer(ctx):  # a large reply: made in pieces (pion.protocol.streamed)
+        return sampled(vs.live_names(), -count)
     return vs.random_members(count)
 
 

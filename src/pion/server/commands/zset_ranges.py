@@ -8,6 +8,7 @@ their conflicts and error texts match in every spelling.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
@@ -101,6 +102,9 @@ def select(zset: ZSetValue, query: RangeQuery) -> list[tuple[float, bytes]]:
     return zset.span(start + offset, start + offset + take)
 
 
+_MEMBER = itemgetter(1)
+
+
 def zrange_generic(ctx: Ctx, argv: list[bytes], at: int, kind: str | None, reverse: bool | None):
     """Z[REV]RANGE[BYSCORE|BYLEX] reply for the key at ``at``."""
     query = parse_range(argv, at, False, kind, reverse)
@@ -110,7 +114,7 @@ def zrange_generic(ctx: Ctx, argv: list[bytes], at: int, kind: str | None, rever
     pairs = select(zset, query)
     if query.with_scores:
         return Pairs((member, score) for score, member in pairs)
-    return [member for _, member in pairs]
+    return list(map(_MEMBER, pairs))  # C-level: a long range is streamed, its building should not dominate
 
 
 def store_result(ctx: Ctx, dst: bytes, pairs, event: str) -> int:

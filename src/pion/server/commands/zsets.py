@@ -13,6 +13,7 @@ import random
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import NULL_ARRAY, Pairs, format_double
+from pion.protocol.streamed import STREAM_MIN, sampled
 from pion.server.args import parse_int
 from pion.server.commands.lists import mpop_keys
 from pion.server.commands.zparse import (
@@ -25,6 +26,7 @@ from pion.server.commands.zparse import (
     parse_score_range,
 )
 from pion.server.context import Ctx
+from pion.server.deferred import can_defer
 from pion.server.registry import command
 from pion.storage.glob import glob_match
 from pion.storage.scan import parse_cursor
@@ -292,8 +294,12 @@ def zrandmember(ctx: Ctx, argv: list[bytes]):
     if zset is None:
         return []
     size = len(zset)
-    if count < 0:
-        picks = [zset.order[random.randrange(size)] for _ in range(-count)]
+    if count < 0 and -count >= STREAM_MIN and can_defer(ctx):  # made in pieces (pion.protocol.streamed)
+        if with_scores:
+            return sampled([(member, score) for score, member in zset.order], -count, pairs=True)
+        return sampled([member for _, member in zset.order], -count)
+    if count < 0:  # one C call for the picks over a snapshot (not a sorted-list lookup per pick)
+        picks = random.choices(list(zset.order), k=-count)
     elif count >= size:
         picks = list(zset.order)
         random.shuffle(picks)

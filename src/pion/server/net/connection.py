@@ -8,6 +8,9 @@ Replies are held until the journal reports durable every record logged before th
 own, and for any other command the writes it may have seen (nobody observes a change that a
 crash could still take back). A large reply (a
 K/V batch fetch) stays a list of its buffers and goes out with ``writelines`` (no joined copy).
+A large array (a ``Streamed`` reply, or a list of ``STREAM_MIN`` elements or more) is written a
+piece per loop turn, the next piece made only once the transport is under its high-water mark
+(``_pump``): other clients run between pieces and the reply holds bounded memory.
 
 Security: until its client authenticates, the reader parses with Redis's pre-auth caps
 (``RequestReader.strict``); a failed AUTH holds this connection's replies for a while
@@ -21,11 +24,23 @@ import logging
 import socket
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import ProtocolError
 from pion.protocol.reader import RequestReader
-from pion.protocol.resp import VECTORED_MIN, Push, Replies, Vectored, encode, encode_error, encode_vectored
+from pion.protocol.resp import (
+    VECTORED_MIN,
+    Pairs,
+    Push,
+    Replies,
+    Streamed,
+    Vectored,
+    encode,
+    encode_error,
+    encode_vectored,
+)
+from pion.protocol.streamed import STREAM_MIN, pieces_of
 from pion.server.context import Ctx
 from pion.server.dispatch import BLOCKED
 from pion.server.net.client import Client
@@ -61,6 +76,12 @@ class Connection(asyncio.BufferedProtocol):
         #: a command of this client is finishing in the worker pool (pion.server.deferred): run
         #: nothing more from its pipeline until it has answered
         self.deferred = False
+        #: the pieces of a large reply still to write (pion.protocol.streamed): one per loop
+        #: turn while the transport keeps up; nothing else of this client runs meanwhile
+        self.streaming: Iterator[bytes] | None = None
+        self._pump_handle: asyncio.Handle | None = None
+        #: out-of-band replies (pushes) that arrived while a reply was streaming: sent after it
+        self._after_stream: list[bytes] = []
         #: why reading is paused (WRITES, HELD, READ_AHEAD): pion.server.net.flow_control
         self.flow = FlowControl()
         self.close_after_flush = False
@@ -106,6 +127,11 @@ class Connection(asyncio.BufferedProtocol):
         self.server.held_output.pop(self, None)
         if self._hold_timer is not None:
             self._hold_timer.cancel()
+        if self._pump_handle is not None:
+            self._pump_handle.cancel()
+            self._pump_handle = None
+        self.streaming = None
+        self._after_stream = []
         if self.client is not None:
             self.server.drop_client(self.client)
             self.client.closing = True
@@ -172,6 +198,7 @@ class Connection(asyncio.BufferedProtocol):
         self.server.held_output.pop(self, None)
         if self.transport is not None and not self.transport.is_closing() and not self.held_until:
             self._unstall()
+            self._pump_soon()
 
     def _unstall(self) -> None:
         if self.stalled and not self.flow.is_paused(WRITES) and not self.waiting_durable:
@@ -188,7 +215,8 @@ class Connection(asyncio.BufferedProtocol):
         tracking = server.tracking
         reader = self.reader
         out = self.out
-        while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until:
+        while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until \
+                and self.streaming is None:
             try:
                 if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
                     reader.set_strict(not client.authenticated)
@@ -212,6 +240,16 @@ class Connection(asyncio.BufferedProtocol):
                 if tracking.pending:
                     tracking.send_pending()
                 break
+            cls = reply.__class__
+            if cls is Streamed or ((cls is list or cls is Pairs) and len(reply) >= STREAM_MIN):
+                stream = reply if cls is Streamed else pieces_of(reply)
+                if stream is not None and client.reply_mode == "on":
+                    self._start_stream(stream, client.proto)
+                    if tracking.pending:  # held until the reply is whole (send_reply)
+                        tracking.send_pending()
+                    break
+                if stream is not None:  # CLIENT REPLY OFF/SKIP: nothing to produce
+                    reply = stream
             if client.reply_mode == "on":  # _append_reply's common case, inline
                 data = encode_vectored(reply, client.proto)
                 out.append(data)
@@ -242,8 +280,12 @@ class Connection(asyncio.BufferedProtocol):
             client.reply_mode = "skip"  # type: ignore[union-attr]
 
     def send_reply(self, reply: Any) -> None:
-        """An out-of-band reply or push (pub/sub), kept in order with held replies."""
+        """An out-of-band reply or push (pub/sub), kept in order with held replies (after a
+        reply being streamed, never inside it)."""
         if self.client is None or self.transport is None:
+            return
+        if self.streaming is not None:
+            self._after_stream.append(encode(reply, self.client.proto))
             return
         self.out.append(encode(reply, self.client.proto))
         self.flush()
@@ -274,8 +316,64 @@ class Connection(asyncio.BufferedProtocol):
 
     def _resume(self) -> None:
         client = self.client
-        if client is not None and client.blocked is None and not self.deferred and not client.closing and not self.stalled:
+        if client is not None and client.blocked is None and not self.deferred and not client.closing and not self.stalled \
+                and self.streaming is None:
             self.process()
+
+    # -- streamed replies (pion.protocol.streamed) ---------------------------------------------
+
+    def _start_stream(self, stream: Streamed, proto: int) -> None:
+        """Queue the reply's header and write its pieces from later loop turns (``_pump``)."""
+        header = stream.header(proto)
+        self.out.append(header)
+        self.out_size += len(header)
+        self.streaming = stream.make(proto)
+        self._pump_soon()
+
+    def _pump_soon(self) -> None:
+        if self.streaming is not None and self._pump_handle is None:
+            self._pump_handle = asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Write the next piece of the streamed reply, unless the transport is still full, a
+        write it follows is not durable yet, or replies are held: then the event that ends
+        the wait (``resume_writing``, ``_durable``, ``_release``) calls this again. So the
+        reply holds at most the write buffer's high-water mark plus one piece."""
+        self._pump_handle = None
+        it = self.streaming
+        if it is None:
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing() or (self.client is not None and self.client.closing):
+            self._end_stream(resume=False)
+            return
+        if self.flow.is_paused(WRITES) or self.waiting_durable or self.held_until:
+            return
+        try:
+            piece = next(it, None)
+        except Exception as exc:  # a bug in a generator: the reply cannot be finished, close
+            self._end_stream(resume=False)
+            self._broken(exc)
+            return
+        if piece is None:
+            self._end_stream(resume=True)
+            return
+        if piece:
+            self.out.append(piece)
+            self.out_size += len(piece)
+        self.flush()
+        if self.streaming is not None and not (self.flow.is_paused(WRITES) or self.waiting_durable):
+            self._pump_soon()
+
+    def _end_stream(self, resume: bool) -> None:
+        self.streaming = None
+        held, self._after_stream = self._after_stream, []
+        if held and resume:
+            self.out.extend(held)
+            self.out_size += sum(map(len, held))
+        self.flush()
+        if resume:
+            asyncio.get_running_loop().call_soon(self._resume)
 
     def hold(self, seconds: float) -> None:
         """Hold this connection's replies (and stop reading it) for ``seconds`` more; other
@@ -295,6 +393,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.flush()
         self._unstall()  # a pipeline stalled by write pressure meanwhile goes on too
+        self._pump_soon()
         self._resume()
 
     # -- output ----------------------------------------------------------------------------
@@ -315,6 +414,7 @@ class Connection(asyncio.BufferedProtocol):
         self.waiting_durable = False
         self.flush()
         self._unstall()
+        self._pump_soon()
 
     def _write_out(self) -> None:
         transport = self.transport

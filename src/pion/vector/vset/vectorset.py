@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from pion.storage.budget import UNLIMITED, Budget
 from pion.vector.vset import build, quant
 from pion.vector.vset.attrs import parse_attributes
 from pion.vector.vset.expr import Filter
@@ -174,14 +175,17 @@ class VectorSet:
         rng = float(g.ranges[slot]) if g.quant == quant.Q8 else None
         return quant.QUANT_NAMES[g.quant], g.rows[slot].tobytes(), float(g.norms[slot]), rng
 
-    def accept(self, flt: Filter) -> Callable[[int], bool]:
+    def accept(self, flt: Filter, budget: Budget = UNLIMITED) -> Callable[[int], bool]:
         """The predicate a filtered search calls per slot (any thread). An element's parsed
         attributes, and the verdicts of the last few expressions on them, are cached with the
         exact attribute string they came from: a VSETATTR replaces the string, so a stale entry
         can never be used, even one written by a search that raced with it."""
         attrs, parsed, source = self.attrs, self.parsed, flt.source
+        tick = budget.tick
+        cost = 1 + len(source) // 16  # a long expression ticks the budget more per element
 
         def accept(slot: int) -> bool:
+            tick(cost)  # past the budget: QueryTimeout, the command's error
             raw = attrs[slot]
             if raw is None:
                 return False
@@ -199,21 +203,22 @@ class VectorSet:
         return accept
 
     def search(self, unit: np.ndarray, count: int, ef: int, flt: Filter | None, filter_ef: int,
-               truth: bool) -> list[Match]:
-        """VSIM's candidates, nearest first: (distance, slot, uid). Safe in a worker thread."""
+               truth: bool, budget: Budget = UNLIMITED) -> list[Match]:
+        """VSIM's candidates, nearest first: (distance, slot, uid). Safe in a worker thread.
+        The FILTER's evaluation ticks ``budget`` (past it: ``QueryTimeout``)."""
         for _ in range(3):
             generation = self.generation
-            found = self._search(unit, count, ef, flt, filter_ef, truth)
+            found = self._search(unit, count, ef, flt, filter_ef, truth, budget)
             if self.generation == generation:
                 return found
         return []
 
-    def _search(self, unit, count, ef, flt, filter_ef, truth) -> list[Match]:
+    def _search(self, unit, count, ef, flt, filter_ef, truth, budget: Budget = UNLIMITED) -> list[Match]:
         g = self.graph
         ef = max(ef or DEFAULT_SEARCH_EF, count)
         row, rng = quant.encode(unit, g.quant)
         probe = g.probe(row, rng)
-        accept = self.accept(flt) if flt is not None else None
+        accept = self.accept(flt, budget) if flt is not None else None
         size = g.count
         if truth:
             hits = g.exact(probe, min(count, size), accept)  # exact: the first COUNT are final
@@ -244,8 +249,8 @@ class VectorSet:
     def random_members(self, count: int) -> list[bytes]:
         """VRANDMEMBER with a count: distinct when positive (at most all), repeats when negative."""
         g, names = self.graph, self.names
-        if count < 0:
-            return [names[g.random_slot()] for _ in range(-count)]
+        if count < 0:  # one C call for the picks (a Python call per pick took seconds for millions)
+            return random.choices(self.live_names(), k=-count)
         if count >= len(self.index):
             out = list(self.index)
             random.shuffle(out)
@@ -257,6 +262,11 @@ class VectorSet:
             return [names[s] for s in picked]
         slots = np.random.default_rng().choice(g.live_slots(), size=count, replace=False)
         return [names[s] for s in slots.tolist()]
+
+    def live_names(self) -> list[bytes]:
+        """Every element's name (a snapshot, in slot order)."""
+        names = self.names
+        return [names[s] for s in self.graph.live_slots().tolist()]
 
     def random_member(self) -> bytes:
         return self.names[self.graph.random_slot()]

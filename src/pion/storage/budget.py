@@ -1,0 +1,87 @@
+"""A query's time budget, checked cooperatively by the loops that evaluate it.
+
+Why: a search, an aggregation pipeline, a vector-set filter or a JSONPath descent runs on the
+event loop; one that takes seconds stops every other client for seconds. RediSearch bounds a
+query by ``TIMEOUT`` milliseconds (``FT.CONFIG SET TIMEOUT``, 500 by default, 0 for none) and
+answers ``Timeout limit was reached`` past it, or under ``ON_TIMEOUT RETURN`` the results it has
+so far. The loops here call ``tick()`` once per item; every ``EVERY`` items it reads the clock
+(one ``perf_counter`` per few hundred items costs nothing next to the items' own work) and raises
+``QueryTimeout`` past the deadline. The evaluator that catches it decides between the error and
+the partial result.
+
+A leaf of ``pion.storage``: the engines (storage's JSONPath, ``pion.vector``) import it, it
+imports nothing of Pion but the error type.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+from pion.protocol.errors import ReplyError
+
+#: RediSearch's text for a query past its TIMEOUT (an error under FAIL, a warning under RETURN)
+TIMEOUT_TEXT = "Timeout limit was reached"
+#: items between two reads of the clock
+EVERY = 256
+
+
+class QueryTimeout(ReplyError):
+    """The budget ran out: RediSearch's ``Timeout limit was reached`` (no ``ERR`` prefix, as
+    RediSearch replies it)."""
+
+    def __init__(self, message: str = TIMEOUT_TEXT) -> None:
+        super().__init__(message)
+
+
+class Budget:
+    """A deadline ``ms`` milliseconds from now (``ms <= 0``: none)."""
+
+    __slots__ = ("deadline", "count", "expired", "ms")
+
+    def __init__(self, ms: float = 0) -> None:
+        self.ms = ms
+        self.deadline = perf_counter() + ms / 1000.0 if ms and ms > 0 else 0.0
+        self.count = 0
+        #: set once a check found the deadline passed (RETURN: the reply's warning)
+        self.expired = False
+
+    @property
+    def limited(self) -> bool:
+        return self.deadline > 0.0
+
+    def tick(self, items: int = 1) -> None:
+        """Count ``items`` of work; every ``EVERY`` of them, ``check``."""
+        if self.deadline:
+            self.count += items
+            if self.count >= EVERY:
+                self.count = 0
+                self.check()
+
+    def check(self) -> None:
+        """Raise ``QueryTimeout`` if the deadline has passed."""
+        if self.deadline and perf_counter() > self.deadline:
+            self.expired = True
+            raise QueryTimeout()
+
+    def left(self) -> float:
+        """Seconds left (infinite without a deadline)."""
+        return self.deadline - perf_counter() if self.deadline else float("inf")
+
+
+#: RediSearch's default TIMEOUT in milliseconds
+DEFAULT_MS = 500
+
+
+def timeout_ms(config: dict[str, str] | None) -> int:
+    """FT.CONFIG's TIMEOUT (``config``: the search engine's table; None without search: the
+    default). The one query budget of a server: searches, JSON reads and VSIM FILTER use it."""
+    if config is None:
+        return DEFAULT_MS
+    try:
+        return int(config.get("TIMEOUT", DEFAULT_MS))
+    except ValueError:
+        return DEFAULT_MS
+
+
+#: no deadline at all (replay, MULTI-less internal callers): ``tick`` returns at once
+UNLIMITED = Budget(0)
