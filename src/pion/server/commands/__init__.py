@@ -42,6 +42,7 @@ FAMILIES = (
     "streams",
     "stream_groups",
     "stream_claims",
+    "stream_deletes",
     "persistence",
     "kv_vstore",
     "kv_fetch",
