@@ -77,3 +77,40 @@ def test_scripts_match_the_reference_server(server, redis_ref_clean):
         if ours != theirs:
             mismatches.append((body, ours, theirs))
     assert mismatches == []
+
+
+def _raw_as(port: int, user: str, password: str, *args: str) -> bytes:
+    """One command on a connection authenticated as ``user`` (AUTH's reply left out)."""
+    parts = [("AUTH", user, password), args]
+    payload = b"".join(b"*%d\r\n" % len(p) + b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in p)
+                       for p in parts)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(payload + b"*1\r\n$4\r\nPING\r\n")
+        data = b""
+        while not data.endswith(b"+PONG\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    assert data.startswith(b"+OK\r\n"), data
+    return data[len(b"+OK\r\n"): -len(b"+PONG\r\n")]
+
+
+@pytest.mark.redis
+def test_acl_check_cmd_answers_nil_for_a_denied_command_or_key(server, redis_ref_clean):
+    """Redis's "Script ACL check" (tests/unit/scripting.tcl): true when the caller may run it,
+    false (a nil reply) for a command or a key its ACL user may not touch, an error for an
+    unknown command."""
+    cases = [("return redis.acl_check_cmd('set','xx',1)", "1", "xx"),
+             ("return redis.acl_check_cmd('hset','xx','f',1)", "1", "xx"),
+             ("return redis.acl_check_cmd('set','yy',1)", "0"),
+             ("return redis.acl_check_cmd('invalid-cmd','arg')", "0"),
+             ("return {redis.acl_check_cmd('get','xx') == false, redis.acl_check_cmd('set','xa','v')}", "0")]
+    replies = []
+    for port in (server.port, redis_ref_clean.port):
+        redis.Redis(port=port).execute_command("ACL", "SETUSER", "bob", "on", ">123", "+@scripting", "+set", "+ping", "~x*")
+        replies.append([_raw_as(port, "bob", "123", "EVAL", *case) for case in cases])
+    assert replies[0] == replies[1]
+    assert replies[0][:3] == [b":1\r\n", b"$-1\r\n", b"$-1\r\n"] and replies[0][3].startswith(
+        b"-ERR Invalid command passed to redis.acl_check_cmd()")
+    assert replies[0][4] == b"*2\r\n:1\r\n:1\r\n"

@@ -109,9 +109,11 @@ class Bridge:
         argv = self.state.argv(args)
         if isinstance(argv, ReplyError):
             raise self.error(argv.message)
-        if not self.state.acl(argv):
+        run = self.state.run
+        allowed = self.state.acl(argv, run.client if run is not None else None)
+        if allowed is None:
             raise self.error("ERR Invalid command passed to redis.acl_check_cmd()")
-        return True
+        return allowed
 
     def log(self, *args: Any) -> None:
         if len(args) < 2:
