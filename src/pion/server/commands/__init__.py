@@ -14,6 +14,7 @@ FAMILIES = (
     "strings",
     "string_counters",
     "string_ranges",
+    "string_compare",
     "bitmaps",
     "bitfield",
     "keys",
