@@ -232,14 +232,14 @@ class Dispatcher:
         usec = elapsed_ns // 1000
         name = spec.full_name
         cls = reply.__class__
-        if cls is ReplyError or cls is CountedError:  # an error reply is a failed call, as in Redis
-            failed = True
+        # an error reply, raised or returned, is a failed call (Redis: any error reply it made)
+        error_reply = failed or cls is ReplyError or cls is CountedError
         entry = self.stats.get(name)  # INFO commandstats: [calls, usec, rejected, failed]
         if entry is None:
             entry = self.stats[name] = [0, 0, 0, 0]
         entry[0] += 1
         entry[1] += usec
-        if failed:
+        if error_reply:
             entry[3] += 1
             server.stat_failed += 1
         server.stat_numcommands += 1
@@ -252,7 +252,7 @@ class Dispatcher:
                     histogram.record(elapsed_ns)
             if self.latency_threshold:
                 self.latency_sample("fast-command" if "fast" in spec.flags else "command", elapsed_ns / 1e9)
-        if failed and cls is not CountedError:  # a script's counted error is not counted again
+        if error_reply and cls is not CountedError:  # a script's counted error is not counted again
             self.count_error(reply)
         client.commands_processed += 1
         client.last_cmd = name
