@@ -136,6 +136,10 @@ class Settings:
     repl_backlog_size: int = 1024 * 1024
     repl_ping_replica_period: int = 10
     repl_timeout: int = 60
+    #: refuse writes (-NOREPLICAS) while fewer replicas than this acknowledged within
+    #: min-replicas-max-lag seconds (either 0: no check); aliases min-slaves-*
+    min_replicas_to_write: int = 0
+    min_replicas_max_lag: int = 10
     # cluster mode (docs/scale-out.md)
     cluster_enabled: bool = False
     cluster_config_file: str = "nodes.conf"
@@ -380,6 +384,8 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "repl-backlog-size": ("repl_backlog_size", parse_memory, str),
     "repl-ping-replica-period": ("repl_ping_replica_period", parse_int_value, str),
     "repl-timeout": ("repl_timeout", parse_int_value, str),
+    "min-replicas-to-write": ("min_replicas_to_write", parse_int_value, str),
+    "min-replicas-max-lag": ("min_replicas_max_lag", parse_int_value, str),
     "cluster-enabled": ("cluster_enabled", parse_bool, format_bool),
     "cluster-config-file": ("cluster_config_file", str, str),
     "cluster-announce-ip": ("cluster_announce_ip", str, str),
@@ -399,7 +405,8 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
 REDIS_TYPED = frozenset({
     "latency-tracking", "latency-monitor-threshold", "latency-tracking-info-percentiles", "busy-reply-threshold",
     "stop-writes-on-bgsave-error", "replicaof", "masterauth", "masteruser", "replica-read-only",
-    "replica-priority", "repl-backlog-size", "repl-ping-replica-period", "repl-timeout", "cluster-enabled",
+    "replica-priority", "repl-backlog-size", "repl-ping-replica-period", "repl-timeout",
+    "min-replicas-to-write", "min-replicas-max-lag", "cluster-enabled",
     "cluster-config-file", "cluster-announce-ip", "cluster-announce-port", "cluster-require-full-coverage",
     "acllog-max-len", "tracking-table-max-keys", "stream-node-max-entries", "client-output-buffer-limit",
     "aclfile", "acl-pubsub-default",

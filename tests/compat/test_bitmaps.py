@@ -152,6 +152,52 @@ def test_bitop(rr, wrongtype, effects):
     assert error_of(rr.bitop, "AND", "d", "a", "wt").startswith("WRONGTYPE")
 
 
+def _bit_model(op: str, sources: list[bytes]) -> bytes:
+    """Redis 8.2's definitions bit by bit (an independent model, not the server's code)."""
+    size = max(len(s) for s in sources)
+    padded = [s.ljust(size, b"\x00") for s in sources]
+    out = bytearray()
+    for i in range(size):
+        byte = 0
+        for bit in range(8):
+            bits = [(p[i] >> bit) & 1 for p in padded]
+            first, rest = bits[0], bits[1:]
+            value = {"DIFF": first and not any(rest), "DIFF1": (not first) and any(rest),
+                     "ANDOR": first and any(rest), "ONE": sum(bits) == 1}[op]
+            byte |= int(bool(value)) << bit
+        out.append(byte)
+    return bytes(out)
+
+
+def test_bitop_redis_8_2_operations(rr, effects, events):
+    """DIFF, DIFF1, ANDOR and ONE: three bytes worked by hand, the model above on random and
+    unequal lengths (both the integer and the numpy path), the two-key minimum, the empty result."""
+    rr.set("A", bytes([0b11011000]))
+    rr.set("B", bytes([0b10010110]))
+    rr.set("C", bytes([0b00111001]))
+    expected = {"DIFF": 0b01000000, "DIFF1": 0b00100111, "ANDOR": 0b10011000,
+                "ONE": 0b01100111}
+    for op, value in expected.items():
+        assert rr.bitop(op, "R", "A", "B", "C") == 1
+        assert rr.get("R") == bytes([value]) == _bit_model(op, [rr.get(k) for k in "ABC"]), op
+    rnd = random.Random(8)
+    for sizes in ((3, 5, 1), (6000, 4100, 5000), (0, 7), (9, 0, 0, 2)):
+        values = [rnd.randbytes(n) for n in sizes]
+        keys = [f"k{i}" for i in range(len(values))]
+        rr.delete(*keys)
+        rr.mset({k: v for k, v in zip(keys, values, strict=True) if v})
+        for op in ("DIFF", "DIFF1", "ANDOR", "ONE"):
+            assert rr.bitop(op, "R", *keys) == max(sizes)
+            assert rr.get("R") == _bit_model(op, values), (op, sizes)
+    assert rr.bitop("ONE", "R", "k0") == 9 and rr.get("R") == rr.get("k0")  # ONE of one key is the key
+    effects.clear()
+    assert rr.bitop("diff", "R", "none1", "none2") == 0 and rr.exists("R") == 0
+    assert argvs(effects) == [[b"BITOP", b"diff", b"R", b"none1", b"none2"]]
+    for op in ("DIFF", "DIFF1", "ANDOR"):
+        assert error_of(rr.bitop, op.lower(), "R", "A") == f"BITOP {op} must be called with at least two source keys."
+    assert error_of(rr.bitop, "ONEX", "R", "A") == "syntax error"
+
+
 def test_bitop_large_strings_with_numpy(rr):
     rnd = random.Random(3)
     a, b = rnd.randbytes(20_000), rnd.randbytes(15_000)

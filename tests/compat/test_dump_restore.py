@@ -187,3 +187,28 @@ def test_object_help_and_errors(r):
     assert err(r, "OBJECT", "foo") == "unknown subcommand 'foo'. Try OBJECT HELP."
     assert err(r, "OBJECT", "ENCODING") == "wrong number of arguments for 'object|encoding' command"
     assert err(r, "OBJECT", "HELP", "x") == "wrong number of arguments for 'object|help' command"
+
+
+#: DUMPed by Redis 5 (stream type 15, RDB 9), from Redis's own suite (tests/unit/type/stream-cgroups.tcl,
+#: "Loading from legacy ..."): XADD x 1-0 .. 6-0, XDEL x 3-0, groups g1 and g2 at 0, XREADGROUP GROUP
+#: g1 c11 COUNT 4, XTRIM x MAXLEN = 2
+LEGACY_STREAM = bytes.fromhex(
+    "0f011000000000000000010000000000000000c3404a4057165700000023000201040101018464617461050001030100"
+    "20010381610204200a0001400a0062600a0002400a0063600a4022018164200a4039200a0065600a0005400a0066200a"
+    "00ff02060002026731050004000000000000000100000000000000003ef783437a010000010000000000000002000000"
+    "00000000003ef783437a01000001000000000000000400000000000000003ef783437a01000001000000000000000500"
+    "000000000000003ef783437a0100000101036331313ef783437a01000004000000000000000100000000000000000000"
+    "000000000002000000000000000000000000000000040000000000000000000000000000000500000000000000000267"
+    "320000000009003d52ef6867521dfa"
+)
+
+
+def test_restore_of_a_legacy_stream_estimates_the_groups_read_counters(r):
+    """A payload from before Redis 7.0 carries no entries-read: Redis's rdbLoad estimates it
+    (streamEstimateDistanceFromFirstEverEntry), and so does Pion (the suite's assertions)."""
+    assert r.restore("x", 0, LEGACY_STREAM)
+    info = r.xinfo_stream("x", full=True)
+    assert info["max-deleted-entry-id"] == b"0-0" and info["entries-added"] == 2
+    g1, g2 = info["groups"]
+    assert (g1["entries-read"], g1["lag"]) == (1, 1)
+    assert (g2["entries-read"], g2["lag"]) == (0, 2)

@@ -137,7 +137,7 @@ def test_info_everything_adds_commandstats(server):
 
 def test_info_server_fields(rr, server):
     info = rr.info("server")
-    assert info["redis_version"] == "7.2.0"
+    assert info["redis_version"] == "8.4.0"
     from pion import __version__
 
     assert info["pion_version"] == __version__

@@ -301,10 +301,30 @@ def test_replicaof_follows_a_primary_and_no_one_promotes(r):
 
 def test_module_list_names_the_built_in_engines_and_loading_is_refused(rr):
     names = {entry[b"name"]: entry[b"ver"] for entry in rr.module_list()}
-    assert names == {b"search": 80400, b"ReJSON": 80400}  # built in, listed so clients enable them
+    assert names == {b"search": 80400, b"ReJSON": 80400, b"vectorset": 1}  # built in, as Redis 8 lists them
     with pytest.raises(redis.ResponseError, match="^MODULE LOAD is not supported by Pion"):
         rr.module_load("/tmp/none.so")
     assert "LIST" in text_lines(rr.execute_command("MODULE", "HELP"))
+
+
+def test_info_modules_and_hello_list_what_module_list_names(rr, raw):
+    """Redis 8's ``module:name=...,ver=...`` lines, which redis-py parses into ``info()["modules"]``
+    and its module gate (``skip_ifmodversion_lt``) reads; HELLO's ``modules`` is the same list."""
+    listed = {entry[b"name"]: entry[b"ver"] for entry in rr.module_list()}
+    modules = rr.info("modules")["modules"]
+    assert {m["name"]: m["ver"] for m in modules} == {name.decode(): ver for name, ver in listed.items()}
+    assert all(m["api"] == 1 and m["filters"] == 0 for m in modules)
+    raw.cmd("INFO", "modules")
+    text = raw.read_some().decode()
+    assert "module:name=search,ver=80400,api=1,filters=0,usedby=[],using=[],options=[handle-io-errors]" in text
+    assert text.split("\r\n")[1] == "# Modules"
+    hello = rr.execute_command("HELLO", str(rr.protocol_version))
+    def as_map(reply):
+        return reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+
+    hello = as_map(hello)
+    assert hello[b"version"] == b"8.4.0"
+    assert {as_map(e)[b"name"]: as_map(e)[b"ver"] for e in hello[b"modules"]} == listed
 
 
 def test_debug_error_answers_with_the_given_error(make_server):

@@ -29,7 +29,7 @@
 # run too (unit/acl, unit/acl-v2, unit/auth, unit/info, unit/pubsubshard are entirely so tagged).
 #
 # Environment: REDIS_SUITE_CACHE (default ~/.cache/pion/redis-suite), PION_SERVER (default
-# .venv/bin/pion-server), REDIS_SUITE_TIMEOUT (seconds per unit, default 900),
+# .venv/bin/pion-server), PION_PYTHON (default .venv/bin/python), REDIS_SUITE_TIMEOUT (seconds per unit, default 900),
 # REDIS_SUITE_TAGS (extra --tags words, e.g. "-slow"), REDIS_SUITE_LOGDIR (keep each unit's
 # harness log there, colours stripped: which tests ran, passed, were skipped).
 # Exit status: 0 when no unit had a failed test or an aborted run, 1 otherwise.
@@ -41,6 +41,7 @@ VERSION=7.0.15
 URL="http://deb.debian.org/debian/pool/main/r/redis/redis_${VERSION}.orig.tar.gz"
 CACHE="${REDIS_SUITE_CACHE:-$HOME/.cache/pion/redis-suite}"
 SERVER_BIN="${PION_SERVER:-$ROOT/.venv/bin/pion-server}"
+PYTHON_BIN="${PION_PYTHON:-$ROOT/.venv/bin/python}"
 UNIT_TIMEOUT="${REDIS_SUITE_TIMEOUT:-900}"
 SKIP_TAGS="-needs:repl -needs:debug -needs:pfdebug -needs:save -large-memory ${REDIS_SUITE_TAGS:-}"
 
@@ -113,13 +114,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 start_server() {
-  PORT="$("$ROOT/.venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  PORT="$("$PYTHON_BIN" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   mkdir -p "$WORK/data"
   "$SERVER_BIN" --port "$PORT" --dir "$WORK/data" --appendonly no --save '' \
     --enable-debug-command yes --loglevel warning >>"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 200); do
-    if "$ROOT/.venv/bin/python" -c "import socket,sys; socket.create_connection(('127.0.0.1',$PORT),0.2)" 2>/dev/null; then
+    if "$PYTHON_BIN" -c "import socket,sys; socket.create_connection(('127.0.0.1',$PORT),0.2)" 2>/dev/null; then
       return 0
     fi
     kill -0 "$SERVER_PID" 2>/dev/null || break

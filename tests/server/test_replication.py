@@ -286,3 +286,46 @@ def test_a_full_resync_whose_own_snapshot_fails_is_done_again_not_continued(clus
     replica.start()
     assert rr.get("a:0") == b"0" and rr.get("a:299") == b"299" and rr.get("b:99") == b"99"
     assert rr.dbsize() == 400
+
+
+def test_min_replicas_to_write_refuses_with_noreplicas_until_a_replica_acknowledges(cluster):
+    """Redis's checkGoodReplicasStatus: a write (a direct one, EXEC with a write, a script whose
+    shebang does not say no-writes, a script's redis.call of a write) gets -NOREPLICAS while
+    fewer replicas than min-replicas-to-write acknowledged within min-replicas-max-lag; reads,
+    and scripts without flags until they write, run (Redis's own "not enough good replicas")."""
+    primary = cluster("a")
+    rp = redis.Redis(port=primary.port, socket_timeout=30)
+    rp.set("x", "some value")
+    assert rp.config_set("min-replicas-to-write", 1)
+    noreplicas = "NOREPLICAS Not enough good replicas to write."
+    with pytest.raises(redis.ResponseError, match=f"^{noreplicas}$"):
+        rp.set("x", "1")
+    assert rp.get("x") == b"some value"
+    assert rp.eval("#!lua flags=no-writes\nreturn redis.call('get','x')", 1, "x") == b"some value"
+    assert rp.eval("return redis.call('get','x')", 1, "x") == b"some value"
+    for script in ("#!lua\nreturn redis.call('get','x')", "return redis.call('set','x', 1)"):
+        with pytest.raises(redis.ResponseError, match=noreplicas):
+            rp.eval(script, 1, "x")
+    with rp.pipeline(transaction=True) as pipe:
+        pipe.get("x").set("x", "2")
+        with pytest.raises(redis.ResponseError, match=noreplicas):
+            pipe.execute()
+    assert rp.config_set("min-slaves-max-lag", 0)  # either one 0: no check
+    assert rp.set("x", "4") and rp.config_set("min-replicas-max-lag", 10)
+    replica = cluster("b", "--replicaof", "127.0.0.1", str(primary.port))
+    rr = redis.Redis(port=replica.port, socket_timeout=30)
+    wait_until(lambda: link_up(rr), what="the replica's link")
+    wait_until(lambda: _writes(rp), what="a good replica")
+    assert rp.get("x") == b"5" and rp.eval("return redis.call('set','x', 6)", 1, "x") == b"OK"
+    assert rp.config_set("min-replicas-to-write", 2)
+    with pytest.raises(redis.ResponseError, match=noreplicas):
+        rp.set("x", "7")
+    assert rr.config_set("min-replicas-to-write", 5)  # a replica never asks it of itself
+    assert rp.config_set("min-replicas-to-write", 0) and rp.set("x", "8")
+
+
+def _writes(r: redis.Redis) -> bool:
+    try:
+        return bool(r.set("x", "5"))
+    except redis.ResponseError:
+        return False

@@ -13,6 +13,15 @@ class ReplyError(Exception):
         self.message = message
 
 
+class CountedError(ReplyError):
+    """An error reply already in INFO errorstats: a script's redis.call/pcall error (the command's
+    own error, or its refusal), carried up as the script's reply. Redis's error table holds
+    ``ignore_error_stats_update`` for it; the script's command then counts as failed without
+    counting the error a second time."""
+
+    __slots__ = ()
+
+
 class ProtocolError(Exception):
     """A malformed request frame: answered with ``-ERR Protocol error: ...``, then the connection closes."""
 

@@ -8,14 +8,16 @@ The order a client sees when several refusals apply (each line is one check, fir
    then, on a cluster node, the slot check (-MOVED, -ASK, -CROSSSLOT, -TRYAGAIN, -CLUSTERDOWN);
 4. memory: evict under ``maxmemory``, -OOM for a ``denyoom`` command when nothing could go;
 5. durability: -MISCONF for a write (and PING) after a failed log write or, with save rules
-   and ``stop-writes-on-bgsave-error``, a failed snapshot; then -READONLY for a write on a
-   read-only replica;
+   and ``stop-writes-on-bgsave-error``, a failed snapshot; then -NOREPLICAS for a write on a
+   primary with fewer good replicas than ``min-replicas-to-write``; then -READONLY for a write
+   on a read-only replica;
 6. the RESP2 subscribed-mode subset;
 7. LOADING while the data is being loaded;
 8. BUSY while a script runs past ``busy-reply-threshold``.
 
 A pause (CLIENT PAUSE) and MULTI queueing come after admission, in the dispatcher. EXEC, scripts'
-``redis.call`` and a script's start ask ``command_refusal`` (3-5) for each command they run.
+``redis.call`` and a script's start ask ``command_refusal`` (3-5, NOREPLICAS included) for each
+command they run.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class Admission:
             refusal = self.durability.write_refusal(spec.name, flags)
             if refusal is not None:
                 return refusal
-        if route and self.replication is not None:
+        if self.replication is not None:
+            refusal = self.replication.good_replicas_refusal(flags)
+            if refusal is not None or not route:
+                return refusal
             return self.replication.read_only_refusal(flags)
         return None

@@ -14,7 +14,7 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 from pion.protocol import errors
-from pion.protocol.errors import ReplyError
+from pion.protocol.errors import CountedError, ReplyError
 from pion.protocol.resp import QUEUED
 from pion.server import deferred
 from pion.server.blocking import NOT_READY, BlockRequest
@@ -231,16 +231,18 @@ class Dispatcher:
         elapsed_ns = perf_counter_ns() - start
         usec = elapsed_ns // 1000
         name = spec.full_name
+        cls = reply.__class__
+        # an error reply, raised or returned, is a failed call (Redis: any error reply it made)
+        error_reply = failed or cls is ReplyError or cls is CountedError
         entry = self.stats.get(name)  # INFO commandstats: [calls, usec, rejected, failed]
         if entry is None:
             entry = self.stats[name] = [0, 0, 0, 0]
         entry[0] += 1
         entry[1] += usec
-        if failed:
+        if error_reply:
             entry[3] += 1
             server.stat_failed += 1
         server.stat_numcommands += 1
-        cls = reply.__class__
         if cls is not BlockRequest:  # a blocked command is recorded when it ends
             if self.latency_tracking:
                 histogram = server.latency.histograms.get(name)
@@ -250,7 +252,7 @@ class Dispatcher:
                     histogram.record(elapsed_ns)
             if self.latency_threshold:
                 self.latency_sample("fast-command" if "fast" in spec.flags else "command", elapsed_ns / 1e9)
-        if failed or cls is ReplyError:
+        if error_reply and cls is not CountedError:  # a script's counted error is not counted again
             self.count_error(reply)
         client.commands_processed += 1
         client.last_cmd = name

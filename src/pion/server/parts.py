@@ -58,8 +58,10 @@ class Parts:
     attention: AttentionEngine | None = None
     moe: ExpertTier | None = None
     search: SearchEngine | None = None
-    #: MODULE LIST's entries (the search module's name and version), as Redis Stack reports them
-    modules: list[dict[bytes, Any]] = field(default_factory=list)
+    #: MODULE LIST's entries, as Redis 8 reports its bundled modules: vector sets (always built in,
+    #: Redis's ``vectorset`` module, version 1); search adds ``search`` and ``ReJSON`` when installed
+    modules: list[dict[bytes, Any]] = field(default_factory=lambda: [
+        {b"name": b"vectorset", b"ver": 1, b"path": b"", b"args": []}])
     embedding: Embedder | None = None
     auto_embed: AutoEmbedder | None = None
     #: agent memory's counters (INFO), made when its commands are installed

@@ -124,10 +124,11 @@ def load_stream(reader: RdbReader, kind: int) -> Stream:
     for _ in range(_number(reader)):
         name = reader.string()
         last = (_number(reader), _number(reader))
-        entries_read = None
         if kind >= T_STREAM_2:
             raw = _number(reader)
             entries_read = None if raw == U64 else raw
+        else:  # a payload from before Redis 7.0 has no read counter: Redis's rdbLoad estimates it
+            entries_read = stream.estimate_distance(last)
         group = stream.groups[name] = ConsumerGroup(name, last, entries_read)
         for _ in range(_number(reader)):
             sid = struct.unpack(">QQ", reader.take(16))

@@ -25,7 +25,10 @@ from pion import __version__
 if TYPE_CHECKING:
     from pion.server.app import Server
 
-REDIS_VERSION = "7.2.0"
+#: the Redis version Pion claims: Redis 8.4, whose core commands (HGETEX ... XACKDEL, DELEX, DIGEST,
+#: MSETEX, SET IFEQ) it implements and whose Query Engine (BM25STD, ``@search``/``@json``,
+#: FT.HYBRID) and vector sets it follows; clients gate features and tests on it
+REDIS_VERSION = "8.4.0"
 Section = Callable[["Server"], dict[str, Any]]
 
 #: Redis's section titles; an engine's section is titled by capitalizing its name
@@ -49,7 +52,8 @@ def render_info(server: Server, names: list[str]) -> str:
     for name in chosen:
         fields = sections[name](server)
         lines = [f"# {TITLES.get(name, name.capitalize())}\r\n"]
-        lines.extend(f"{key}:{_format(value)}\r\n" for key, value in fields.items())
+        for key, value in fields.items():  # a list value is one line per item (``module:...``)
+            lines.extend(f"{key}:{_format(item)}\r\n" for item in (value if isinstance(value, list) else [value]))
         parts.append("".join(lines))
     return "\r\n".join(parts)
 
@@ -235,8 +239,13 @@ def keyspace_section(server: Server) -> dict[str, Any]:
     }
 
 
-def _empty(server: Server) -> dict[str, Any]:
-    return {}
+def modules_section(server: Server) -> dict[str, Any]:
+    """One ``module:name=search,ver=80400,api=1,...`` line per entry of MODULE LIST (the built-in
+    engines that stand in for Redis 8's modules), as Redis writes them; redis-py's module gate reads
+    this section."""
+    lines = [f"name={entry[b'name'].decode()},ver={entry[b'ver']},api=1,filters=0,usedby=[],using=[],"
+             "options=[handle-io-errors]" for entry in server.parts.modules]
+    return {"module": lines} if lines else {}
 
 
 def _cluster(server: Server) -> dict[str, Any]:
@@ -248,7 +257,7 @@ def default_info_sections() -> dict[str, Section]:
     return {
         "server": server_section, "clients": clients_section, "memory": memory_section,
         "persistence": persistence_section, "stats": stats_section, "replication": replication_section,
-        "cpu": cpu_section, "modules": _empty, "commandstats": commandstats_section,
+        "cpu": cpu_section, "modules": modules_section, "commandstats": commandstats_section,
         "errorstats": errorstats_section, "cluster": _cluster, "keyspace": keyspace_section,
     }
 

@@ -1,4 +1,5 @@
-"""Bitmap commands on strings: GETBIT SETBIT BITCOUNT BITPOS BITOP (BITFIELD is in ``bitfield``).
+"""Bitmap commands on strings: GETBIT SETBIT BITCOUNT BITPOS BITOP, with Redis 8.2's DIFF, DIFF1,
+ANDOR and ONE (BITFIELD is in ``bitfield``).
 
 Bit 0 is the most significant bit of the first byte, as in Redis. Large strings are counted and
 combined with numpy (``bitwise_count``, vectorised AND/OR/XOR/NOT); BITPOS scans for the first
@@ -189,19 +190,28 @@ def first_bit(data: bytes, bit: int, first: int, last: int) -> int:
     return -1
 
 
+_BITOPS = (b"AND", b"OR", b"XOR", b"NOT", b"DIFF", b"DIFF1", b"ANDOR", b"ONE")
+#: Redis 8.2's operations of a first key against the union of the others
+_AGAINST_REST = (b"DIFF", b"DIFF1", b"ANDOR")
+
+
 @command("BITOP", -4, "write denyoom", keys=(2, -1, 1), categories="@write @bitmap @slow", group="bitmap",
          since="2.6.0")
 def bitop(ctx: Ctx, argv: list[bytes]):
-    """BITOP <AND | OR | XOR | NOT> destkey key [key ...]
+    """BITOP <AND | OR | XOR | NOT | DIFF | DIFF1 | ANDOR | ONE> destkey key [key ...]
 
     Shorter inputs (and missing keys) count as zero-padded. An empty result deletes destkey.
-    Answers the length of the result.
+    Answers the length of the result. Redis 8.2 added DIFF (X and not any other), DIFF1 (not X
+    and any other), ANDOR (X and any other), each with at least two source keys, and ONE (the
+    bits set in exactly one key).
     """
     op = argv[1].upper()
-    if op not in (b"AND", b"OR", b"XOR", b"NOT"):
+    if op not in _BITOPS:
         raise ReplyError(errors.SYNTAX)
     if op == b"NOT" and len(argv) != 4:
         raise ReplyError("ERR BITOP NOT must be called with a single source key.")
+    if op in _AGAINST_REST and len(argv) < 5:
+        raise ReplyError(f"ERR BITOP {op.decode()} must be called with at least two source keys.")
     sources = [ctx.db.get_typed(key, bytes) or b"" for key in argv[3:]]
     size = max(len(s) for s in sources)
     dest = argv[2]
@@ -217,19 +227,35 @@ def bitop(ctx: Ctx, argv: list[bytes]):
 
 
 def combine(op: bytes, sources: list[bytes], size: int) -> bytes:
-    """AND/OR/XOR of zero-padded sources, or NOT of the single one, ``size`` bytes long."""
+    """The operation over zero-padded sources, ``size`` bytes long: Python integers for small
+    inputs, numpy arrays (vectorised) for large ones."""
     if size < _NUMPY_MIN:
-        values = [int.from_bytes(s.ljust(size, b"\x00"), "big") for s in sources]
         mask = (1 << (size * 8)) - 1
-        result = values[0] ^ mask if op == b"NOT" else values[0]
-        for other in values[1:]:
-            result = result & other if op == b"AND" else result | other if op == b"OR" else result ^ other
-        return result.to_bytes(size, "big")
+        values = [int.from_bytes(s.ljust(size, b"\x00"), "big") for s in sources]
+        return _fold(op, values, lambda value: value ^ mask).to_bytes(size, "big")
     arrays = [np.frombuffer(s.ljust(size, b"\x00"), dtype=np.uint8) for s in sources]
+    return _fold(op, arrays, np.invert).tobytes()
+
+
+def _fold(op: bytes, values: list, invert):
+    """One operation over ints or uint8 arrays alike (``&``, ``|``, ``^``; ``invert`` is NOT)."""
+    first, rest = values[0], values[1:]
     if op == b"NOT":
-        return np.invert(arrays[0]).tobytes()
-    ufunc = {b"AND": np.bitwise_and, b"OR": np.bitwise_or, b"XOR": np.bitwise_xor}[op]
-    result = arrays[0].copy()
-    for other in arrays[1:]:
-        ufunc(result, other, out=result)
-    return result.tobytes()
+        return invert(first)
+    if op in _AGAINST_REST:
+        union = rest[0]
+        for other in rest[1:]:
+            union = union | other
+        if op == b"DIFF":
+            return first & invert(union)
+        return invert(first) & union if op == b"DIFF1" else first & union
+    result = first
+    if op == b"ONE":
+        seen_twice = first ^ first
+        for other in rest:
+            seen_twice = seen_twice | (result & other)
+            result = (result ^ other) & invert(seen_twice)
+        return result
+    for other in rest:
+        result = result & other if op == b"AND" else result | other if op == b"OR" else result ^ other
+    return result

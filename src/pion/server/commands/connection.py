@@ -5,12 +5,11 @@ from __future__ import annotations
 from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, PONG, Push, Status
+from pion.server.admin.info import REDIS_VERSION
 from pion.server.args import parse_int
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.server.security.auth import authenticate
-
-REDIS_COMPAT_VERSION = "7.2.0"
 
 
 @command("PING", -1, "fast", categories="@fast @connection", group="connection")
@@ -97,12 +96,12 @@ def hello(ctx: Ctx, argv: list[bytes]):
     client.proto = proto
     return {
         b"server": b"redis",
-        b"version": REDIS_COMPAT_VERSION.encode(),
+        b"version": REDIS_VERSION.encode(),
         b"proto": proto,
         b"id": client.id,
         b"mode": b"standalone" if ctx.server.admission.cluster is None else b"cluster",
         b"role": b"master",
-        b"modules": [],
+        b"modules": [dict(entry) for entry in ctx.server.parts.modules],
     }
 
 

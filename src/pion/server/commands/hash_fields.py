@@ -147,7 +147,13 @@ def _fields(argv: list[bytes], at: int, count_error: str) -> list[bytes]:
 
 def _expire_time(argv: list[bytes], name: str, seconds: bool, relative: bool) -> int:
     """The absolute expiry in ms from argv[2], with Redis's range checks."""
-    amount = parse_int(argv[2])
+    return parse_expire(argv[2], name, seconds, relative)
+
+
+def parse_expire(raw: bytes, name: str, seconds: bool, relative: bool) -> int:
+    """Redis's parseExpireTime for field TTLs: an absolute time in ms from ``raw`` (seconds or ms,
+    relative to now or absolute), >= 0 and at most HFE_MAX_ABS_TIME_MSEC."""
+    amount = parse_int(raw)
     if amount < 0:
         raise ReplyError("ERR invalid expire time, must be >= 0")
     if seconds:

@@ -1,6 +1,7 @@
 """Hash commands: HSET HSETNX HGET HMGET HMSET HGETALL HKEYS HVALS HLEN HDEL HEXISTS HINCRBY
 HINCRBYFLOAT HSTRLEN HRANDFIELD HSCAN, plus the Redis 7.4 field-expiry commands (HEXPIRE ...),
-which live in ``hash_fields`` and are registered by being imported here.
+which live in ``hash_fields``, and Redis 8.0's HGETDEL HGETEX HSETEX (``hash_ex``), registered by
+being imported here.
 
 Values are ``HashValue`` (pion.storage.hash_value). Every command reads through ``load``, which
 first drops (and logs as HDEL) the fields whose time has come, so none is ever returned.
@@ -15,6 +16,7 @@ from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK, Pairs
 from pion.protocol.streamed import STREAM_MIN, sampled
 from pion.server.args import INT64_MAX, INT64_MIN, is_int, parse_int
+from pion.server.commands.hash_ex import hgetdel, hgetex, hsetex  # noqa: F401 - importing registers them
 from pion.server.commands.hash_fields import (  # noqa: F401 - importing registers them
     hexpire,
     hexpireat,

@@ -66,7 +66,7 @@ def install(server: Any) -> SearchEngine:
     eng.databases = lambda: [db for dbs in server.all_db_lists() for db in dbs]
     server.key_hooks.append(eng.key_changed)
     server.reset_hooks.append(eng.database_reset)
-    server.parts.modules = list(MODULES)
+    server.parts.modules.extend(MODULES)
     server.add_component(SearchPart(eng))
     memory = server.parts.memory
     if memory is not None and hasattr(memory, "extra_bytes"):

@@ -73,6 +73,14 @@ def _group_id(raw: bytes, stream: Stream, strict: bool = True) -> StreamID:
     return stream.last_id if raw == b"$" else parse_id(raw, strict=strict)
 
 
+def _capped(stream: Stream, entries_read: int | None) -> int | None:
+    """Redis 8.2.2: an ENTRIESREAD past the stream's entries-added is capped to it (7.x kept it,
+    which made the lag negative)."""
+    if entries_read is not None and entries_read > stream.entries_added:
+        return stream.entries_added
+    return entries_read
+
+
 def _entries_read(argv: list[bytes], i: int) -> int | None:
     if i == len(argv):
         return None
@@ -104,6 +112,7 @@ def xgroup_create(ctx: Ctx, argv: list[bytes]):
     last = _group_id(argv[4], stream)
     if name in stream.groups:
         raise ReplyError("BUSYGROUP Consumer Group name already exists")
+    entries_read = _capped(stream, entries_read)
     stream.groups[name] = ConsumerGroup(name, last, entries_read)
     _changed(ctx, key)
     ctx.rewrite([b"XGROUP", b"CREATE", key, name, format_id(last), b"MKSTREAM"] +
@@ -118,7 +127,7 @@ def xgroup_setid(ctx: Ctx, argv: list[bytes]):
     entries_read = _entries_read(argv, 5)
     stream, group = existing_group(ctx, argv[2], argv[3])
     group.last_id = _group_id(argv[4], stream, strict=False)
-    group.entries_read = entries_read
+    group.entries_read = entries_read = _capped(stream, entries_read)
     _changed(ctx, argv[2])
     ctx.rewrite([b"XGROUP", b"SETID", argv[2], argv[3], format_id(group.last_id)] +
                 ([b"ENTRIESREAD", b"%d" % entries_read] if entries_read is not None else []))

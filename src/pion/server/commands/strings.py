@@ -13,14 +13,17 @@ from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
 from pion.server.args import INT64_MAX, parse_int
+from pion.server.commands import string_compare
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.keyspace import now_ms
 
-# Option flags of SET and GETEX, as Redis's OBJ_* flags.
-NX, XX, EX, PX, KEEPTTL, GET, EXAT, PXAT, PERSIST = (1 << i for i in range(9))
+# Option flags of SET and GETEX, as Redis's OBJ_* flags (IFEQ ... IFDNE: Redis 8.4's compare-and-set).
+NX, XX, EX, PX, KEEPTTL, GET, EXAT, PXAT, PERSIST, IFEQ, IFNE, IFDEQ, IFDNE = (1 << i for i in range(13))
 _TTL = EX | PX | EXAT | PXAT
 _TTL_OPTIONS = {b"EX": EX, b"PX": PX, b"EXAT": EXAT, b"PXAT": PXAT}
+_COMPARE = IFEQ | IFNE | IFDEQ | IFDNE
+_COMPARE_OPTIONS = {b"IFEQ": IFEQ, b"IFNE": IFNE, b"IFDEQ": IFDEQ, b"IFDNE": IFDNE}
 
 
 def string_too_long(ctx: Ctx, size: int) -> None:
@@ -29,22 +32,28 @@ def string_too_long(ctx: Ctx, size: int) -> None:
         raise ReplyError("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 
 
-def parse_extended(argv: list[bytes], for_set: bool) -> tuple[int, bytes | None]:
+def parse_extended(argv: list[bytes], for_set: bool) -> tuple[int, bytes | None, bytes | None]:
     """SET's and GETEX's options, accepted and refused in exactly Redis's combinations.
 
     A repeated option is allowed (``GET GET``, ``EX 1 EX 2``: the last one wins); conflicting
-    ones (``NX XX``, ``EX .. PX ..``, ``KEEPTTL EX ..``) and a TTL option without its value are a
-    syntax error. Returns the flags and the raw TTL argument.
+    ones (``NX XX``, ``EX .. PX ..``, ``KEEPTTL EX ..``, NX/XX with one of Redis 8.4's IFEQ IFNE
+    IFDEQ IFDNE or two of those) and an option without its value are a syntax error. Returns
+    the flags, the raw TTL argument and the value (or digest) a comparison option names.
     """
-    flags, expire = 0, None
+    flags, expire, match = 0, None, None
     j, argc = (3 if for_set else 2), len(argv)
     while j < argc:
         opt = argv[j].upper()
         ttl = _TTL_OPTIONS.get(opt)
-        if for_set and opt == b"NX" and not flags & XX:
+        compare = _COMPARE_OPTIONS.get(opt) if for_set else None
+        if for_set and opt == b"NX" and not flags & (XX | _COMPARE):
             flags |= NX
-        elif for_set and opt == b"XX" and not flags & NX:
+        elif for_set and opt == b"XX" and not flags & (NX | _COMPARE):
             flags |= XX
+        elif compare and j + 1 < argc and not flags & (NX | XX | (_COMPARE & ~compare)):
+            flags |= compare
+            match = argv[j + 1]
+            j += 1
         elif for_set and opt == b"GET":
             flags |= GET
         elif for_set and opt == b"KEEPTTL" and not flags & (_TTL | PERSIST):
@@ -58,7 +67,12 @@ def parse_extended(argv: list[bytes], for_set: bool) -> tuple[int, bytes | None]
         else:
             raise ReplyError(errors.SYNTAX)
         j += 1
-    return flags, expire
+    return flags, expire, match
+
+
+def flags_name(flags: int) -> bytes:
+    """The comparison option among ``flags`` (IFEQ, IFNE, IFDEQ or IFDNE)."""
+    return next(name for name, bit in _COMPARE_OPTIONS.items() if flags & bit)
 
 
 def expire_at_ms(raw: bytes, flags: int, name: str) -> int:
@@ -77,19 +91,24 @@ def expire_at_ms(raw: bytes, flags: int, name: str) -> int:
 
 
 def set_generic(ctx: Ctx, argv: list[bytes], flags: int, key: bytes, value: bytes,
-                expire: bytes | None, ok_reply, abort_reply):
+                expire: bytes | None, ok_reply, abort_reply, match: bytes | None = None):
     """Redis's setGenericCommand: SET, SETNX, SETEX and PSETEX all end up here.
 
-    Checks run in Redis's order: the TTL value, then GET's type check, then NX/XX. A TTL is
-    logged as an absolute PXAT; an absolute time already past deletes the key (logged as DEL).
+    Checks run in Redis's order: the TTL value, then GET's type check, then NX/XX (and IFEQ /
+    IFDEQ on a missing key), then the comparison with the current string (WRONGTYPE for another
+    type). A TTL is logged as an absolute PXAT; an absolute time already past deletes the key
+    (logged as DEL); a SET whose comparison held is logged without it.
     """
     db = ctx.db
     when = expire_at_ms(expire, flags, argv[0].decode("latin-1").lower()) if expire is not None else None
     old = db.get_typed(key, bytes) if flags & GET else None
     found = db.get(key) is not None
-    if (flags & NX and found) or (flags & XX and not found):
+    if (flags & NX and found) or (flags & (XX | IFEQ | IFDEQ) and not found) or (
+            flags & _COMPARE and found and not string_compare.holds(flags_name(flags), db.get_typed(key, bytes), match)):
         ctx.no_propagate()
         return old if flags & GET else abort_reply
+    if flags & _COMPARE and when is None:
+        ctx.rewrite([b"SET", key, value, b"KEEPTTL"] if flags & KEEPTTL else [b"SET", key, value])
     if when is not None and when <= now_ms() and not ctx.server.loading:
         # while replaying the log nothing expires: a later PERSIST in the log may keep the key
         _delete_expired(ctx, key, found)
@@ -101,7 +120,7 @@ def set_generic(ctx: Ctx, argv: list[bytes], flags: int, key: bytes, value: byte
             db.set_expire(key, when)
             ctx.rewrite([b"SET", key, value, b"PXAT", b"%d" % when])
             ctx.notify("g", "expire", key)
-        elif flags & GET:
+        elif flags & GET and not flags & _COMPARE:
             ctx.rewrite([arg for i, arg in enumerate(argv) if i < 3 or arg.upper() != b"GET"])
     return old if flags & GET else ok_reply
 
@@ -126,7 +145,7 @@ def get(ctx: Ctx, argv: list[bytes]):
 
 @command("SET", -3, "write denyoom", keys=(1, 1, 1), categories="@write @string @slow", group="string")
 def set_(ctx: Ctx, argv: list[bytes]):
-    """SET key value [NX | XX] [GET] [EX seconds | PX milliseconds | EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]
+    """SET key value [NX | XX | IFEQ ifeq-value | IFNE ifne-value | IFDEQ ifdeq-digest | IFDNE ifdne-digest] [GET] [EX seconds | PX milliseconds | EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]
 
     ``NX GET`` is allowed (Redis 7.0): it answers the old value and sets only if there was none.
     """
@@ -135,8 +154,8 @@ def set_(ctx: Ctx, argv: list[bytes]):
         ctx.dirty()
         ctx.notify("$", "set", argv[1])
         return OK
-    flags, expire = parse_extended(argv, for_set=True)
-    return set_generic(ctx, argv, flags, argv[1], argv[2], expire, OK, None)
+    flags, expire, match = parse_extended(argv, for_set=True)
+    return set_generic(ctx, argv, flags, argv[1], argv[2], expire, OK, None, match)
 
 
 @command("SETNX", 3, "write denyoom fast", keys=(1, 1, 1), categories="@write @string @fast", group="string")
@@ -200,7 +219,7 @@ def getex(ctx: Ctx, argv: list[bytes]):
 
     Never logged as sent: a TTL becomes PEXPIREAT, a past EXAT/PXAT a DEL, PERSIST a PERSIST.
     """
-    flags, expire = parse_extended(argv, for_set=False)
+    flags, expire, _ = parse_extended(argv, for_set=False)
     key = argv[1]
     value = ctx.db.get_typed(key, bytes)
     if value is None:

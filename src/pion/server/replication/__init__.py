@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pion.replication")
 
 READONLY = "READONLY You can't write against a read only replica."
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 
 
 class Replication:
@@ -109,6 +110,18 @@ class Replication:
         self.stream_db = int(db)
 
     # -- hooks ----------------------------------------------------------------------------------------
+
+    def good_replicas_refusal(self, flags: Any) -> ReplyError | None:
+        """-NOREPLICAS for a write on a primary while fewer than ``min-replicas-to-write`` replicas
+        acknowledged within ``min-replicas-max-lag`` seconds (Redis's checkGoodReplicasStatus; also
+        asked for a script's start and each of its writes)."""
+        settings = self.server.settings
+        wanted, max_lag = settings.min_replicas_to_write, settings.min_replicas_max_lag
+        if self.side is not None or not wanted or not max_lag or "write" not in flags:
+            return None
+        if self.primary.good_replicas(max_lag) < wanted:
+            return ReplyError(NOREPLICAS)
+        return None
 
     def read_only_refusal(self, flags: Any) -> ReplyError | None:
         """-READONLY for a write (``flags``: the command's, EXEC's with what it queued) on a

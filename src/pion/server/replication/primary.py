@@ -286,6 +286,12 @@ class PrimarySide:
         if self.waiters:
             self._serve_waiters()
 
+    def good_replicas(self, max_lag: int) -> int:
+        """Redis's repl_good_slaves_count: online replicas that acknowledged within ``max_lag`` s."""
+        now = time.time()
+        return sum(1 for link in self.links.values()
+                   if link.state == "online" and link.alive() and int(now - link.ack_time) <= max_lag)
+
     def count_acked(self, target: int) -> int:
         return sum(1 for link in self.links.values() if link.state == "online" and link.ack >= target and link.alive())
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pion.protocol.errors import ReplyError
+from pion.protocol.errors import CountedError, ReplyError
 from pion.server.scripting.libs import LuaArgError, check_number
 
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ class Bridge:
     def __init__(self, state: LuaState) -> None:
         self.state = state
 
-    def error(self, message: str) -> LuaRaise:
-        return LuaRaise(self.state.to_lua.error(message))
+    def error(self, message: str, counted: bool = False) -> LuaRaise:
+        return LuaRaise(self.state.to_lua.error(message, counted))
 
     def positioned(self, message: str) -> LuaRaise:
         """A Lua error message with luaL_where's ``source:line: `` prefix."""
@@ -97,7 +97,7 @@ class Bridge:
     def call(self, *args: Any) -> Any:
         reply = self.state.command(args)
         if isinstance(reply, ReplyError):
-            raise self.error(reply.message)
+            raise self.error(reply.message, reply.__class__ is CountedError)
         return self.state.to_lua.convert(reply, self.state.run.resp)  # type: ignore[union-attr]
 
     def pcall(self, *args: Any) -> Any:
@@ -109,9 +109,11 @@ class Bridge:
         argv = self.state.argv(args)
         if isinstance(argv, ReplyError):
             raise self.error(argv.message)
-        if not self.state.acl(argv):
+        run = self.state.run
+        allowed = self.state.acl(argv, run.client if run is not None else None)
+        if allowed is None:
             raise self.error("ERR Invalid command passed to redis.acl_check_cmd()")
-        return True
+        return allowed
 
     def log(self, *args: Any) -> None:
         if len(args) < 2:

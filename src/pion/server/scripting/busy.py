@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import greenlet
 
-from pion.protocol.errors import ReplyError
+from pion.protocol.errors import CountedError, ReplyError
 from pion.server.blocking import NOT_READY, BlockRequest
 from pion.server.dispatch import BLOCKED
 
@@ -221,23 +221,31 @@ class Runner:
             return _failed_call(argv, exc)
 
     def call(self, run: ScriptRun, argv: list[bytes]) -> Any:
-        """redis.call: the dispatcher's lookup, the script refusals, admission, then the command."""
+        """redis.call: the dispatcher's lookup, the script refusals, admission, then the command.
+
+        As Redis's scriptCall: a refusal (unknown command, arity, noscript, a read-only script's
+        write, the ACL, OOM, MISCONF, NOREPLICAS) is counted in the error stats and as a rejected
+        call of the command, and every error the script gets back (refusal or the command's own
+        reply) is a CountedError, so the script's own error reply does not count it again."""
         server = self.server
         dispatcher = server.dispatcher
         spec = dispatcher.lookup(argv)
         if spec.__class__ is ReplyError:
-            return ReplyError(ARITY if spec.message.startswith("ERR wrong number") else UNKNOWN)  # type: ignore[union-attr]
+            arity = spec.message.startswith("ERR wrong number")  # type: ignore[union-attr]
+            if arity:
+                dispatcher._count_rejected(argv)
+            return _rejected(dispatcher, None, ARITY if arity else UNKNOWN)
         flags = spec.flags  # type: ignore[union-attr]
         if "noscript" in flags:
-            return ReplyError(NOSCRIPT)
+            return _rejected(dispatcher, spec, NOSCRIPT)
         if run.read_only and ("write" in flags or "may_replicate" in flags):
-            return ReplyError(READONLY)
+            return _rejected(dispatcher, spec, READONLY)
         client = run.client
         client.in_script = True  # ACL refusals, the ACL LOG and the command itself: it came from a script
         try:
             refusal = server.admission.command_refusal(client, spec, argv)  # type: ignore[arg-type]
             if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
-                return refusal
+                return _rejected(dispatcher, spec, refusal.message)
             if spec.is_write:  # type: ignore[union-attr]
                 run.wrote = True
             proto = client.proto
@@ -253,7 +261,11 @@ class Runner:
             server.tracking.remember(client, run.keys)
         if server.monitors:
             server.feed_monitors(_LuaClient(client), argv)
-        return None if reply is BLOCKED else reply
+        if reply is BLOCKED:
+            return None
+        if reply.__class__ is ReplyError:  # dispatcher.call counted it
+            return CountedError(reply.message)
+        return reply
 
     # -- BUSY and KILL (loop thread, while detached) --------------------------------------------
 
@@ -289,6 +301,15 @@ class Runner:
             if run.detached and not run.done:
                 run.greenlet.switch()  # the hook sees ``killed``: the script raises and ends
                 run.done = True
+
+
+def _rejected(dispatcher: Any, spec: Any, message: str) -> CountedError:
+    """A refused redis.call: a rejected call of ``spec`` (when known) and one error reply."""
+    if spec is not None:
+        dispatcher._count(spec.full_name, 0, rejected=True)
+    error = CountedError(message)
+    dispatcher.count_error(error)
+    return error
 
 
 def _failed_call(argv: list[bytes], exc: Exception) -> ReplyError:

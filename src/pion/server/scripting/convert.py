@@ -19,7 +19,7 @@ from typing import Any
 
 from lupa import lua51
 
-from pion.protocol.errors import ReplyError
+from pion.protocol.errors import CountedError, ReplyError
 from pion.protocol.resp import (
     NULL_ARRAY,
     BigNumber,
@@ -33,6 +33,9 @@ from pion.protocol.resp import (
     Verbatim,
     format_double,
 )
+
+#: the field Redis's error tables carry for an error its stats already hold
+IGNORE_STATS = b"ignore_error_stats_update"
 
 INT_MIN = -(1 << 63)
 INT_MAX = (1 << 63) - 1
@@ -66,8 +69,13 @@ class ToLua:
     def tagged(self, tag: bytes, value: Any) -> Any:
         return self.table({tag: value})
 
-    def error(self, message: str) -> Any:
-        return self.table({b"err": message.encode("utf-8", "surrogateescape")})
+    def error(self, message: str, counted: bool = False) -> Any:
+        """The ``{err = ...}`` table; ``counted``: the error is already in the stats (a command's),
+        marked as Redis marks it (``ignore_error_stats_update``)."""
+        fields: dict[bytes, Any] = {b"err": message.encode("utf-8", "surrogateescape")}
+        if counted:
+            fields[IGNORE_STATS] = True
+        return self.table(fields)
 
     def convert(self, value: Any, resp: int) -> Any:  # noqa: C901 - one switch over reply types
         cls = value.__class__
@@ -82,7 +90,7 @@ class ToLua:
         if cls is list or cls is tuple or cls is Push or cls is Replies:
             return self.table([self.convert(item, resp) for item in value])
         if isinstance(value, ReplyError):
-            return self.error(value.message)
+            return self.error(value.message, value.__class__ is CountedError)
         if cls is bool:
             return value if resp == 3 else int(value)
         if cls is float:
@@ -166,7 +174,7 @@ class ToReply:
         if kind == 8:  # array, up to the first nil
             return [self.convert(item, resp, depth) for item in self.items(first, rest[0])]
         if kind == 1:
-            return ReplyError(first.decode("utf-8", "replace"))
+            return error_class(value)(first.decode("utf-8", "replace"))
         if kind == 2:
             return Status(first.decode("utf-8", "replace").replace("\r", " ").replace("\n", " "))
         if kind == 3:
@@ -207,11 +215,16 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def error_reply(fields: tuple, script_name: str) -> ReplyError:
+def error_class(table: Any) -> type[ReplyError]:
+    """CountedError for an error table marked ``ignore_error_stats_update``, else ReplyError."""
+    return CountedError if table[IGNORE_STATS] else ReplyError
+
+
+def error_reply(fields: tuple, script_name: str, cls: type[ReplyError] = ReplyError) -> ReplyError:
     """The reply for a script's uncaught error: ``<err> script: <name>, on <source>:<line>.``"""
     message, source, line = fields
     text = message.decode("utf-8", "replace") if isinstance(message, bytes) else "ERR unknown error"
     if source is not None and line is not None:
         src = source.decode("utf-8", "replace") if isinstance(source, bytes) else str(source)
         text += f" script: {script_name}, on {src}:{lua_number_to_int(line) if not isinstance(line, bytes) else line.decode()}."
-    return ReplyError(text)
+    return cls(text)

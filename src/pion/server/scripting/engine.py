@@ -71,7 +71,7 @@ class ScriptingEngine:
         self.runner = Runner(server)
 
     def _state(self, mode: str) -> LuaState:
-        return LuaState(mode, self.rand, REDIS_VERSION, _version_num(REDIS_VERSION), self._command_exists)
+        return LuaState(mode, self.rand, REDIS_VERSION, _version_num(REDIS_VERSION), self._acl_allows)
 
     @property
     def eval_state(self) -> LuaState:
@@ -85,8 +85,21 @@ class ScriptingEngine:
             self._function = self._state("function")
         return self._function
 
-    def _command_exists(self, argv: list[bytes]) -> bool:
-        return not isinstance(self.server.dispatcher.lookup(argv), ReplyError)
+    def _acl_allows(self, argv: list[bytes], client: Any) -> bool | None:
+        """redis.acl_check_cmd: None for an unknown command, else whether the script's caller's
+        ACL user may run ``argv`` (command, keys and channels, as ACLCheckAllUserCommandPerm)."""
+        spec = self.server.dispatcher.lookup(argv)
+        if isinstance(spec, ReplyError):
+            return None
+        security = self.server.admission.security
+        if security is None or client is None:
+            return True
+        from pion.server.security import acl_check
+
+        user = security.users.table.users.get(client.user)
+        if user is None or acl_check.is_unrestricted(user):
+            return True
+        return acl_check.check(security.users, user, spec, argv)[0] == acl_check.OK
 
     # -- EVAL -------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from lupa import lua51
 from pion.protocol.errors import ReplyError
 from pion.server.scripting.bridge import Bridge
 from pion.server.scripting.cjson_lua import CJSON
-from pion.server.scripting.convert import ToLua, ToReply, error_reply
+from pion.server.scripting.convert import ToLua, ToReply, error_class, error_reply
 from pion.server.scripting.libs import make_bit, make_struct
 from pion.server.scripting.msgpack_lib import make_cmsgpack
 from pion.server.scripting.prelude import PRELUDE
@@ -124,7 +124,7 @@ class LuaState:
             if ok:
                 return self.to_reply.convert(value, run.resp)
             if lua51.lua_type(value) == "table":
-                return error_reply(self._error_fields(value), run.name)
+                return error_reply(self._error_fields(value), run.name, error_class(value))
             return ReplyError(f"ERR Error running script {run.name}, {str(value)[:100]}")
         finally:
             self.run = None
