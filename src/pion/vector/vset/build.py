@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pion.vector.vset import quant
+from pion.vector.vset import kernel, quant
 from pion.vector.vset.graph import Graph, Hit
 
 #: collect insertion candidates by an exact scan up to this many nodes, and beyond while
@@ -156,7 +156,11 @@ def _select(g: Graph, new: int, hits: list[Hit], level: int, required: int, aggr
 
     The diversity rule needs each candidate's distance to the neighbours accepted so far:
     ``nearest[i]`` keeps candidate i's distance to the nearest accepted one, updated with one
-    matrix-vector product per accepted neighbour."""
+    matrix-vector product per accepted neighbour. The compiled kernel does the same in C."""
+    k = kernel.impl
+    if k is not None:
+        k.select(g, new, hits, level, required, aggressive)
+        return
     limit = _max_links(g, level)
     linked = set(g.links(new, level))
     if not hits:
