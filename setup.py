@@ -17,7 +17,7 @@ from setuptools.command.build_ext import build_ext
 KERNEL = "pion.vector.vset._kernel"
 SOURCE = "src/pion/vector/vset/_kernel.pyx"
 # the kernel's distances must round as quant.py's numpy does: no fused multiply-add, no fast math
-UNIX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math"]
+UNIX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-g0"]
 
 
 def _warn(message: str) -> None:

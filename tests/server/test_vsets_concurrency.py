@@ -12,7 +12,7 @@ import redis
 from tests.unit.vector.conftest import check_graph, clustered
 
 from pion.server import deferred
-from pion.vector.vset import build, vectorset
+from pion.vector.vset import build, kernel, vectorset
 
 
 @pytest.fixture
@@ -121,10 +121,27 @@ def test_searches_and_writes_at_once_never_fail(graph_server):
     assert r.ping()
 
 
+def test_a_plain_vadd_defers_only_on_the_pure_path(graph_server, monkeypatch):
+    """Collecting candidates takes milliseconds in pure Python (a worker does it) and a fraction
+    of one in the compiled kernel (inline, as Redis's VADD)."""
+    r = redis.Redis(port=graph_server.port)
+    load(r, "p", clustered(100, 8, seed=17))
+    for compiled in ([False, True] if kernel.available() else [False]):
+        monkeypatch.setattr(kernel, "impl", kernel._compiled if compiled else None)
+        before = graph_server.deferred_started.count([b"VADD"])
+        for i in range(10):
+            r.execute_command("VADD", "p", "VALUES", 8, *np.random.default_rng(i).normal(size=8).tolist(), f"x{compiled}{i}")
+        assert graph_server.deferred_started.count([b"VADD"]) - before == (0 if compiled else 10)
+    check_graph(the_set(graph_server, b"p").graph)
+
+
 @pytest.mark.parametrize("cas", [False, True])
 def test_a_write_landing_while_candidates_are_collected(graph_server, monkeypatch, cas):
-    """Another client adds the same element meanwhile: a plain VADD then runs again inline (an
-    update, answering 0, its vector wins); VADD CAS answers 1 and leaves the other write."""
+    """Another client adds the same element meanwhile: a plain VADD (deferred on the pure path)
+    then runs again inline (an update, answering 0, its vector wins); VADD CAS answers 1 and
+    leaves the other write."""
+    if not cas:
+        monkeypatch.setattr(kernel, "impl", None)
     r = redis.Redis(port=graph_server.port, protocol=2)
     load(r, "w", clustered(100, 4, seed=16))
     entered, release = threading.Event(), threading.Event()

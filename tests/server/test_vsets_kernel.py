@@ -38,12 +38,14 @@ def test_a_set_dumped_by_the_compiled_server_answers_alike_on_a_pure_one(tmp_pat
     pure = ProcessServer(tmp_path / "pure")
     try:
         pure = _start(tmp_path, "pure", monkeypatch, pure=True)
-        a, b = redis.Redis(port=compiled.port), redis.Redis(port=pure.port)
+        a, b = (redis.Redis(port=srv.port, socket_timeout=120) for srv in (compiled, pure))
         data = clustered(N, 12, seed=3)
-        pipe = a.pipeline(transaction=False)
-        for i, vec in enumerate(data):
-            pipe.execute_command("VADD", "vs", "FP32", vec.astype("<f4").tobytes(), f"e{i}", "SETATTR", f'{{"c": {i % 10}}}')
-        pipe.execute()
+        for lo in range(0, N, 500):
+            pipe = a.pipeline(transaction=False)
+            for i in range(lo, min(N, lo + 500)):
+                vec = data[i].astype("<f4").tobytes()
+                pipe.execute_command("VADD", "vs", "FP32", vec, f"e{i}", "SETATTR", f'{{"c": {i % 10}}}')
+            pipe.execute()
         b.restore("vs", 0, a.dump("vs"))
         for q in clustered(20, 12, seed=4):
             for extra in ([], ["EF", 20], ["FILTER", ".c < 2", "FILTER-EF", 300]):

@@ -56,16 +56,22 @@ def test_q8_distance_is_redis_formula_on_the_integer_dot():
     assert got[0] == want
 
 
-def test_f32_reference_sums_each_lane_in_order_then_the_fixed_tree():
+@pytest.mark.parametrize("n", [1, 50, 1500])
+def test_f32_reference_sums_each_lane_in_order_then_the_fixed_tree(n):
+    """The numpy reference really adds each lane in order (the kernel's loop), for one row, a
+    walk's few and an exact scan's many (which numpy would sum otherwise if it could)."""
     rng = np.random.default_rng(2)
-    a = (rng.normal(size=203) * 10.0 ** rng.integers(-6, 6, 203)).astype(np.float32)  # order-sensitive sums
-    b = rng.normal(size=203).astype(np.float32)
-    lanes = [0.0] * quant.LANES
-    for i in range(203):
-        lanes[i % quant.LANES] += float(a[i]) * float(b[i])
-    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-    got = quant.distances(a[None, :], np.ones(1, np.float32), b, quant.F32, 203)[0]
-    assert got == np.float32(1) - np.float32(total)
+    dim = 203
+    rows = (rng.normal(size=(n, dim)) * 10.0 ** rng.integers(-6, 6, (n, dim))).astype(np.float32)  # order-sensitive
+    q = rng.normal(size=dim).astype(np.float32)
+    got = quant.distances(rows, np.ones(n, np.float32), q, quant.F32, dim)
+    for i in range(0, n, max(1, n // 40)):
+        lanes = [0.0] * quant.LANES
+        for j in range(dim):
+            lanes[j % quant.LANES] += float(rows[i, j]) * float(q[j])
+        total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+        assert got[i] == np.float32(1) - np.float32(total), i
+    assert np.array_equal(got, kernel._compiled.distances(rows, np.ones(n, np.float32), q, quant.F32, dim, np.arange(n)))
 
 
 @pytest.mark.parametrize("qt", QUANTS)

@@ -14,10 +14,12 @@ without a filter, so a search in a worker thread runs beside the event loop. ``s
 links and runs on the loop, with the GIL, as the reference does.
 """
 
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject
 from libc.math cimport INFINITY
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memset
 
 import numpy as np
@@ -35,8 +37,17 @@ cdef extern from *:
     }
     #endif
 
+    /* x86-64 with gcc: an AVX2 copy of each distance chosen at load time where the CPU has it;
+       the same operations in the same order (no fused multiply-add: -ffp-contract=off), so the
+       same bits as the baseline copy and as quant.py */
+    #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__linux__)
+    #define PION_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+    #else
+    #define PION_CLONES
+    #endif
+
     /* quant.py's Q8 distance: the exact integer dot, then Redis's float32 scaling */
-    static float pion_dist_q8(const signed char *a, const signed char *b, int dim, float range_a, float qscale) {
+    PION_CLONES static float pion_dist_q8(const signed char *a, const signed char *b, int dim, float range_a, float qscale) {
         int dot = 0;
         for (int i = 0; i < dim; i++) dot += (int)a[i] * (int)b[i];
         float scale = (range_a / 127.0f) * qscale;
@@ -45,7 +56,7 @@ cdef extern from *:
     }
 
     /* quant.py's F32 distance: exact float64 products in 8 lanes, a fixed tree, float32 */
-    static float pion_dist_f32(const float *a, const float *b, int dim) {
+    PION_CLONES static float pion_dist_f32(const float *a, const float *b, int dim) {
         double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int head = dim - dim % 8, i = 0, j;
         if (head) {
@@ -61,7 +72,7 @@ cdef extern from *:
     }
 
     /* quant.py's BIN distance: the Hamming distance times float32(2 / dim) */
-    static float pion_dist_bin(const unsigned long long *a, const unsigned long long *b, int width, float unit) {
+    PION_CLONES static float pion_dist_bin(const unsigned long long *a, const unsigned long long *b, int width, float unit) {
         long long ham = 0;
         for (int w = 0; w < width; w++) ham += PION_POPCOUNT64(a[w] ^ b[w]);
         return (float)ham * unit;
@@ -283,29 +294,44 @@ def distances(rows, ranges, probe, int quant, int dim, slots):
 # -- neighbours -----------------------------------------------------------------------------------
 
 
+cdef int32_t *_layer_row(const Store *st, int32_t slot, int level, Py_ssize_t *width):
+    """The row of ``upper[slot]`` for ``level`` > 0 (its count, then its links; ``width``
+    items), or NULL. The graph's dict keeps the array alive; the caller holds the GIL and uses
+    the pointer before any Python code can run (no memoryview object: this is the hot path of
+    the upper levels)."""
+    cdef PyObject *obj = PyDict_GetItem(<object> st.upper, slot)
+    cdef Py_buffer view
+    cdef int32_t *row = NULL
+    if obj == NULL:
+        return NULL
+    try:
+        PyObject_GetBuffer(<object> obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    except Exception:
+        return NULL
+    if view.ndim == 2 and view.itemsize == 4 and 0 < level <= view.shape[0] and view.shape[1] > 0:
+        width[0] = view.shape[1]
+        row = <int32_t *> view.buf + (level - 1) * view.shape[1]
+    PyBuffer_Release(&view)
+    return row
+
+
 cdef int _upper_links(const Store *st, int32_t node, int level, int32_t *out) noexcept with gil:
     """``node``'s links on ``level`` > 0 (within the snapshot) into ``out``; their count."""
-    cdef const int32_t[:, ::1] lay
+    cdef Py_ssize_t width
+    cdef int32_t *row = _layer_row(st, node, level, &width)
     cdef int n, i, k = 0
     cdef int32_t s
-    try:
-        layers = (<dict> st.upper).get(node)
-        if layers is None:
-            return 0
-        lay = layers
-        if level > lay.shape[0]:
-            return 0
-        n = lay[level - 1, 0]
-        if n > lay.shape[1] - 1:
-            n = lay.shape[1] - 1
-        for i in range(n):
-            s = lay[level - 1, 1 + i]
-            if 0 <= s < st.cap:
-                out[k] = s
-                k += 1
-        return k
-    except Exception:
+    if row == NULL:
         return 0
+    n = row[0]
+    if n > width - 1:
+        n = <int> width - 1
+    for i in range(n):
+        s = row[1 + i]
+        if 0 <= s < st.cap:
+            out[k] = s
+            k += 1
+    return k
 
 
 cdef inline int _links(const Store *st, int32_t node, int level, int32_t *out) noexcept nogil:
@@ -714,39 +740,36 @@ def layer_candidates(g, probe, int level, int ef, int lowest=0):
 
 
 cdef int _count(const Store *st, int32_t slot, int level):
-    cdef const int32_t[:, ::1] lay
+    cdef Py_ssize_t width
+    cdef int32_t *row
     if level == 0:
         return st.n0[slot]
-    layers = (<dict> st.upper).get(slot)
-    if layers is None:
-        return 0
-    lay = layers
-    return lay[level - 1, 0] if level <= lay.shape[0] else 0
+    row = _layer_row(st, slot, level, &width)
+    return row[0] if row != NULL else 0
 
 
 cdef int _get(const Store *st, int32_t slot, int level, int32_t *out):
     """All of ``slot``'s links on ``level`` (as Graph.links, unfiltered) into ``out``."""
-    cdef const int32_t[:, ::1] lay
+    cdef Py_ssize_t width
+    cdef int32_t *row
     cdef int n, i
     if level == 0:
         n = st.n0[slot]
         for i in range(n):
             out[i] = st.links0[<Py_ssize_t> slot * st.m0 + i]
         return n
-    layers = (<dict> st.upper).get(slot)
-    if layers is None:
+    row = _layer_row(st, slot, level, &width)
+    if row == NULL:
         return 0
-    lay = layers
-    if level > lay.shape[0]:
-        return 0
-    n = lay[level - 1, 0]
+    n = row[0]
     for i in range(n):
-        out[i] = lay[level - 1, 1 + i]
+        out[i] = row[1 + i]
     return n
 
 
-cdef void _add(const Store *st, int32_t slot, int32_t other, int level) except *:
-    cdef int32_t[:, ::1] lay
+cdef int _add(const Store *st, int32_t slot, int32_t other, int level) except -1:
+    cdef Py_ssize_t width
+    cdef int32_t *row
     cdef int n
     if level == 0:
         n = st.n0[slot]
@@ -754,59 +777,63 @@ cdef void _add(const Store *st, int32_t slot, int32_t other, int level) except *
             raise IndexError("level-0 links full")
         st.links0[<Py_ssize_t> slot * st.m0 + n] = other
         st.n0[slot] = n + 1
-        return
-    lay = (<dict> st.upper)[slot]
-    n = lay[level - 1, 0]
-    if n >= lay.shape[1] - 1:
+        return 0
+    row = _layer_row(st, slot, level, &width)
+    if row == NULL:
+        raise KeyError(slot)
+    n = row[0]
+    if n >= width - 1:
         raise IndexError("upper links full")
-    lay[level - 1, 1 + n] = other
-    lay[level - 1, 0] = n + 1
+    row[1 + n] = other
+    row[0] = n + 1
+    return 0
 
 
 cdef bint _remove(const Store *st, int32_t slot, int32_t other, int level) except -1:
-    cdef int32_t[:, ::1] lay
-    cdef int32_t *row
+    cdef Py_ssize_t width
+    cdef int32_t *row = NULL
+    cdef int32_t *links
     cdef int n, i, j
     if level == 0:
-        row = st.links0 + <Py_ssize_t> slot * st.m0
+        links = st.links0 + <Py_ssize_t> slot * st.m0
         n = st.n0[slot]
     else:
-        layers = (<dict> st.upper).get(slot)
-        if layers is None:
+        row = _layer_row(st, slot, level, &width)
+        if row == NULL:
             return False
-        lay = layers
-        if level > lay.shape[0]:
-            return False
-        row = &lay[level - 1, 1]
-        n = lay[level - 1, 0]
+        links = row + 1
+        n = row[0]
     for i in range(n):
-        if row[i] == other:
+        if links[i] == other:
             for j in range(i, n - 1):
-                row[j] = row[j + 1]
+                links[j] = links[j + 1]
             if level == 0:
-                row[n - 1] = -1
+                links[n - 1] = -1
                 st.n0[slot] = n - 1
             else:
-                lay[level - 1, 0] = n - 1
+                row[0] = n - 1
             return True
     return False
 
 
-cdef void _replace(const Store *st, int32_t slot, int32_t old, int32_t new, int level) except *:
-    cdef int32_t[:, ::1] lay
+cdef int _replace(const Store *st, int32_t slot, int32_t old, int32_t new, int level) except -1:
+    cdef Py_ssize_t width
     cdef int32_t *row
+    cdef int32_t *links
     cdef int n, i
     if level == 0:
-        row = st.links0 + <Py_ssize_t> slot * st.m0
+        links = st.links0 + <Py_ssize_t> slot * st.m0
         n = st.n0[slot]
     else:
-        lay = (<dict> st.upper)[slot]
-        row = &lay[level - 1, 1]
-        n = lay[level - 1, 0]
+        row = _layer_row(st, slot, level, &width)
+        if row == NULL:
+            raise KeyError(slot)
+        links = row + 1
+        n = row[0]
     for i in range(n):
-        if row[i] == old:
-            row[i] = new
-            return
+        if links[i] == old:
+            links[i] = new
+            return 0
     raise IndexError("link to replace not found")
 
 
@@ -844,81 +871,177 @@ cdef bint _take_link(const Store *st, int32_t new, int32_t cand, double d, int l
     return True
 
 
+cdef struct Scratch:
+    int32_t *slots
+    double *hd
+    int32_t *linked
+    int32_t *current
+    float *cur_ds
+
+
+cdef int _scratch_init(Scratch *sc, Py_ssize_t n, int m0) noexcept:
+    sc.slots = <int32_t *> malloc((n + 1) * sizeof(int32_t))
+    sc.hd = <double *> malloc((n + 1) * sizeof(double))
+    sc.linked = <int32_t *> malloc((m0 + n + 1) * sizeof(int32_t))
+    sc.current = <int32_t *> malloc((m0 + 1) * sizeof(int32_t))
+    sc.cur_ds = <float *> malloc((m0 + 1) * sizeof(float))
+    return 0 if (sc.slots and sc.hd and sc.linked and sc.current and sc.cur_ds) else -1
+
+
+cdef void _scratch_free(Scratch *sc) noexcept:
+    free(sc.slots)
+    free(sc.hd)
+    free(sc.linked)
+    free(sc.current)
+    free(sc.cur_ds)
+
+
+cdef int _select(const Store *st, int32_t new, Scratch *sc, int n, int level, int required, int aggressive) except -1:
+    """build._select over ``sc.slots``/``sc.hd`` (the candidates, nearest first).
+
+    The reference keeps, per candidate, its distance to the nearest neighbour accepted so far
+    and rejects it when that is below its distance to ``new``; here the same test is made when
+    the candidate comes up, against each accepted neighbour until one is nearer (the same
+    verdict: a minimum is below ``d`` exactly when one of its terms is), which skips the
+    distances of candidates never reached."""
+    cdef int limit = st.m0 if level == 0 else st.m
+    cdef int count, nlinked, i, j
+    cdef int32_t cand
+    cdef double d
+    cdef bint skip
+    if n == 0:
+        return 0
+    nlinked = _get(st, new, level, sc.linked)
+    count = _count(st, new, level)
+    for i in range(n):
+        if count >= limit or count >= required:
+            return 0
+        cand = sc.slots[i]
+        skip = False
+        for j in range(nlinked):
+            if sc.linked[j] == cand:
+                skip = True
+                break
+        if skip:
+            continue
+        d = sc.hd[i]
+        if aggressive == 0:
+            for j in range(nlinked):
+                if _node_dist(st, sc.linked[j], cand) < d:
+                    skip = True
+                    break
+            if skip:
+                continue
+        if _count(st, cand, level) < limit:
+            _add(st, cand, new, level)
+            _add(st, new, cand, level)
+        elif not _take_link(st, new, cand, d, level, aggressive, sc.current, sc.cur_ds):
+            continue
+        sc.linked[nlinked] = cand
+        nlinked += 1
+        count += 1
+    return 0
+
+
 def select(g, int new, list hits, int level, int required, int aggressive):
     """build._select: link ``new`` to candidates ``hits`` ((distance, slot), nearest first)."""
     cdef _Arrays a
-    cdef Store *st
-    cdef int limit, count, nlinked, i, j, n = len(hits)
-    cdef int32_t cand
-    cdef double d
-    cdef bint seen_link
-    cdef int32_t *slots = NULL
-    cdef double *hd = NULL
-    cdef float *nearest = NULL
-    cdef int32_t *linked = NULL
-    cdef int32_t *current = NULL
-    cdef float *cur_ds = NULL
-    cdef float x
+    cdef Scratch sc
+    cdef int i, n = len(hits)
     if n == 0:
         return
     a = _of_graph(g, None)
-    st = &a.st
-    limit = st.m0 if level == 0 else st.m
     try:
-        slots = <int32_t *> malloc(n * sizeof(int32_t))
-        hd = <double *> malloc(n * sizeof(double))
-        nearest = <float *> malloc(n * sizeof(float))
-        linked = <int32_t *> malloc((limit + n + 1) * sizeof(int32_t))
-        current = <int32_t *> malloc((st.m0 + 1) * sizeof(int32_t))
-        cur_ds = <float *> malloc((st.m0 + 1) * sizeof(float))
-        if not (slots and hd and nearest and linked and current and cur_ds):
+        if _scratch_init(&sc, n, a.st.m0) < 0:
             raise MemoryError()
         for i in range(n):
-            hd[i] = hits[i][0]
-            slots[i] = hits[i][1]
-            if slots[i] < 0 or slots[i] >= st.cap:
+            sc.hd[i] = hits[i][0]
+            sc.slots[i] = hits[i][1]
+            if sc.slots[i] < 0 or sc.slots[i] >= a.st.cap:
                 raise IndexError("candidate slot out of range")
-        nlinked = _get(st, new, level, linked)
-        if aggressive == 0:
-            for i in range(n):
-                nearest[i] = INFINITY
-            for j in range(nlinked):
-                for i in range(n):
-                    x = _node_dist(st, linked[j], slots[i])
-                    if x < nearest[i]:
-                        nearest[i] = x
-        count = _count(st, new, level)
-        for i in range(n):
-            if count >= limit or count >= required:
-                return
-            cand = slots[i]
-            seen_link = False
-            for j in range(nlinked):
-                if linked[j] == cand:
-                    seen_link = True
-                    break
-            if seen_link:
-                continue
-            d = hd[i]
-            if aggressive == 0 and nearest[i] < d:
-                continue
-            if _count(st, cand, level) < limit:
-                _add(st, cand, new, level)
-                _add(st, new, cand, level)
-            elif not _take_link(st, new, cand, d, level, aggressive, current, cur_ds):
-                continue
-            linked[nlinked] = cand
-            nlinked += 1
-            count += 1
-            if aggressive == 0:
-                for j in range(n):
-                    x = _node_dist(st, cand, slots[j])
-                    if x < nearest[j]:
-                        nearest[j] = x
+        _select(&a.st, new, &sc, n, level, required, aggressive)
     finally:
-        free(slots)
-        free(hd)
-        free(nearest)
-        free(linked)
-        free(current)
-        free(cur_ds)
+        _scratch_free(&sc)
+
+
+def commit_links(g, int slot, int level, list found):
+    """The linking loop of build.commit (the entry point is the caller's): per level from the
+    top, the candidates still alive there (build._still_there), then the three efforts."""
+    cdef _Arrays a = _of_graph(g, None)
+    cdef Store *st = &a.st
+    cdef Scratch sc
+    cdef int lc, i, n, upto, most = 0
+    cdef int top = g.max_level
+    cdef int32_t s
+    for hits in found:
+        most = max(most, len(hits))
+    upto = level if level < top else top
+    try:
+        if _scratch_init(&sc, most, st.m0) < 0:
+            raise MemoryError()
+        for lc in range(upto, -1, -1):
+            n = 0
+            if lc < len(found):
+                for hit in found[lc]:
+                    s = hit[1]
+                    if 0 <= s < st.cap and st.levels[s] >= lc and s != slot:
+                        sc.hd[n] = hit[0]
+                        sc.slots[n] = s
+                        n += 1
+            _select(st, slot, &sc, n, lc, st.m, 0)
+            if lc == 0 and st.n0[slot] < st.m // 2:
+                _select(st, slot, &sc, n, 0, st.m, 1)
+                if st.n0[slot] < st.m // 4:
+                    _select(st, slot, &sc, n, 0, st.m, 2)
+    finally:
+        _scratch_free(&sc)
+
+
+cdef int _cmp_items(const void *a, const void *b) noexcept nogil:
+    cdef const Item *x = <const Item *> a
+    cdef const Item *y = <const Item *> b
+    if _less(x[0], y[0]):
+        return -1
+    if _less(y[0], x[0]):
+        return 1
+    return 0
+
+
+def exact_candidates(g, probe, int level, int ef):
+    """build.candidates' exact scan for small sets: per level 0..min(level, top), the ``ef``
+    nearest live nodes on that level by (distance, slot)."""
+    cdef _Arrays a = _of_graph(g, probe)
+    cdef Store *st = &a.st
+    cdef Py_ssize_t hw = g.hw, i, n = 0, k
+    cdef int lc, upto, top = g.max_level
+    cdef Item *items
+    if hw > st.cap:
+        hw = st.cap
+    items = <Item *> malloc((hw + 1) * sizeof(Item))
+    if items == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            for i in range(hw):
+                if st.levels[i] >= 0:
+                    items[n].s = <int32_t> i
+                    items[n].d = _dist(st, i)
+                    n += 1
+            qsort(items, n, sizeof(Item), _cmp_items)
+        if n == 0:
+            return []
+        upto = level if level < top else top
+        found = []
+        for lc in range(upto + 1):
+            hits = []
+            k = 0
+            for i in range(n):
+                if k >= ef:
+                    break
+                if st.levels[items[i].s] >= lc:
+                    hits.append((<double> items[i].d, <int> items[i].s))
+                    k += 1
+            found.append(hits)
+        return found
+    finally:
+        free(items)

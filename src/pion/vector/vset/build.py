@@ -100,6 +100,9 @@ def candidates(g: Graph, probe: np.ndarray, level: int, ef: int) -> list[list[Hi
         return []
     if g.count > EXACT_BUILD_MAX and g.count * g.dim > EXACT_BUILD_WORK:
         return g.layer_candidates(probe, level, ef)
+    k = kernel.impl
+    if k is not None:
+        return k.exact_candidates(g, probe, level, ef)
     slots = g.live_slots()
     if not slots.size:
         return []
@@ -121,6 +124,17 @@ def commit(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
         g.entry, g.max_level = slot, level
         g.epoch += 1
         return
+    k = kernel.impl
+    if k is not None:
+        k.commit_links(g, slot, level, found)
+    else:
+        _commit_links(g, slot, level, found)
+    if level > g.max_level:
+        g.entry, g.max_level = slot, level
+        g.epoch += 1
+
+
+def _commit_links(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
     for lc in range(min(level, g.max_level), -1, -1):
         hits = _still_there(g, found[lc], slot, lc) if lc < len(found) else []
         _select(g, slot, hits, lc, g.m, 0)
@@ -128,9 +142,6 @@ def commit(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
             _select(g, slot, hits, 0, g.m, 1)
             if g.n0[slot] < g.m // 4:
                 _select(g, slot, hits, 0, g.m, 2)
-    if level > g.max_level:
-        g.entry, g.max_level = slot, level
-        g.epoch += 1
 
 
 def _still_there(g: Graph, hits: list[Hit], slot: int, level: int) -> list[Hit]:

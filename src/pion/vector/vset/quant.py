@@ -122,34 +122,36 @@ def probe(row: np.ndarray, rng: float, quant: int) -> np.ndarray:
     return row
 
 
-def _lane_dots(prods: np.ndarray) -> np.ndarray:
-    """Sum float64 products over the last axis in the fixed order of the module docstring."""
-    dim = prods.shape[-1]
-    head = dim - dim % LANES
-    if head:
-        blocks = prods[..., :head].reshape(*prods.shape[:-1], head // LANES, LANES)
-        lanes = np.add.accumulate(blocks, axis=-2)[..., -1, :]  # accumulate: sequential by definition
-    else:
-        lanes = np.zeros((*prods.shape[:-1], LANES), dtype=np.float64)
-    if dim > head:
-        lanes[..., : dim - head] += prods[..., head:]
-    pairs = lanes[..., 0::2] + lanes[..., 1::2]
-    quads = pairs[..., 0::2] + pairs[..., 1::2]
-    return (quads[..., 0] + quads[..., 1]).astype(np.float32)
-
-
 def _f32_dots(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """float32 dot products of ``rows`` with ``query`` in the fixed order of the module docstring.
+
+    The products go into a (blocks, rows, LANES) float64 array so that summing over axis 0, the
+    slowest axis in memory, is numpy's plain sequential loop (it sums pairwise only along the
+    fastest axis): lane j of each row adds components j, j + 8, ... in order."""
+    if len(rows) > _F32_BLOCK:
+        return np.concatenate([_f32_dots(rows[i : i + _F32_BLOCK], query) for i in range(0, len(rows), _F32_BLOCK)])
+    n, dim = rows.shape
+    head = dim - dim % LANES
     q = query.astype(np.float64)
-    if len(rows) <= _F32_BLOCK:
-        return _lane_dots(rows.astype(np.float64) * q)
-    return np.concatenate([_lane_dots(rows[i : i + _F32_BLOCK].astype(np.float64) * q)
-                           for i in range(0, len(rows), _F32_BLOCK)])
+    if head:
+        blocks = head // LANES
+        prods = np.empty((blocks, n, LANES), dtype=np.float64)
+        np.multiply(rows[:, :head].reshape(n, blocks, LANES).transpose(1, 0, 2), q[:head].reshape(blocks, 1, LANES),
+                    out=prods, dtype=np.float64)
+        lanes = np.add.reduce(prods, axis=0)
+    else:
+        lanes = np.zeros((n, LANES), dtype=np.float64)
+    if dim > head:
+        lanes[:, : dim - head] += rows[:, head:].astype(np.float64) * q[head:]
+    pairs = lanes[:, 0::2] + lanes[:, 1::2]
+    quads = pairs[:, 0::2] + pairs[:, 1::2]
+    return (quads[:, 0] + quads[:, 1]).astype(np.float32)
 
 
 def _q8_dots(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
     """Exact integer dot products of int8-valued rows (``rows_b`` 1-D or transposed 2-D), as float32."""
     if rows_a.shape[-1] <= _Q8_EXACT_F32_DIM:
-        return rows_a.astype(np.float32) @ rows_b.astype(np.float32)
+        return rows_a.astype(np.float32) @ rows_b.astype(np.float32, copy=False)
     return (rows_a.astype(np.float64) @ rows_b.astype(np.float64)).astype(np.float32)
 
 
