@@ -18,7 +18,7 @@ a change in the machine's load hits all of them alike):
 Per system: inserts/s, queries/s, recall@10, and the ratio to usearch measured round by round
 (the median of the per-round ratios, which the load cannot bias). Prints the load average, a
 markdown table and a JSON line; writes ``benchmarks/results/vset_kernel_<n>x<dim>.json`` (not
-with ``--smoke``).
+with ``--smoke`` or a single ``--phase``).
 
     python benchmarks/bench_vset_kernel.py              # 10,000 x 384
     python benchmarks/bench_vset_kernel.py --smoke      # CI-sized
@@ -274,8 +274,8 @@ def main() -> None:
         print(f"| {r['phase']} | {r['system']} | {r['insert_per_s'] or '-'} | {r['insert_vs_usearch'] or '-'} | "
               f"{r['query_per_s']} | {r['query_vs_usearch']} | {r['recall@10']} |")
     print("\n(x usearch: the median over the rounds of usearch's time / this system's time on the same slice)")
-    if args.smoke:
-        return
+    if args.smoke or args.phase != "both":
+        return  # the published results are of a whole run
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     (out / f"vset_kernel_{args.n}x{args.dim}.json").write_text(json.dumps(summary, indent=1))

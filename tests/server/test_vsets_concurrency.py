@@ -12,6 +12,7 @@ import redis
 from tests.unit.vector.conftest import check_graph, clustered
 
 from pion.server import deferred
+from pion.server.commands import vsets_read
 from pion.vector.vset import build, kernel, vectorset
 
 
@@ -41,7 +42,13 @@ def the_set(srv, key: bytes):
     return srv.call(lambda: srv.server.dbs[0].data[key])
 
 
-def test_a_large_vsim_runs_in_a_worker_and_answers_as_nothread(graph_server):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_large_vsim_runs_in_a_worker_and_answers_as_nothread(graph_server, monkeypatch, compiled):
+    """On the pure path every walk runs in a worker; with the compiled kernel a plain walk with
+    EF up to INLINE_EF runs inline (quicker than the hand-off), a FILTER or a larger EF in one."""
+    if compiled and not kernel.available():
+        pytest.skip("the compiled vector-set kernel is not built")
+    monkeypatch.setattr(kernel, "impl", kernel._compiled if compiled else None)
     r = redis.Redis(port=graph_server.port, protocol=3)
     data = clustered(300, 16, seed=11)
     load(r, "big", data, attrs=True)
@@ -49,9 +56,11 @@ def test_a_large_vsim_runs_in_a_worker_and_answers_as_nothread(graph_server):
         args = ["VSIM", "big", "FP32", q.astype("<f4").tobytes(), "WITHSCORES", "COUNT", 7]
         threaded = r.execute_command(*args)
         assert threaded == r.execute_command(*args, "NOTHREAD")
+        assert r.execute_command(*args, "EF", vsets_read.INLINE_EF + 1) == r.execute_command(
+            *args, "EF", vsets_read.INLINE_EF + 1, "NOTHREAD")
         filtered = r.execute_command(*args, "FILTER", ".i % 2 == 0")
         assert filtered and all(int(name[1:]) % 2 == 0 for name in filtered)  # RESP3: a map
-    assert graph_server.deferred_started.count([b"VSIM"]) >= 20
+    assert graph_server.deferred_started.count([b"VSIM"]) == (20 if compiled else 30)
     with r.pipeline(transaction=True) as pipe:  # inside MULTI the search runs inline
         before = len(graph_server.deferred_started)
         pipe.execute_command("VSIM", "big", "ELE", "e1")
