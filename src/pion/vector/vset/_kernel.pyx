@@ -39,8 +39,8 @@ cdef extern from *:
 
     /* x86-64 with gcc: an AVX2 copy of each distance chosen at load time where the CPU has it;
        the same operations in the same order (no fused multiply-add: -ffp-contract=off), so the
-       same bits as the baseline copy and as quant.py */
-    #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__linux__)
+       same bits as the baseline copy and as quant.py (glibc: the copies are chosen by an ifunc) */
+    #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__GLIBC__)
     #define PION_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
     #else
     #define PION_CLONES
