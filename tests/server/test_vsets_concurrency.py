@@ -12,7 +12,8 @@ import redis
 from tests.unit.vector.conftest import check_graph, clustered
 
 from pion.server import deferred
-from pion.vector.vset import build, vectorset
+from pion.server.commands import vsets_read
+from pion.vector.vset import build, kernel, vectorset
 
 
 @pytest.fixture
@@ -41,7 +42,13 @@ def the_set(srv, key: bytes):
     return srv.call(lambda: srv.server.dbs[0].data[key])
 
 
-def test_a_large_vsim_runs_in_a_worker_and_answers_as_nothread(graph_server):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_large_vsim_runs_in_a_worker_and_answers_as_nothread(graph_server, monkeypatch, compiled):
+    """On the pure path every walk runs in a worker; with the compiled kernel a plain walk with
+    EF up to INLINE_EF runs inline (quicker than the hand-off), a FILTER or a larger EF in one."""
+    if compiled and not kernel.available():
+        pytest.skip("the compiled vector-set kernel is not built")
+    monkeypatch.setattr(kernel, "impl", kernel._compiled if compiled else None)
     r = redis.Redis(port=graph_server.port, protocol=3)
     data = clustered(300, 16, seed=11)
     load(r, "big", data, attrs=True)
@@ -49,9 +56,11 @@ def test_a_large_vsim_runs_in_a_worker_and_answers_as_nothread(graph_server):
         args = ["VSIM", "big", "FP32", q.astype("<f4").tobytes(), "WITHSCORES", "COUNT", 7]
         threaded = r.execute_command(*args)
         assert threaded == r.execute_command(*args, "NOTHREAD")
+        assert r.execute_command(*args, "EF", vsets_read.INLINE_EF + 1) == r.execute_command(
+            *args, "EF", vsets_read.INLINE_EF + 1, "NOTHREAD")
         filtered = r.execute_command(*args, "FILTER", ".i % 2 == 0")
         assert filtered and all(int(name[1:]) % 2 == 0 for name in filtered)  # RESP3: a map
-    assert graph_server.deferred_started.count([b"VSIM"]) >= 20
+    assert graph_server.deferred_started.count([b"VSIM"]) == (20 if compiled else 30)
     with r.pipeline(transaction=True) as pipe:  # inside MULTI the search runs inline
         before = len(graph_server.deferred_started)
         pipe.execute_command("VSIM", "big", "ELE", "e1")
@@ -121,10 +130,27 @@ def test_searches_and_writes_at_once_never_fail(graph_server):
     assert r.ping()
 
 
+def test_a_plain_vadd_defers_only_on_the_pure_path(graph_server, monkeypatch):
+    """Collecting candidates takes milliseconds in pure Python (a worker does it) and a fraction
+    of one in the compiled kernel (inline, as Redis's VADD)."""
+    r = redis.Redis(port=graph_server.port)
+    load(r, "p", clustered(100, 8, seed=17))
+    for compiled in ([False, True] if kernel.available() else [False]):
+        monkeypatch.setattr(kernel, "impl", kernel._compiled if compiled else None)
+        before = graph_server.deferred_started.count([b"VADD"])
+        for i in range(10):
+            r.execute_command("VADD", "p", "VALUES", 8, *np.random.default_rng(i).normal(size=8).tolist(), f"x{compiled}{i}")
+        assert graph_server.deferred_started.count([b"VADD"]) - before == (0 if compiled else 10)
+    check_graph(the_set(graph_server, b"p").graph)
+
+
 @pytest.mark.parametrize("cas", [False, True])
 def test_a_write_landing_while_candidates_are_collected(graph_server, monkeypatch, cas):
-    """Another client adds the same element meanwhile: a plain VADD then runs again inline (an
-    update, answering 0, its vector wins); VADD CAS answers 1 and leaves the other write."""
+    """Another client adds the same element meanwhile: a plain VADD (deferred on the pure path)
+    then runs again inline (an update, answering 0, its vector wins); VADD CAS answers 1 and
+    leaves the other write."""
+    if not cas:
+        monkeypatch.setattr(kernel, "impl", None)
     r = redis.Redis(port=graph_server.port, protocol=2)
     load(r, "w", clustered(100, 4, seed=16))
     entered, release = threading.Event(), threading.Event()

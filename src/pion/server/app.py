@@ -35,6 +35,7 @@ from pion.server.pubsub import PubSubHub
 from pion.server.redaction import monitor_argv
 from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
+from pion.vector.vset import kernel as vset_kernel
 
 log = logging.getLogger("pion.server")
 
@@ -336,6 +337,7 @@ class Server:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_shutdown)
         log.info("Pion %s ready to accept connections on port %d", self.version, self.bound_port)
+        log.info("%s", vset_kernel.describe())  # which graph code the vector sets run (PION_PURE=1: pure Python)
         assert self._stopping is not None
         await self._stopping.wait()
         await self.stop()

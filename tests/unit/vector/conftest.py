@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pion.vector.vset import build, vectorset
+from pion.vector.vset import build, kernel, vectorset
 from pion.vector.vset.graph import Graph
 
 
@@ -13,6 +13,18 @@ def clustered(n: int, dim: int, seed: int = 0, clusters: int = 20) -> np.ndarray
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(clusters, dim))
     return (centers[rng.integers(0, clusters, n)] + 0.35 * rng.normal(size=(n, dim))).astype(np.float32)
+
+
+@pytest.fixture(params=["pure", "compiled"])
+def vset_path(request):
+    """Run a test on the pure-Python graph code and on the compiled kernel (skipped where it is
+    not built: ``setup.py build_ext --inplace`` or an install with Cython and a C compiler)."""
+    if request.param == "compiled" and not kernel.available():
+        pytest.skip("the compiled vector-set kernel is not built")
+    before = kernel.impl
+    kernel.use(request.param == "compiled")
+    yield request.param
+    kernel.impl = before
 
 
 @pytest.fixture

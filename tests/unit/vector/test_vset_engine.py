@@ -1,5 +1,6 @@
 """The vector-set engine: encodings as Redis's, graph invariants under inserts and deletes,
-recall against an exact scan, compaction, CAS commits and the stored form."""
+recall against an exact scan, compaction, CAS commits and the stored form; each test runs on the
+pure-Python graph code and on the compiled kernel (``vset_path``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from pion.storage.serialize import PayloadError, dump_value, load_value
 from pion.vector.vset import VectorSet, build, compile_filter, persist, quant
 from tests.unit.vector.conftest import check_graph, clustered
+
+pytestmark = pytest.mark.usefixtures("vset_path")  # every test on both paths: pure Python and compiled
 
 
 def test_q8_maps_the_largest_component_to_127_and_rounds_halves_away_from_zero():

@@ -102,8 +102,16 @@ class KnowledgeGraph:
 
     # -- writing ------------------------------------------------------------------------------
 
+    def _known(self, names: list[str]) -> set[str]:
+        """Which of ``names`` are entities already: one ZMSCORE of just those, so a call costs
+        what its own entities cost, not the size of the whole graph."""
+        if not names:
+            return set()
+        scores = self.redis.execute_command("ZMSCORE", ORDER, *names)
+        return {name for name, score in zip(names, scores, strict=True) if score is not None}
+
     def create_entities(self, entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        existing = set(self._names())
+        existing = self._known(list(dict.fromkeys(e["name"] for e in entities)))
         new, seen = [], set()
         for entity in entities:
             if entity["name"] not in existing and entity["name"] not in seen:

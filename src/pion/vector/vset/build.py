@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pion.vector.vset import quant
+from pion.vector.vset import kernel, quant
 from pion.vector.vset.graph import Graph, Hit
 
 #: collect insertion candidates by an exact scan up to this many nodes, and beyond while
@@ -100,6 +100,9 @@ def candidates(g: Graph, probe: np.ndarray, level: int, ef: int) -> list[list[Hi
         return []
     if g.count > EXACT_BUILD_MAX and g.count * g.dim > EXACT_BUILD_WORK:
         return g.layer_candidates(probe, level, ef)
+    k = kernel.impl
+    if k is not None:
+        return k.exact_candidates(g, probe, level, ef)
     slots = g.live_slots()
     if not slots.size:
         return []
@@ -121,6 +124,17 @@ def commit(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
         g.entry, g.max_level = slot, level
         g.epoch += 1
         return
+    k = kernel.impl
+    if k is not None:
+        k.commit_links(g, slot, level, found)
+    else:
+        _commit_links(g, slot, level, found)
+    if level > g.max_level:
+        g.entry, g.max_level = slot, level
+        g.epoch += 1
+
+
+def _commit_links(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
     for lc in range(min(level, g.max_level), -1, -1):
         hits = _still_there(g, found[lc], slot, lc) if lc < len(found) else []
         _select(g, slot, hits, lc, g.m, 0)
@@ -128,9 +142,6 @@ def commit(g: Graph, slot: int, level: int, found: list[list[Hit]]) -> None:
             _select(g, slot, hits, 0, g.m, 1)
             if g.n0[slot] < g.m // 4:
                 _select(g, slot, hits, 0, g.m, 2)
-    if level > g.max_level:
-        g.entry, g.max_level = slot, level
-        g.epoch += 1
 
 
 def _still_there(g: Graph, hits: list[Hit], slot: int, level: int) -> list[Hit]:
@@ -156,7 +167,11 @@ def _select(g: Graph, new: int, hits: list[Hit], level: int, required: int, aggr
 
     The diversity rule needs each candidate's distance to the neighbours accepted so far:
     ``nearest[i]`` keeps candidate i's distance to the nearest accepted one, updated with one
-    matrix-vector product per accepted neighbour."""
+    matrix-vector product per accepted neighbour. The compiled kernel does the same in C."""
+    k = kernel.impl
+    if k is not None:
+        k.select(g, new, hits, level, required, aggressive)
+        return
     limit = _max_links(g, level)
     linked = set(g.links(new, level))
     if not hits:

@@ -14,6 +14,9 @@ Storage is slot-indexed arrays that double when full: ``rows`` (encoded vectors)
 has ``upper[slot]``, an int32 array with one row per level above 0: the row's count first,
 then its links.
 
+Code: ``kernel.impl`` (the compiled ``_kernel``) runs the walks, distances and link selection
+when it is built; this module, ``walk`` and ``build`` are the reference it matches bit for bit.
+
 Threads: all writes happen on the event loop. A search may run in a worker thread while the
 loop writes: it reads through a ``walk.View``, which takes the arrays once at the start (growth
 replaces them, so an old reader keeps a consistent frozen copy) and ignores slots outside them,
@@ -28,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pion.vector.vset import quant
+from pion.vector.vset import kernel, quant
 from pion.vector.vset.blas import use_one_blas_thread
 from pion.vector.vset.walk import Hit, View
 
@@ -184,6 +187,9 @@ class Graph:
         return quant.probe(self.rows[slot], float(self.ranges[slot]), self.quant)
 
     def dist(self, probe: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        k = kernel.impl
+        if k is not None:
+            return k.distances(self.rows, self.ranges, probe, self.quant, self.dim, slots)
         return quant.distances(self.rows.take(slots, axis=0), self.ranges.take(slots), probe, self.quant, self.dim)
 
     def node_dist(self, a: int, slots: np.ndarray) -> np.ndarray:
@@ -204,6 +210,9 @@ class Graph:
         """Up to ``ef`` nearest nodes (nearest first) by graph search, as (distance, slot, uid);
         with ``accept`` only nodes it accepts, expanding at most ``effort`` candidates (0 = no
         bound)."""
+        k = kernel.impl
+        if k is not None:
+            return k.search(self, probe, ef, accept, effort)
         view = View(self)
         if view.entry < 0 or view.entry >= view.cap:
             return []
@@ -216,6 +225,9 @@ class Graph:
     def layer_candidates(self, probe: np.ndarray, level: int, ef: int, lowest: int = 0) -> list[list[Hit]]:
         """Candidate lists for levels ``lowest``..min(level, top), indexed by level (an insertion
         takes all levels; repairing one level's links after a deletion takes only that one)."""
+        k = kernel.impl
+        if k is not None:
+            return k.layer_candidates(self, probe, level, ef, lowest)
         view = View(self)
         if view.entry < 0 or view.entry >= view.cap:
             return []
@@ -242,10 +254,10 @@ class Graph:
             return []
         ds = view.dist(probe, slots)
         if accept is None:
-            if slots.size > k:
-                part = np.argpartition(ds, k - 1)[:k]
+            if slots.size > k:  # the k smallest (distance, slot): all within the k-th distance
+                part = np.flatnonzero(ds <= ds[np.argpartition(ds, k - 1)[k - 1]])
                 slots, ds = slots[part], ds[part]
-            order = np.argsort(ds, kind="stable")
+            order = np.lexsort((slots, ds))[:k]
             return view.with_uids(list(zip(ds[order].tolist(), slots[order].tolist(), strict=True)))
         order = np.argsort(ds, kind="stable")
         if effort:

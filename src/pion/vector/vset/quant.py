@@ -11,9 +11,20 @@ is ``1 - distance / 2`` in [0, 1]. Three encodings, chosen when the set is creat
 - ``BIN``: one sign bit per component (set when the component is > 0), packed little-endian into
   64-bit words; the distance is ``2 * hamming / dim``.
 
-A query is encoded the same way as a stored vector (Redis quantizes the query too), so scores
-match Redis's to float32 precision. Rows are numpy arrays; ``rng`` is the Q8 range (1 for the
-other encodings). Everything here is pure numpy and safe to call from any thread.
+A query is encoded the same way as a stored vector (Redis quantizes the query too). Rows are
+numpy arrays; ``rng`` is the Q8 range (1 for the other encodings). Everything here is pure numpy
+and safe to call from any thread.
+
+Every distance is computed in a fixed order of operations, so that the compiled kernel
+(``_kernel.pyx``, see ``kernel``) gives the same bits and so builds the same graph:
+
+- Q8: the integer dot product (exact: float32 products of int8 values summed below 2^24, or
+  float64 past 1,040 dimensions), then Redis's float32 ``1 - dot * ((range_a / 127) * (range_b
+  / 127))`` (vset's ``vectors_distance_q8``, so scores equal Redis's).
+- F32: the products in float64 (exact), summed in 8 lanes (lane ``j`` takes components
+  ``j, j + 8, ...`` in order), the lanes added as ``((0+1)+(2+3))+((4+5)+(6+7))``, rounded to
+  float32; ``1 - dot`` in float32. BLAS's order depends on the CPU and the row count.
+- BIN: integers, then one float32 product.
 """
 
 from __future__ import annotations
@@ -91,23 +102,66 @@ def decode(row: np.ndarray, rng: float, norm: float, quant: int, dim: int) -> np
     return values * np.float32(norm)
 
 
-_Q8_UNIT = np.float32(1.0 / (127.0 * 127.0))
+_Q8_MAX = np.float32(127.0)
+#: components an integer-valued float32 dot product sums exactly (127 * 127 * 1040 < 2^24)
+_Q8_EXACT_F32_DIM = 1040
+#: F32 dot products: the lanes of the fixed summation order (see the module docstring)
+LANES = 8
+#: rows per block of an F32 product (bounds the float64 scratch of a long exact scan)
+_F32_BLOCK = 1024
 
 
 def probe(row: np.ndarray, rng: float, quant: int) -> np.ndarray:
-    """An encoded query in the form ``distances`` multiplies with (Q8: as float32, scaled by
-    its range / 127^2, so one product and one scale give the distance)."""
+    """An encoded query in the form ``distances`` takes. Q8: float32, the int8 components then
+    ``range / 127`` (dim + 1 items); the others: the row itself."""
     if quant == Q8:
-        return row.astype(np.float32) * (np.float32(rng) * _Q8_UNIT)
+        out = np.empty(row.size + 1, dtype=np.float32)
+        out[:-1] = row
+        out[-1] = np.float32(rng) / _Q8_MAX
+        return out
     return row
+
+
+def _f32_dots(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """float32 dot products of ``rows`` with ``query`` in the fixed order of the module docstring.
+
+    The products go into a (blocks, rows, LANES) float64 array so that summing over axis 0, the
+    slowest axis in memory, is numpy's plain sequential loop (it sums pairwise only along the
+    fastest axis): lane j of each row adds components j, j + 8, ... in order."""
+    if len(rows) > _F32_BLOCK:
+        return np.concatenate([_f32_dots(rows[i : i + _F32_BLOCK], query) for i in range(0, len(rows), _F32_BLOCK)])
+    n, dim = rows.shape
+    head = dim - dim % LANES
+    q = query.astype(np.float64)
+    if head:
+        blocks = head // LANES
+        prods = np.empty((blocks, n, LANES), dtype=np.float64)
+        np.multiply(rows[:, :head].reshape(n, blocks, LANES).transpose(1, 0, 2), q[:head].reshape(blocks, 1, LANES),
+                    out=prods, dtype=np.float64)
+        lanes = np.add.reduce(prods, axis=0)
+    else:
+        lanes = np.zeros((n, LANES), dtype=np.float64)
+    if dim > head:
+        lanes[:, : dim - head] += rows[:, head:].astype(np.float64) * q[head:]
+    pairs = lanes[:, 0::2] + lanes[:, 1::2]
+    quads = pairs[:, 0::2] + pairs[:, 1::2]
+    return (quads[:, 0] + quads[:, 1]).astype(np.float32)
+
+
+def _q8_dots(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+    """Exact integer dot products of int8-valued rows (``rows_b`` 1-D or transposed 2-D), as float32."""
+    if rows_a.shape[-1] <= _Q8_EXACT_F32_DIM:
+        return rows_a.astype(np.float32) @ rows_b.astype(np.float32, copy=False)
+    return (rows_a.astype(np.float64) @ rows_b.astype(np.float64)).astype(np.float32)
 
 
 def distances(rows: np.ndarray, ranges: np.ndarray, query: np.ndarray, quant: int, dim: int) -> np.ndarray:
     """float32 distances from a ``probe`` to each of ``rows`` (``ranges`` aligned with them)."""
     if quant == F32:
-        return np.float32(1.0) - rows @ query
+        return np.float32(1.0) - _f32_dots(rows, query)
     if quant == Q8:  # may leave [0, 2] by quantization error: see ``clamp``
-        return np.float32(1.0) - (rows.astype(np.float32) @ query) * ranges
+        scale = (ranges.astype(np.float32, copy=False) / _Q8_MAX) * query[-1]
+        return np.float32(1.0) - _q8_dots(rows, query[:-1]) * scale
     ham = np.bitwise_count(rows ^ query).sum(axis=-1, dtype=np.int64)
     return ham.astype(np.float32) * np.float32(2.0 / dim)
 
@@ -120,12 +174,15 @@ def clamp(distance: float) -> float:
 
 def pairwise(rows_a: np.ndarray, ranges_a: np.ndarray | None, rows_b: np.ndarray,
              ranges_b: np.ndarray | None, quant: int, dim: int) -> np.ndarray:
-    """The (len(a), len(b)) float32 distance matrix."""
+    """The (len(a), len(b)) float32 distance matrix, each entry as ``distances`` computes it."""
     if quant == F32:
-        return np.float32(1.0) - rows_a @ rows_b.T
+        if not len(rows_a):
+            return np.zeros((0, len(rows_b)), dtype=np.float32)
+        return np.float32(1.0) - np.stack([_f32_dots(rows_b, row) for row in rows_a])
     if quant == Q8:
-        dots = rows_a.astype(np.float32) @ rows_b.astype(np.float32).T
-        return np.float32(1.0) - dots * ((ranges_a[:, None] * _Q8_UNIT) * ranges_b[None, :])
+        assert ranges_a is not None and ranges_b is not None
+        scale = (ranges_a.astype(np.float32)[:, None] / _Q8_MAX) * (ranges_b.astype(np.float32)[None, :] / _Q8_MAX)
+        return np.float32(1.0) - _q8_dots(rows_a, rows_b.T) * scale
     ham = np.bitwise_count(rows_a[:, None, :] ^ rows_b[None, :, :]).sum(axis=-1, dtype=np.int64)
     return ham.astype(np.float32) * np.float32(2.0 / dim)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pion.vector.vset import quant
+from pion.vector.vset import kernel, quant
 
 if TYPE_CHECKING:
     from pion.vector.vset.graph import Graph
@@ -40,6 +40,9 @@ class View:
         self.entry, self.top, self.upper = g.entry, g.max_level, g.upper
 
     def dist(self, probe: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        k = kernel.impl
+        if k is not None:  # the same bits, without the gather
+            return k.distances(self.rows, self.ranges, probe, self.g.quant, self.g.dim, slots)
         return quant.distances(self.rows.take(slots, axis=0), self.ranges.take(slots), probe, self.g.quant,
                                self.g.dim)
 
@@ -173,7 +176,8 @@ class _Nearest:
     """A walk's ``ef`` nearest nodes so far, in numpy arrays cut back to ``ef`` only when
     ``PRUNE_SLACK`` more have piled up: ``worst`` (the ``ef``-th distance at the last cut, or
     infinity before there were ``ef``) may then be a little above the true one, which can only
-    make the walk explore more, never less."""
+    make the walk explore more, never less. Ties are broken by slot (nearest means smallest
+    (distance, slot)), so the compiled kernel, which keeps the same set in a heap, agrees."""
 
     __slots__ = ("ef", "d", "s", "worst")
 
@@ -187,10 +191,10 @@ class _Nearest:
         self.d = np.concatenate((self.d, ds))
         self.s = np.concatenate((self.s, slots))
         if self.d.size >= (self.ef if self.worst == np.inf else self.ef + PRUNE_SLACK):
-            part = np.argpartition(self.d, self.ef - 1)[: self.ef]
-            self.d, self.s = self.d[part], self.s[part]
+            keep = np.lexsort((self.s, self.d))[: self.ef]
+            self.d, self.s = self.d[keep], self.s[keep]
             self.worst = float(self.d.max())
 
     def hits(self) -> list[Hit]:
-        order = np.argsort(self.d, kind="stable")[: self.ef]
+        order = np.lexsort((self.s, self.d))[: self.ef]
         return list(zip(self.d[order].tolist(), self.s[order].tolist(), strict=True))
