@@ -29,7 +29,7 @@ BOUND = float(os.environ.get("PION_CANARY_BOUND", "1.0"))
 QUERY_TIMEOUT = os.environ.get("PION_QUERY_TIMEOUT")
 N_DOCS = 3000
 #: an APPLY/FILTER expression long enough that evaluating it over every row takes seconds
-LONG_EXPR = "+".join(["@n"] * 300)
+LONG_EXPR = "+".join(["@n"] * 3000)
 FIGURES: dict[str, float] = {}
 
 
@@ -94,7 +94,7 @@ def test_fuzzy_search(port):
 
 
 def test_aggregate_long_apply(port):
-    reply = _run(port, "FT.AGGREGATE * APPLY (300 terms)", "FT.AGGREGATE", "idx", "*", "LOAD", "1", "@n",
+    reply = _run(port, "FT.AGGREGATE * APPLY (3000 terms)", "FT.AGGREGATE", "idx", "*", "LOAD", "1", "@n",
                  "APPLY", LONG_EXPR, "AS", "s", "LIMIT", "0", str(N_DOCS))
     assert isinstance(reply, list) and len(reply) - 1 < N_DOCS  # cut short by the budget
 
@@ -111,7 +111,7 @@ def test_aggregate_cursor_fail_policy(port):
 
 def test_hybrid(port):
     vec = np.zeros(4, dtype=np.float32).tobytes()
-    reply = _run(port, "FT.HYBRID + APPLY (300 terms)", "FT.HYBRID", "idx", "SEARCH", "*", "VSIM", "@v", "$B",
+    reply = _run(port, "FT.HYBRID + APPLY (3000 terms)", "FT.HYBRID", "idx", "SEARCH", "*", "VSIM", "@v", "$B",
                  "COMBINE", "RRF", "2", "WINDOW", str(N_DOCS), "LOAD", "1", "@n", "APPLY", LONG_EXPR, "AS", "s",
                  "LIMIT", "0", str(N_DOCS), "PARAMS", "2", "B", vec)
     assert b"warnings" in reply
