@@ -66,8 +66,13 @@ def parse_query(text: str, dialect: int = 2, params: dict[str, bytes] | None = N
 
 
 def _split_knn(text: str) -> tuple[str, str | None, int]:
-    """Split ``filter=>[KNN ...]...`` at the top-level arrow that opens a vector clause."""
-    depth = 0
+    """Split ``filter=>[KNN ...]...`` at the top-level arrow that opens a vector clause.
+
+    Inside a numeric range ``[...]`` or a tag set ``{...}`` only its own closer counts: the ``(`` of
+    an exclusive bound (``@price:[(10 +inf]``, what RedisVL's and LangChain's ``Num(f) > x`` send)
+    opens no group."""
+    opened: list[str] = []
+    closer = {"(": ")", "[": "]", "{": "}"}
     quote = None
     i = 0
     while i < len(text):
@@ -83,11 +88,15 @@ def _split_knn(text: str) -> tuple[str, str | None, int]:
             continue
         elif ch in "\"":
             quote = ch
+        elif opened and opened[-1] in "[{":
+            if ch == closer[opened[-1]]:
+                opened.pop()
         elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif text.startswith("=>", i) and depth == 0:
+            opened.append(ch)
+        elif ch == ")":
+            if opened:
+                opened.pop()
+        elif text.startswith("=>", i) and not opened:
             j = i + 2
             while j < len(text) and text[j].isspace():
                 j += 1
