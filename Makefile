@@ -84,7 +84,7 @@ redis-stack: venv-dev
 	  || { echo "redis-stack: installing $(STACK_WHEEL) failed: the Redis Stack differential tests will be skipped"; exit 0; }; \
 	mkdir -p $(STACK_DIR)/apt/lists/partial $(STACK_DIR)/apt/cache/archives/partial && \
 	mirror=$$(sed -n 's/^URIs: *\(http[^ ]*debian\)$$/\1/p; s/^deb \(http[^ ]*debian\) .*/\1/p' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1); \
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $${mirror:-http://deb.debian.org/debian} bullseye main" > $(STACK_DIR)/apt/sources.list && \
+	[ -n "$$mirror" ] && echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $$mirror bullseye main" > $(STACK_DIR)/apt/sources.list && \
 	timeout 300 apt-get $(STACK_APT) update >/dev/null && \
 	(cd $(STACK_DIR)/apt && timeout 120 apt-get $(STACK_APT) download libssl1.1 >/dev/null 2>&1) && \
 	rm -rf $(STACK_DIR)/libssl && dpkg-deb -x $(STACK_DIR)/apt/libssl1.1_*.deb $(STACK_DIR)/libssl && \

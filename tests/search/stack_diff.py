@@ -126,6 +126,23 @@ def cases() -> list[Case]:
                                   "SORTBY", "price", "DESC", "RETURN", "1", "price", "DIALECT", "2"),
         S("FT.SEARCH", "idx", "*", "SORTBY", "nosuch", "NOCONTENT"),
         S("FT.SEARCH", "idx", "*", "SORTBY", "name", "LIMIT", "0", "3", "RETURN", "1", "name"), data=P)
+    add("tfidf_text_only", setup("FT.CREATE", "t", "ON", "HASH", "PREFIX", "1", "t:", "SCHEMA", "name", "TEXT",
+                                 "desc", "TEXT", "tags", "TAG"),
+        *[setup("HSET", f"t:{i}", "name", n, "desc", d, "tags", g) for i, (n, d, g) in enumerate([
+            ("red apple", "a sweet red fruit", "fruit,red"), ("green apple", "a sour green fruit", "fruit"),
+            ("banana", "a long yellow fruit", "fruit"), ("red shirt", "a cotton shirt that is red", "red"),
+            ("apple pie", "a sweet pie with apple inside", "food"),
+            ("zz", "red one two three four five apple six seven sweet", "x")])],
+        *[S("FT.SEARCH", "t", q, "WITHSCORES", "NOCONTENT", "SCORER", sc, norm="scores")
+          for q in ("red", "apple sweet", "apple red fruit", "red apple sweet", "red @tags:{fruit}", "(red|sweet) apple",
+                    '"red apple"', "@name:apple @desc:sweet")
+          for sc in ("TFIDF", "TFIDF.DOCNORM", "BM25", "DISMAX")])
+    add("query_precedence", setup("FT.CREATE", "q", "ON", "HASH", "PREFIX", "1", "q:", "SCHEMA", "t", "TEXT"),
+        *[setup("HSET", f"q:{i}", "t", t) for i, t in enumerate(
+            ["red", "sweet apple", "red apple", "sweet", "apple", "pie"])],
+        *[S("FT.SEARCH", "q", query, "NOCONTENT", "DIALECT", d, norm="docs")
+          for d in ("1", "2") for query in ("red|sweet apple", "apple red|sweet", "apple -red|sweet", "-red|sweet apple",
+                                            "apple ~red|pie", "red|sweet (apple|pie)", "(red|sweet) apple|pie")])
     # -- vectors
     add("knn", S("FT.SEARCH", "idx", "*=>[KNN 3 @v $q AS d]", "PARAMS", "2", "q", Q, "SORTBY", "d",
                  "RETURN", "1", "d", "DIALECT", "2", norm="scores"),

@@ -48,3 +48,60 @@ def test_knn_with_an_exclusive_numeric_bound(products, query, expected):
     reply = cmd(products, "FT.SEARCH", "idx", query, "PARAMS", "2", "q", vec(1.0, 0.0), "SORTBY", "d",
                 "RETURN", "1", "d", "DIALECT", "2")
     assert ids(reply) == expected
+
+
+def test_noindex_tag_and_numeric_are_not_searchable(rr):
+    cmd(rr, "FT.CREATE", "nx", "ON", "HASH", "PREFIX", "1", "n:", "SCHEMA", "t", "TAG", "NOINDEX", "SORTABLE",
+        "n", "NUMERIC", "NOINDEX", "SORTABLE", "s", "TEXT")
+    rr.hset("n:1", mapping={"t": "a", "n": 5, "s": "hello"})
+    rr.hset("n:2", mapping={"t": "b", "n": 3, "s": "hello"})
+    assert ids(cmd(rr, "FT.SEARCH", "nx", "@t:{a}")) == []
+    assert ids(cmd(rr, "FT.SEARCH", "nx", "@n:[0 10]")) == []
+    assert list(cmd(rr, "FT.TAGVALS", "nx", "t")) == []
+    # still there for SORTBY and RETURN
+    assert ids(cmd(rr, "FT.SEARCH", "nx", "hello", "SORTBY", "n", "RETURN", "1", "t")) == [b"n:2", b"n:1"]
+
+
+def test_stopwords_take_no_position(rr):
+    cmd(rr, "FT.CREATE", "sw", "ON", "HASH", "PREFIX", "1", "s:", "SCHEMA", "t", "TEXT")
+    rr.hset("s:1", "t", "king for henry")
+    rr.hset("s:2", "t", "the lord of the rings")
+    assert ids(cmd(rr, "FT.SEARCH", "sw", '"king henry"', "NOCONTENT")) == [b"s:1"]
+    assert ids(cmd(rr, "FT.SEARCH", "sw", '"lord rings"', "NOCONTENT")) == [b"s:2"]
+    assert ids(cmd(rr, "FT.SEARCH", "sw", "king henry", "SLOP", "0", "INORDER", "NOCONTENT")) == [b"s:1"]
+    assert ids(cmd(rr, "FT.SEARCH", "sw", '"henry king"', "NOCONTENT")) == []
+
+
+def _scores(reply) -> dict[bytes, float]:
+    if isinstance(reply, dict):
+        return {item[b"id"]: float(item[b"score"]) for item in reply[b"results"]}
+    return {reply[i]: float(reply[i + 1]) for i in range(1, len(reply), 2)}
+
+
+@pytest.fixture
+def texts(rr):
+    cmd(rr, "FT.CREATE", "t", "ON", "HASH", "PREFIX", "1", "t:", "SCHEMA", "name", "TEXT", "desc", "TEXT", "tags", "TAG")
+    rows = [("red apple", "a sweet red fruit", "fruit,red"), ("green apple", "a sour green fruit", "fruit"),
+            ("banana", "a long yellow fruit", "fruit"), ("red shirt", "a cotton shirt that is red", "red"),
+            ("apple pie", "a sweet pie with apple inside", "food"),
+            ("zz", "red one two three four five apple six seven sweet", "x")]
+    for i, (name, desc, tags) in enumerate(rows):
+        rr.hset(f"t:{i}", mapping={"name": name, "desc": desc, "tags": tags})
+    return rr
+
+
+@pytest.mark.parametrize("query, scorer, expected", [
+    # TFIDF: sum(freq * idf) / the doc's highest term frequency / the distance penalty (RediSearch 2.10.5's values)
+    ("apple sweet", "TFIDF", {b"t:0": 1.5, b"t:4": 1.25, b"t:5": 1.0}),
+    ("red apple sweet", "TFIDF", {b"t:0": 2.5, b"t:5": 4 / 9}),  # offsets 1, 7, 10 of t:5: sqrt(81 + 9) -> 9
+    ("apple red fruit", "TFIDF", {b"t:0": 5 / 6}),
+    ("red @tags:{fruit}", "TFIDF", {b"t:0": 1.5}),  # the tag adds its frequency 1
+    ("red apple sweet", "BM25", {b"t:0": 0.8995, b"t:5": 0.08547}),
+    ("apple sweet", "DISMAX", {b"t:0": 2.0, b"t:4": 3.0, b"t:5": 2.0}),  # a word and its stem: the best, not the sum
+    ("red @tags:{fruit}", "DISMAX", {b"t:0": 3.0}),
+])
+def test_scorers_as_redisearch(texts, query, scorer, expected):
+    got = _scores(cmd(texts, "FT.SEARCH", "t", query, "WITHSCORES", "NOCONTENT", "SCORER", scorer))
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-3), key

@@ -358,6 +358,7 @@ def _scores(plan_: SearchPlan, hits: dict[int, float]) -> dict[int, float]:
     avg = index.avg_doc_len
     out: dict[int, float] = {}
     scores = index.doc_scores
+    slops = plan_.ctx.slops
     for doc, raw in hits.items():
         if doc not in docs:
             continue
@@ -367,7 +368,7 @@ def _scores(plan_: SearchPlan, hits: dict[int, float]) -> dict[int, float]:
         if wildcard:
             out[doc] = scoring.wildcard_score(scorer, doc_score, doc_len, avg, max_freq)
         else:
-            out[doc] = scoring.finish(scorer, raw, doc_score, max_freq, doc_len)
+            out[doc] = scoring.finish(scorer, raw, doc_score, max_freq, doc_len) / slops.get(doc, 1)
     return out
 
 
