@@ -20,6 +20,7 @@ import json
 import math
 import re
 import struct
+import time
 from dataclasses import dataclass, field
 
 import redis
@@ -39,6 +40,12 @@ def S(*args, norm: str = "", setup: bool = False) -> Step:
 
 def setup(*args) -> Step:
     return Step(tuple(args), frozenset(), True)
+
+
+def wait_indexing(index: str) -> Step:
+    """Not a command: wait until both servers finished (re)indexing ``index`` (Redis Stack rescans the
+    keys in the background after FT.CREATE, FT.ALTER and FT.SYNUPDATE)."""
+    return Step(("!WAIT", index), frozenset(), True)
 
 
 @dataclass
@@ -183,6 +190,12 @@ def cases() -> list[Case]:
         S("FT.DROPINDEX", "idx"),
         S("FT._LIST"),
         S("FT.INFO", "idx"), data=P)
+    add("missing_index", *[S(*cmd) for cmd in [
+        ("FT.INFO", "nope"), ("FT.DROPINDEX", "nope"), ("FT.ALTER", "nope", "SCHEMA", "ADD", "x", "TEXT"),
+        ("FT.TAGVALS", "nope", "t"), ("FT.EXPLAIN", "nope", "x"), ("FT.SYNDUMP", "nope"),
+        ("FT.SYNUPDATE", "nope", "g", "a"), ("FT.ALIASADD", "a", "nope"), ("FT.ALIASUPDATE", "a", "nope"),
+        ("FT.AGGREGATE", "nope", "*"), ("FT.SEARCH", "nope", "*"), ("FT.CURSOR", "READ", "nope", "1"),
+        ("FT.SPELLCHECK", "nope", "x"), ("FT.PROFILE", "nope", "SEARCH", "QUERY", "*")]])
     add("info_definition", S("FT.INFO", "idx", norm="info"), data=P)
     # -- NOINDEX, stopwords
     add("noindex", setup("FT.CREATE", "nx", "ON", "HASH", "PREFIX", "1", "n:", "SCHEMA", "t", "TAG", "NOINDEX",
@@ -203,7 +216,7 @@ def cases() -> list[Case]:
         S("FT.DICTDUMP", "d", norm="set"), S("FT.DICTDEL", "d", "bar", "nope"), S("FT.DICTDUMP", "d", norm="set"),
         S("FT.DICTDUMP", "nosuch"), S("FLUSHALL"), S("FT.DICTDUMP", "d"))
     add("synonyms", S("FT.SYNUPDATE", "idx", "g1", "apple", "pomme"), S("FT.SYNUPDATE", "idx", "g2", "banana"),
-        S("FT.SYNDUMP", "idx", norm="syn"), S("FT.SEARCH", "idx", "pomme", "NOCONTENT", norm="docs"),
+        S("FT.SYNDUMP", "idx", norm="syn"), wait_indexing("idx"), S("FT.SEARCH", "idx", "pomme", "NOCONTENT", norm="docs"),
         S("FT.SYNUPDATE", "idx", "g1", "SKIPINITIALSCAN", "fruit"), data=P)
     add("aliases", S("FT.ALIASADD", "a1", "idx"), S("FT.SEARCH", "a1", "banana", "NOCONTENT"),
         S("FT.ALIASADD", "a1", "idx"), S("FT.ALIASUPDATE", "a1", "idx"), S("FT.ALIASDEL", "a1"),
@@ -228,7 +241,19 @@ def cases() -> list[Case]:
     add("json_mget_mset", S("JSON.SET", "a", "$", '{"x":1}'), S("JSON.SET", "b", "$", '{"x":2}'),
         S("JSON.MGET", "a", "b", "c", "$.x"), S("JSON.MGET", "a", "b", ".x"),
         S("JSON.MSET", "a", "$.x", "10", "b", "$.y", '"s"'), S("JSON.MGET", "a", "b", "$"),
-        S("JSON.MSET", "a", "$.x"))
+        S("JSON.MSET", "a", "$.x"), S("JSON.MSET", "a", "$.nope.deep", "1", "b", "$.x", "5"), S("JSON.MGET", "a", "b", "$"),
+        S("JSON.MSET", "a", "$.x", "{bad"), S("JSON.MSET", "new", "$.x", "1"), S("JSON.MSET", "new", "$", "[1]"),
+        S("JSON.MERGE", "a", "$", '{"x":null,"m":{"n":1}}'), S("JSON.GET", "a"), S("JSON.MERGE", "a", "$.q.r", "1"),
+        S("JSON.SET", "a", "$.nope.deep", "1"), S("JSON.GET", "nokey", "$"), S("JSON.TYPE", "nokey"),
+        S("JSON.DEL", "nokey"), S("JSON.ARRLEN", "nokey", "$"), S("JSON.OBJKEYS", "a", "$.nope"),
+        S("JSON.SET", "a", "$..x", "7"), S("JSON.GET", "a", "$..n"))
+    add("json_bad_input", *[S("JSON.SET", "k", "$", text) for text in (
+        "{bad", '{"a" 1}', '{"a":1,}', "[1,]", "[1 2]", '"abc', "", "  ", "nan", "[1]x", '{"a":1', "01", "1.",
+        "-", "tru", '"\\x"', "[" * 200 + "]" * 200)],
+        S("JSON.SET", "k", "$", "1"), S("JSON.SET", "k", "$.a", "1"), S("JSON.SET", "k", "a", "1"),
+        S("JSON.GET", "k", "$["), S("JSON.GET", "k", "$.."), S("JSON.GET", "k", "[0"), S("JSON.NUMINCRBY", "k", "$", "x"),
+        S("JSON.NUMINCRBY", "k", "$", "1e400"), S("JSON.ARRAPPEND", "k", "$"), S("JSON.STRLEN", "k"),
+        S("JSON.OBJLEN", "k"), S("JSON.ARRPOP", "k"), S("JSON.TOGGLE", "k", "."), S("JSON.DEBUG", "NOPE"))
     add("json_arrays", S("JSON.SET", "k", "$", '{"a":[1,2,3],"b":{"a":[]},"s":"str"}'),
         S("JSON.ARRAPPEND", "k", "$.a", "4", "5"), S("JSON.ARRAPPEND", "k", "$..a", "0"),
         S("JSON.ARRINDEX", "k", "$.a", "2"), S("JSON.ARRINDEX", "k", "$.a", "9"), S("JSON.ARRINDEX", "k", "$.a", "0", "-1"),
@@ -377,11 +402,26 @@ class StepResult:
     same: bool
 
 
+def _wait_indexing(c: redis.Redis, index: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        info = c.execute_command("FT.INFO", index)
+        pairs = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
+        if str(pairs.get(b"indexing", 0)) in ("0", "0.0", "b'0'"):
+            return
+        time.sleep(0.02)
+
+
 def run_case(case: Case, ours: redis.Redis, theirs: redis.Redis) -> list[StepResult]:
     reset(ours)
     reset(theirs)
     results = []
     for i, step in enumerate(case.steps):
+        if step.args[0] == "!WAIT":
+            for c in (ours, theirs):
+                _wait_indexing(c, step.args[1])
+            results.append(StepResult(i, step.args, None, None, True))
+            continue
         a, b = call(ours, step.args), call(theirs, step.args)
         if step.setup:
             same = isinstance(a, tuple) == isinstance(b, tuple)

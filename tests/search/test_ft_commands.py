@@ -107,7 +107,7 @@ def test_sortby_limit_and_return_alias(idx):
 
 
 def test_errors(idx):
-    with pytest.raises(redis.ResponseError, match="^Unknown Index name$"):
+    with pytest.raises(redis.ResponseError, match="^Unknown index name$"):
         cmd(idx, "FT.INFO", "nope")
     with pytest.raises(redis.ResponseError, match="^nope: no such index$"):
         cmd(idx, "FT.SEARCH", "nope", "*")

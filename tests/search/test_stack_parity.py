@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+import redis
 
 
 def cmd(r, *args):
@@ -105,3 +106,75 @@ def test_scorers_as_redisearch(texts, query, scorer, expected):
     assert got.keys() == expected.keys()
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, rel=1e-3), key
+
+
+def _agg_rows(reply) -> tuple[int, list[dict[bytes, bytes]]]:
+    if isinstance(reply, dict):
+        return reply[b"total_results"], [row[b"extra_attributes"] for row in reply[b"results"]]
+    return reply[0], [dict(zip(row[::2], row[1::2], strict=True)) for row in reply[1:]]
+
+
+def test_aggregate_apply_without_spaces_and_total_before_limit(products):
+    total, rows = _agg_rows(cmd(products, "FT.AGGREGATE", "idx", "*", "LOAD", "1", "@price", "APPLY", "@price*2", "AS",
+                                "p2", "FILTER", "@p2>20", "SORTBY", "2", "@p2", "ASC", "LIMIT", "0", "2"))
+    assert total == 5  # the matches, before FILTER and LIMIT
+    assert [r[b"p2"] for r in rows] == [b"24", b"30"]
+    total, rows = _agg_rows(cmd(products, "FT.AGGREGATE", "idx", "@tags:{fruit}", "GROUPBY", "0",
+                                "REDUCE", "SUM", "1", "@price", "AS", "s"))
+    assert (total, rows) == (1, [{b"s": b"25"}])  # after a GROUPBY: its groups
+
+
+def test_aggregate_load_keeps_binary_values(products):
+    _, rows = _agg_rows(cmd(products, "FT.AGGREGATE", "idx", "@name:banana", "LOAD", "1", "@v"))
+    assert rows == [{b"v": vec(0.0, 1.0)}]
+
+
+@pytest.mark.parametrize("expr", ["geodistance(@loc, -74, 40.7)", "geodistance(-74, 40.7, @loc)",
+                                  'geodistance(@loc, "-74,40.7")', "geodistance(-73.9, 40.8, -74, 40.7)"])
+def test_geodistance_argument_forms(products, expr):
+    _, rows = _agg_rows(cmd(products, "FT.AGGREGATE", "idx", "@name:green", "LOAD", "1", "@loc", "APPLY", expr,
+                            "AS", "d"))
+    assert rows[0][b"d"] == b"13953.93"  # metres, to the centimetre
+
+
+def test_aggregate_sortby_unknown_property_errors(products):
+    with pytest.raises(redis.ResponseError, match="^Property `nosuch` not loaded nor in schema$"):
+        cmd(products, "FT.AGGREGATE", "idx", "*", "SORTBY", "2", "@nosuch", "ASC")
+    with pytest.raises(redis.ResponseError, match="^Property `price` not loaded nor in schema$"):
+        cmd(products, "FT.AGGREGATE", "idx", "*", "GROUPBY", "1", "@tags", "SORTBY", "2", "@price", "ASC")
+    _, rows = _agg_rows(cmd(products, "FT.AGGREGATE", "idx", "*", "APPLY", "@price+1", "AS", "q",
+                            "SORTBY", "2", "@q", "DESC", "LIMIT", "0", "1"))
+    assert rows[0][b"q"] == b"26"
+
+
+def test_search_sortby_field_comes_first(rr):
+    cmd(rr, "FT.CREATE", "jdx", "ON", "JSON", "PREFIX", "1", "j:", "SCHEMA", "$.name", "AS", "name", "TEXT",
+        "$.price", "AS", "price", "NUMERIC", "SORTABLE")
+    cmd(rr, "JSON.SET", "j:1", "$", '{"name":"red apple","price":5}')
+    reply = cmd(rr, "FT.SEARCH", "jdx", "apple", "SORTBY", "price")
+    fields = reply[b"results"][0][b"extra_attributes"] if isinstance(reply, dict) else \
+        dict(zip(reply[2][::2], reply[2][1::2], strict=True))
+    assert list(fields.items()) == [(b"price", b"5"), (b"$", b'{"name":"red apple","price":5}')]
+
+
+def test_json_mset_answers_ok_where_a_path_matches_nothing(rr):
+    cmd(rr, "JSON.SET", "a", "$", '{"x":1}')
+    assert cmd(rr, "JSON.MSET", "a", "$.nope.deep", "1", "a", "$.x", "5") == b"OK"
+    assert cmd(rr, "JSON.GET", "a") == b'{"x":5}'
+
+
+def test_flushall_clears_the_dictionaries(rr):
+    assert cmd(rr, "FT.DICTADD", "d", "foo", "bar") == 2
+    rr.flushall()
+    with pytest.raises(redis.ResponseError, match="^could not open dict key$"):
+        cmd(rr, "FT.DICTDUMP", "d")
+
+
+def test_missing_index_errors_as_redisearch(rr):
+    for argv, text in [(("FT.INFO", "nope"), "Unknown index name"), (("FT.DROPINDEX", "nope"), "Unknown Index name"),
+                       (("FT.EXPLAIN", "nope", "x"), "nope: no such index"),
+                       (("FT.ALIASADD", "a", "nope"), "Unknown index name (or name is an alias itself)"),
+                       (("FT.CURSOR", "READ", "nope", "1"), "Cursor not found")]:
+        with pytest.raises(redis.ResponseError) as err:
+            cmd(rr, *argv)
+        assert str(err.value) == text

@@ -296,9 +296,32 @@ def _sort_key(value: Any) -> tuple:
 # -- running ----------------------------------------------------------------------------------------
 
 
+def check_properties(req: AggregateRequest, schema_names: set[str], produced: set[str]) -> None:
+    """SORTBY of a property no step provides is RediSearch's error, not rows without it: the
+    properties known at each step are the schema's, LOAD's, the query's own (``produced``: a KNN
+    distance), APPLY's aliases, and after a GROUPBY only its properties and reducers."""
+    if req.loads == ["*"]:
+        return
+    known = set(schema_names) | produced | {"__key", "__score"}
+    for item in req.loads or ():
+        name, _, alias = item.partition("\0")
+        known.add(alias or name)
+    for step in req.steps:
+        if step.kind == "apply":
+            known.add(step.args[1])
+        elif step.kind == "group":
+            props, reducers = step.args
+            known = set(props) | {r.alias for r in reducers}
+        elif step.kind == "sort":
+            for name, _ in step.args[0]:
+                if name not in known and not name.startswith("$"):
+                    raise ReplyError(f"Property `{name}` not loaded nor in schema")
+
+
 def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
-                 schema_names: set[str]) -> list[dict[str, Any]]:
-    """Apply the steps to the rows (each row carries ``__key``); ``load(row, name)`` fills a field."""
+                 schema_names: set[str], counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Apply the steps to the rows (each row carries ``__key``); ``load(row, name)`` fills a field.
+    ``counts["groups"]`` gets the number of rows the last GROUPBY made (FT.AGGREGATE's total then)."""
     if req.loads:
         for row in rows:
             if req.loads == ["*"]:
@@ -336,6 +359,8 @@ def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callab
                     new[reducer.alias] = reducer.reduce(members)
                 out.append(new)
             rows = out
+            if counts is not None:
+                counts["groups"] = len(rows)
         elif kind == "sort":
             keys, maximum = step.args
             _ensure(rows, [k for k, _ in keys], load, schema_names)

@@ -20,7 +20,7 @@ from pion.protocol.resp import OK, SetReply
 from pion.server.component import Component
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.vector.engine import SearchEngine
+from pion.vector.engine import UNKNOWN_INDEX, SearchEngine
 from pion.vector.index import SearchIndex
 
 _CATS = "@search"
@@ -244,7 +244,7 @@ def _ratio(a: float, b: float) -> float:
 def ft_info(ctx: Ctx, argv: list[bytes]):
     """FT.INFO index"""
     eng = engine(ctx)
-    index = eng.get(ctx.db, _name(argv[1]))
+    index = eng.get(ctx.db, _name(argv[1]), error=UNKNOWN_INDEX)
     resp3 = ctx.client.proto >= 3
     definition = index.definition
     options = [opt.encode() for opt in ("NOFREQS", "NOFIELDS", "NOOFFSETS", "NOHL") if opt in definition.options]

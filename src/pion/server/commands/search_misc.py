@@ -24,6 +24,7 @@ from pion.server.registry import command
 from pion.storage.hash_value import HashValue
 from pion.storage.json_value import JsonValue
 from pion.vector import text
+from pion.vector.engine import UNKNOWN_INDEX
 
 _CATS = "@search"
 
@@ -119,7 +120,7 @@ def ft_dictdump(ctx: Ctx, argv: list[bytes]):
 def ft_synupdate(ctx: Ctx, argv: list[bytes]):
     """FT.SYNUPDATE index group [SKIPINITIALSCAN] term [term ...]"""
     eng = engine(ctx)
-    index = eng.get(ctx.db, _s(argv[1]))
+    index = eng.get(ctx.db, _s(argv[1]), error=UNKNOWN_INDEX)
     rest = argv[3:]
     skip = bool(rest) and rest[0].upper() == b"SKIPINITIALSCAN"
     if skip:
@@ -137,7 +138,7 @@ def ft_synupdate(ctx: Ctx, argv: list[bytes]):
 @command("FT.SYNDUMP", 2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.2.0")
 def ft_syndump(ctx: Ctx, argv: list[bytes]):
     """FT.SYNDUMP index"""
-    index = engine(ctx).get(ctx.db, _s(argv[1]))
+    index = engine(ctx).get(ctx.db, _s(argv[1]), error=UNKNOWN_INDEX)
     groups = index.synonym_groups()
     if ctx.client.proto >= 3:
         return {term.encode(): [g.encode() for g in ids] for term, ids in groups.items()}
