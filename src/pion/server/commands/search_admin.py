@@ -268,15 +268,15 @@ def ft_info(ctx: Ctx, argv: list[bytes]):
     vector_bytes = index.vector_bytes()
     total_bytes = index.memory_bytes()
     percent = 1.0 if not index.indexing else (index.scan_done / index.scan_total if index.scan_total else 1.0)
-    # a flat [key, value, ...] array in both protocols: langchain-redis (RESP3 by default) reads it
-    # with list.index("prefixes"), and RedisVL reads it positionally or as pairs
+    # a map in RESP3 and a flat [key, value, ...] array in RESP2, as RediSearch answers (langchain-redis's
+    # RedisChatMessageHistory reads it with list.index("prefixes") and so fails on RESP3, on Redis Stack alike)
     flat_def: list[Any] = []
     for key, value in index_def.items():
         flat_def += [key, value]
     reply: dict[bytes, Any] = {
         b"index_name": index.name.encode(),
         b"index_options": options,
-        b"index_definition": flat_def,
+        b"index_definition": index_def if resp3 else flat_def,
         b"attributes": [_attribute(index, spec, resp3) for spec in definition.fields],
         b"num_docs": docs,
         b"max_doc_id": index.next_doc - 1,
