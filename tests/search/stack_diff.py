@@ -253,7 +253,14 @@ def cases() -> list[Case]:
         S("JSON.SET", "k", "$", "1"), S("JSON.SET", "k", "$.a", "1"), S("JSON.SET", "k", "a", "1"),
         S("JSON.GET", "k", "$["), S("JSON.GET", "k", "$.."), S("JSON.GET", "k", "[0"), S("JSON.NUMINCRBY", "k", "$", "x"),
         S("JSON.NUMINCRBY", "k", "$", "1e400"), S("JSON.ARRAPPEND", "k", "$"), S("JSON.STRLEN", "k"),
-        S("JSON.OBJLEN", "k"), S("JSON.ARRPOP", "k"), S("JSON.TOGGLE", "k", "."), S("JSON.DEBUG", "NOPE"))
+        S("JSON.OBJLEN", "k"), S("JSON.ARRPOP", "k"), S("JSON.TOGGLE", "k", "."), S("JSON.DEBUG", "NOPE"),
+        S("JSON.SET", "k", "$", '{"a":1,"s":"x"}'),
+        *[S(*argv) for argv in [("JSON.ARRAPPEND", "k", ".a", "1"), ("JSON.ARRINSERT", "k", ".a", "0", "1"),
+                                ("JSON.ARRTRIM", "k", ".a", "0", "1"), ("JSON.ARRPOP", "k", "a"),
+                                ("JSON.ARRAPPEND", "k", "a", "1"), ("JSON.STRAPPEND", "k", ".a", '"x"'),
+                                ("JSON.TOGGLE", "k", "a"), ("JSON.NUMINCRBY", "k", ".s", "1"), ("JSON.ARRLEN", "k", ".a"),
+                                ("JSON.ARRINDEX", "k", ".a", "1"), ("JSON.OBJKEYS", "k", ".a"), ("JSON.STRLEN", "k", "a"),
+                                ("JSON.NUMMULTBY", "k", "$.s", "2"), ("JSON.OBJLEN", "k", ".s")]])
     add("json_arrays", S("JSON.SET", "k", "$", '{"a":[1,2,3],"b":{"a":[]},"s":"str"}'),
         S("JSON.ARRAPPEND", "k", "$.a", "4", "5"), S("JSON.ARRAPPEND", "k", "$..a", "0"),
         S("JSON.ARRINDEX", "k", "$.a", "2"), S("JSON.ARRINDEX", "k", "$.a", "9"), S("JSON.ARRINDEX", "k", "$.a", "0", "-1"),

@@ -178,3 +178,15 @@ def test_missing_index_errors_as_redisearch(rr):
         with pytest.raises(redis.ResponseError) as err:
             cmd(rr, *argv)
         assert str(err.value) == text
+
+
+def test_json_legacy_path_errors_name_the_path_and_the_found_type(rr):
+    cmd(rr, "JSON.SET", "k", "$", '{"s":"ab","n":1}')
+    for argv, text in [(("JSON.ARRPOP", "k", ".s"), "Path '$.s' does not exist or not an array"),
+                       (("JSON.TOGGLE", "k", "."), "Path '$' does not exist or not a bool"),
+                       (("JSON.STRLEN", "k", ".n"), "wrong type of path value - expected string but found integer"),
+                       (("JSON.OBJLEN", "k", ".s"), "wrong type of path value - expected object but found string"),
+                       (("JSON.SET", "k", "$", "{bad"), "key must be a string at line 1 column 2")]:
+        with pytest.raises(redis.ResponseError) as err:
+            cmd(rr, *argv)
+        assert str(err.value).endswith(text), argv

@@ -411,7 +411,7 @@ def json_toggle(ctx: Ctx, argv: list[bytes]):
         js.changed(ctx, key, doc, "json.toggle")
     if path.is_legacy:
         if last is None:
-            raise js.no_path_or("not a bool")
+            raise js.no_path_or("not a bool", path)
         return ("true" if last else "false").encode()
     return results
 
@@ -441,7 +441,7 @@ def _num_op(ctx: Ctx, argv: list[bytes], name: str, mult: bool):
         return results
     if path.is_legacy:
         if not any_changed:
-            raise js.no_path_or("does not contains a number")
+            raise js.no_path_or("does not contains a number", path)
         last = [r for r in results if r is not None][-1]
         return format_number(last).encode()
     return dumps(results).encode()
