@@ -128,7 +128,9 @@ def cases() -> list[Case]:
     add("search_scores", S("FT.SEARCH", "idx", "apple", "WITHSCORES", "NOCONTENT", norm="scores"),
         S("FT.SEARCH", "idx", "red", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF", norm="scores"),
         S("FT.SEARCH", "idx", "apple sweet", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF", norm="scores"),
-        S("FT.SEARCH", "idx", "red", "WITHSCORES", "NOCONTENT", "SCORER", "BM25", norm="scores"), data=P)
+        S("FT.SEARCH", "idx", "red", "WITHSCORES", "NOCONTENT", "SCORER", "BM25", norm="scores"),
+        S("FT.SEARCH", "idx", "apple sweet", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF.DOCNORM", norm="scores"),
+        S("FT.SEARCH", "idx", "apple", "WITHSCORES", "NOCONTENT", "SCORER", "DISMAX", norm="scores"), data=P)
     add("search_params_sortby", S("FT.SEARCH", "idx", "@price:[$lo $hi]", "PARAMS", "4", "lo", "5", "hi", "12",
                                   "SORTBY", "price", "DESC", "RETURN", "1", "price", "DIALECT", "2"),
         S("FT.SEARCH", "idx", "*", "SORTBY", "nosuch", "NOCONTENT"),

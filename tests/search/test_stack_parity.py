@@ -190,3 +190,9 @@ def test_json_legacy_path_errors_name_the_path_and_the_found_type(rr):
         with pytest.raises(redis.ResponseError) as err:
             cmd(rr, *argv)
         assert str(err.value).endswith(text), argv
+
+
+def test_tfidf_counts_a_vector_into_the_norm(products):
+    # p:1 "red apple": "red" once, "apple" once (norm 1, plus 1 for the vector as RediSearch 2.10 counts it)
+    got = _scores(cmd(products, "FT.SEARCH", "idx", "@name:red", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF"))
+    assert got == {b"p:1": pytest.approx(1.0), b"p:4": pytest.approx(1.0)}  # tf 1 * idf 2 / (1 + 1)

@@ -151,6 +151,9 @@ class SearchIndex:
                 self.empty[name].add(doc_id)
         if text_fields:
             self.text.add(doc_id, text_fields, definition.stopword_set, doc.language, self.synonyms)
+            if vector_done and doc_id in self.text.max_freq:
+                # RediSearch 2.10 counts a document's vector into its highest term frequency (TFIDF's norm)
+                self.text.max_freq[doc_id] += 1
         else:
             self.text.doc_len[doc_id] = 0
         # a NOINDEX field is kept for SORTBY and LOAD only: no query and no FT.TAGVALS sees it
