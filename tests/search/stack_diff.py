@@ -151,7 +151,9 @@ def cases() -> list[Case]:
             ["red", "sweet apple", "red apple", "sweet", "apple", "pie"])],
         *[S("FT.SEARCH", "q", query, "NOCONTENT", "DIALECT", d, norm="docs")
           for d in ("1", "2") for query in ("red|sweet apple", "apple red|sweet", "apple -red|sweet", "-red|sweet apple",
-                                            "apple ~red|pie", "red|sweet (apple|pie)", "(red|sweet) apple|pie")])
+                                            "apple ~red|pie", "red|sweet (apple|pie)", "(red|sweet) apple|pie",
+                                            "red sweet|apple pie", '"sweet apple"|red pie', "red|sweet|apple pie",
+                                            "(red) sweet|pie", "red|@t:sweet apple", "sweet %aple%|red")])
     # -- vectors
     add("knn", S("FT.SEARCH", "idx", "*=>[KNN 3 @v $q AS d]", "PARAMS", "2", "q", Q, "SORTBY", "d",
                  "RETURN", "1", "d", "DIALECT", "2", norm="scores"),

@@ -30,9 +30,6 @@ _UNION_EXPANSIONS = ("a term under a union inside an intersection: RediSearch's 
                      "first matching expansion of `apple` (not its stem `+appl`) for one document, so its score "
                      "differs; Pion scores every expansion, as the documented formula does (the distance penalty "
                      "agrees)")
-_DIALECT1 = ("DIALECT 1 precedence of `|` against juxtaposition: RediSearch 2.10 reads `red|sweet apple` as "
-             "`red | (sweet apple)` but `(red|sweet) apple|pie` as `(red|sweet) (apple|pie)`; Pion's dialect 1 "
-             "binds `|` tighter than the intersection (DIALECT 2 agrees everywhere)")
 _STREAMING_TOTAL = ("FT.AGGREGATE total_results of a pipeline without SORTBY or GROUPBY: RediSearch counts the rows "
                     "its iterator had read when the reply was built (here 1 for 2 rows); Pion counts every match")
 _JSON_PARSE = ("JSON.SET with malformed JSON: Pion's parser is Python's, its messages are serde_json's for the "
@@ -46,12 +43,6 @@ DIFFERENCES: list[Difference] = [
                _DEFAULT_SCORER, whole=True),
     *[Difference("tfidf_text_only", ("FT.SEARCH", "t", "(red|sweet) apple", "WITHSCORES", "NOCONTENT", "SCORER", s),
                  BOTH, "intentional", _UNION_EXPANSIONS, whole=True) for s in ("TFIDF", "TFIDF.DOCNORM", "BM25")],
-    Difference("query_precedence", ("FT.SEARCH", "q", "red|sweet apple", "NOCONTENT", "DIALECT", "1"), BOTH, "open",
-               _DIALECT1),
-    Difference("query_precedence", ("FT.SEARCH", "q", "apple red|sweet", "NOCONTENT", "DIALECT", "1"), BOTH, "open",
-               _DIALECT1),
-    Difference("query_precedence", ("FT.SEARCH", "q", "-red|sweet apple", "NOCONTENT", "DIALECT", "1"), BOTH, "open",
-               _DIALECT1),
     Difference("aggregate", ("FT.AGGREGATE", "idx", "@tags:{red}", "LOAD", "1", "@v"), BOTH, "intentional",
                _STREAMING_TOTAL),
     Difference("info_explain", ("FT.EXPLAIN",), BOTH, "open",
