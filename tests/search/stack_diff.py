@@ -191,6 +191,8 @@ def cases() -> list[Case]:
         S("FT._LIST", norm="set"),
         S("FT.ALTER", "idx", "SCHEMA", "ADD", "extra", "TEXT"),
         S("FT.SEARCH", "idx", "@extra:foo"),
+        S("FT.DEL", "idx", "p:9"), S("FT.DEL", "idx", "p:5"), S("EXISTS", "p:5"), S("FT.DEL", "idx", "p:4", "DD"),
+        S("FT.DEL", "idx", "p:3", "XX"), S("FT.DEL", "nope", "p:3"),
         S("FT.DROPINDEX", "idx"),
         S("FT._LIST"),
         S("FT.INFO", "idx"), data=P)

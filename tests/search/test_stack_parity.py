@@ -196,3 +196,21 @@ def test_tfidf_counts_a_vector_into_the_norm(products):
     # p:1 "red apple": "red" once, "apple" once (norm 1, plus 1 for the vector as RediSearch 2.10 counts it)
     got = _scores(cmd(products, "FT.SEARCH", "idx", "@name:red", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF"))
     assert got == {b"p:1": pytest.approx(1.0), b"p:4": pytest.approx(1.0)}  # tf 1 * idf 2 / (1 + 1)
+
+
+def test_slop_spans_fields_as_offsets_run_on(rr):
+    """RediSearch's offsets run across a document's fields: two words in two fields can be near."""
+    cmd(rr, "FT.CREATE", "pl", "ON", "HASH", "PREFIX", "1", "l:", "SCHEMA", "play", "TEXT", "txt", "TEXT")
+    rr.hset("l:1", mapping={"play": "Henry V", "txt": "the king speaks"})
+    assert ids(cmd(rr, "FT.SEARCH", "pl", "henry king", "SLOP", "3", "NOCONTENT")) == [b"l:1"]
+    assert ids(cmd(rr, "FT.SEARCH", "pl", "henry king", "SLOP", "0", "NOCONTENT")) == []  # v sits between
+    assert ids(cmd(rr, "FT.SEARCH", "pl", "@txt:(henry king)", "SLOP", "3", "NOCONTENT")) == []
+
+
+def test_ft_del_deletes_an_indexed_document(products):
+    assert cmd(products, "FT.DEL", "idx", "p:2") == 1
+    assert products.exists("p:2") == 0
+    assert cmd(products, "FT.DEL", "idx", "p:2") == 0
+    products.set("other", "x")
+    assert cmd(products, "FT.DEL", "idx", "other") == 0 and products.exists("other") == 1  # not in the index
+    assert cmd(products, "FT.DEL", "idx", "p:3", "DD") == 1

@@ -27,6 +27,7 @@ Hits = dict[int, float]
 #: nodes that filter without offsets; inside an intersection each still adds its frequency 1 to the
 #: score (RediSearch's non-term results), see ``scoring.filter_score``
 FILTER_KINDS = frozenset(("tag", "numeric", "geo"))
+_LOW = FIELD_SHIFT - 1  # a position's document offset (its high bits are the field number)
 
 
 @dataclass
@@ -93,7 +94,7 @@ def _term_distances(node: Node, ctx: ExecContext, hits: Hits, fields: list[str] 
         if lists:
             with_offsets.append((sum(len(pl) for pl, _ in lists), order, lists))
     with_offsets.sort(key=lambda item: (item[0], item[1]))
-    low = FIELD_SHIFT - 1
+    low = _LOW
     out: dict[int, int] = {}
     for doc in hits:
         offsets = []
@@ -234,7 +235,7 @@ def _proximity(ctx: ExecContext, terms: list[Node], fields: list[str] | None, ba
     for doc, score in base.items():
         positions = []
         for plists in lists:
-            pos = sorted({p for plist in plists if doc in plist for p in plist[doc].positions
+            pos = sorted({p & _LOW for plist in plists if doc in plist for p in plist[doc].positions
                           if mask is None or (1 << (p >> 20)) & mask})
             positions.append(pos)
         if all(positions) and _within(positions, slop, ctx.inorder):
@@ -324,20 +325,22 @@ def _phrase(node: Node, ctx: ExecContext, fields: list[str] | None, weight: floa
         candidates &= plist.keys()
     out: Hits = {}
     for doc in candidates:
-        positions = [[p for p in plist[doc].positions if mask is None or (1 << (p >> 20)) & mask] for plist in per_word]
+        positions = [sorted(p & _LOW for p in plist[doc].positions if mask is None or (1 << (p >> 20)) & mask)
+                     for plist in per_word]
         if _within(positions, slop, inorder):
             out[doc] = sum(s.get(doc, 0.0) for s in scores) * weight
     return out
 
 
 def _within(positions: list[list[int]], slop: int, inorder: bool) -> bool:
-    """Some choice of one position per word spans at most len+slop (in order if asked)."""
+    """Some choice of one offset per word spans at most len+slop (in order if asked). Offsets run on
+    across a document's fields, so, as in RediSearch, words in two fields can be near each other."""
     if inorder:
         def search(i: int, prev: int, first: int) -> bool:
             if i == len(positions):
                 return True
             for pos in positions[i]:
-                if pos > prev and (pos - first) - i <= slop and (pos >> 20) == (first >> 20):
+                if pos > prev and (pos - first) - i <= slop:
                     if search(i + 1, pos, first):
                         return True
             return False
@@ -354,7 +357,7 @@ def _within(positions: list[list[int]], slop: int, inorder: bool) -> bool:
         counts[word] += 1
         while have == need:
             span = merged[right][0] - merged[left][0]
-            if span - (need - 1) <= slop and (merged[right][0] >> 20) == (merged[left][0] >> 20):
+            if span - (need - 1) <= slop:
                 return True
             lw = merged[left][1]
             counts[lw] -= 1

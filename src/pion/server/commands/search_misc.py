@@ -241,6 +241,22 @@ def ft_mget(ctx: Ctx, argv: list[bytes]):
     return [_document(ctx, key) for key in argv[2:]]
 
 
+@command("FT.DEL", -3, "write", keys=(2, 2, 1), categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+def ft_del(ctx: Ctx, argv: list[bytes]):
+    """FT.DEL index doc [DD] (deprecated): deletes the document's key when the index holds it; 1 if
+    deleted, else 0. Since RediSearch 2.0 the document is the key, and RediSearch 2.10 ignores the
+    optional argument whatever it is (DD or not), so Pion does too."""
+    if len(argv) > 4:
+        raise ReplyError(errors.wrong_arity("ft.del"))
+    index = engine(ctx).get(ctx.db, _s(argv[1]))
+    key = argv[2]
+    if key not in index.key_to_doc or not ctx.db.delete(key):
+        return 0
+    ctx.dirty()
+    ctx.notify("g", "del", key)
+    return 1
+
+
 # -- FT.PROFILE -----------------------------------------------------------------------------------
 
 
