@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
 #   make demo   - creates .venv, installs Pion and the real demo model, runs the main job (the demo)
-#   make test   - creates .venv with the dev extras, installs Debian's redis-server, runs the tests
+#   make test   - creates .venv with the dev extras, installs Debian's redis-server and Redis Stack
+#                 (make redis-stack), runs the tests
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
