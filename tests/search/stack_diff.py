@@ -180,6 +180,10 @@ def cases() -> list[Case]:
         S("FT.AGGREGATE", "idx", "*", "LOAD", "1", "@loc", "APPLY", "geodistance(@loc, -74, 40.7)", "AS", "dist",
           "SORTBY", "2", "@dist", "ASC", "LIMIT", "0", "2", norm="scores"),
         S("FT.AGGREGATE", "idx", "*", "SORTBY", "2", "@nosuch", "ASC"),
+        S("FT.AGGREGATE", "idx", "@name:banana", "GROUPBY", "0", "REDUCE", "QUANTILE", "2", "@price", "0.5",
+          "REDUCE", "RANDOM_SAMPLE", "2", "@name", "1", "REDUCE", "FIRST_VALUE", "4", "@name", "BY", "@price", "DESC",
+          "REDUCE", "COUNT_DISTINCT", "1", "@name", "REDUCE", "SUM", "1", "@price", "REDUCE", "TOLIST", "1", "@name",
+          "REDUCE", "COUNT", "0", "REDUCE", "STDDEV", "1", "@price", "REDUCE", "MIN", "1", "@Price"),
         S("FT.AGGREGATE", "idx", "@tags:{red}", "LOAD", "1", "@v"),
         S("FT.AGGREGATE", "idx", "*", "APPLY", "upper(@name)", "AS", "u", "SORTBY", "2", "@u", "ASC", "LIMIT", "0", "3"),
         data=P)

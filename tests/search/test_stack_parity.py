@@ -214,3 +214,13 @@ def test_ft_del_deletes_an_indexed_document(products):
     products.set("other", "x")
     assert cmd(products, "FT.DEL", "idx", "other") == 0 and products.exists("other") == 1  # not in the index
     assert cmd(products, "FT.DEL", "idx", "p:3", "DD") == 1
+
+
+def test_reducer_default_names_and_unknown_property(products):
+    _, rows = _agg_rows(cmd(products, "FT.AGGREGATE", "idx", "@name:banana", "GROUPBY", "0",
+                            "REDUCE", "QUANTILE", "2", "@price", "0.5", "REDUCE", "FIRST_VALUE", "4", "@name", "BY",
+                            "@price", "DESC", "REDUCE", "COUNT", "0"))
+    assert list(rows[0]) == [b"__generated_aliasquantileprice,0.5", b"__generated_aliasfirst_valuename,by,price,desc",
+                             b"__generated_aliascount"]
+    with pytest.raises(redis.ResponseError, match="^Property `Price` not present in document or pipeline$"):
+        cmd(products, "FT.AGGREGATE", "idx", "*", "GROUPBY", "0", "REDUCE", "MIN", "1", "@Price")

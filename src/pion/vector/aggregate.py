@@ -218,7 +218,10 @@ def _make_reducer(name: str, args: list[str], alias: str | None) -> Reducer:
             raise ReplyError(f"Bad arguments for {name}: Expected an argument, but none provided")
         return args[k][1:] if args[k].startswith("@") else args[k]
 
-    default_alias = f"__generated_alias{name.lower()}" + (prop_arg().lower() if args and name != "COUNT" else "")
+    # RediSearch's name for an unaliased reducer: its name and every argument without `@`, joined with
+    # commas, lower-cased (``__generated_aliasquantileprice,0.5``, ``...first_valuename,by,price,desc``)
+    default_alias = "__generated_alias" + name.lower() + ",".join(a[1:] if a.startswith("@") else a
+                                                                  for a in args).lower()
     if name == "COUNT":
         if args:
             raise ReplyError("Bad arguments for COUNT: Too many arguments")
@@ -297,7 +300,7 @@ def _sort_key(value: Any) -> tuple:
 
 
 def check_properties(req: AggregateRequest, schema_names: set[str], produced: set[str]) -> None:
-    """SORTBY of a property no step provides is RediSearch's error, not rows without it: the
+    """SORTBY or a REDUCE of a property no step provides is RediSearch's error, not rows without it: the
     properties known at each step are the schema's, LOAD's, the query's own (``produced``: a KNN
     distance), APPLY's aliases, and after a GROUPBY only its properties and reducers."""
     if req.loads == ["*"]:
@@ -311,6 +314,9 @@ def check_properties(req: AggregateRequest, schema_names: set[str], produced: se
             known.add(step.args[1])
         elif step.kind == "group":
             props, reducers = step.args
+            for reducer in reducers:
+                if reducer.prop and reducer.prop not in known and not reducer.prop.startswith("$"):
+                    raise ReplyError(f"Property `{reducer.prop}` not present in document or pipeline")
             known = set(props) | {r.alias for r in reducers}
         elif step.kind == "sort":
             for name, _ in step.args[0]:
