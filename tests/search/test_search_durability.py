@@ -102,7 +102,7 @@ def test_flush_drops_the_databases_indexes(server, how):
     client.execute_command("FT.CREATE", "a", "SCHEMA", "t", "TEXT")
     getattr(client, how)()
     assert client.execute_command("FT._LIST") == []
-    with pytest.raises(redis.ResponseError, match="Unknown Index name"):
+    with pytest.raises(redis.ResponseError, match="Unknown index name"):
         client.ft("a").info()
 
 

@@ -86,8 +86,18 @@ DOCUMENTED = [
     ("-hello world", 1, "NOT(AND(hello,world))"),
     ("-hello world", 2, "AND(NOT(hello),world)"),
     ("-(hello world)", 2, "NOT(AND(hello,world))"),
-    # v1 parser.y: OR binds tighter than AND; v2: the usual precedence
-    ('hello world | "goodbye" moon', 1, "AND(hello,OR(world,goodbye),moon)"),
+    # v1 (RediSearch 2.10's FT.EXPLAIN): OR binds tighter than AND, but a run of words is one operand;
+    # v2: the usual precedence
+    ('hello world | "goodbye" moon', 1, "AND(OR(AND(hello,world),goodbye),moon)"),
+    ("p q|r s", 1, "OR(AND(p,q),AND(r,s))"),
+    ("p|q (r)", 1, "AND(OR(p,q),r)"),
+    ("(p) q|r", 1, "AND(p,OR(q,r))"),
+    ('"p q"|r s', 1, 'OR("p q",AND(r,s))'),
+    ("p|q|r s u", 1, "OR(p,q,AND(r,s,u))"),
+    ("p -q|r", 1, "AND(p,NOT(OR(q,r)))"),
+    ("p|@t:q r", 1, "OR(p,@t:AND(q,r))"),
+    ("1 2|3", 1, "OR(AND(1,2),3)"),
+    ("p %q%|r", 1, "AND(p,OR(FUZZY1(q),r))"),
     ('hello world | "goodbye" moon', 2, "OR(AND(hello,world),AND(goodbye,moon))"),
 ]
 

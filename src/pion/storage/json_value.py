@@ -48,6 +48,11 @@ class JsonValue:
         return dumps(self.root)
 
 
+#: the Python parser's messages as serde_json (RedisJSON's parser) words them
+_SERDE_MESSAGES = {"Expecting property name enclosed in double quotes": "key must be a string",
+                   "Expecting ':' delimiter": "expected `:`"}
+
+
 def loads(text: str | bytes) -> Any:
     """Parse one JSON value (RFC 8259: no NaN/Infinity, nothing after the value)."""
     if isinstance(text, (bytes, bytearray, memoryview)):
@@ -62,7 +67,8 @@ def loads(text: str | bytes) -> Any:
             raise JsonError(f"trailing characters at line {exc.lineno} column {exc.colno}") from None
         if not text.strip():
             raise JsonError(f"EOF while parsing a value at line {exc.lineno} column {exc.colno}") from None
-        raise JsonError(f"expected value at line {exc.lineno} column {exc.colno}") from None
+        what = _SERDE_MESSAGES.get(exc.msg, "expected value")
+        raise JsonError(f"{what} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise JsonError("recursion limit exceeded") from None
     if depth(value) > MAX_DEPTH:

@@ -229,7 +229,10 @@ def _make_reducer(name: str, args: list[str], alias: str | None) -> Reducer:
             raise ReplyError(f"Bad arguments for {name}: Expected an argument, but none provided")
         return args[k][1:] if args[k].startswith("@") else args[k]
 
-    default_alias = f"__generated_alias{name.lower()}" + (prop_arg().lower() if args and name != "COUNT" else "")
+    # RediSearch's name for an unaliased reducer: its name and every argument without `@`, joined with
+    # commas, lower-cased (``__generated_aliasquantileprice,0.5``, ``...first_valuename,by,price,desc``)
+    default_alias = "__generated_alias" + name.lower() + ",".join(a[1:] if a.startswith("@") else a
+                                                                  for a in args).lower()
     if name == "COUNT":
         if args:
             raise ReplyError("Bad arguments for COUNT: Too many arguments")
@@ -317,15 +320,42 @@ class _Progress:
         self.rows: list[dict[str, Any]] = []
 
 
+def check_properties(req: AggregateRequest, schema_names: set[str], produced: set[str]) -> None:
+    """SORTBY or a REDUCE of a property no step provides is RediSearch's error, not rows without it: the
+    properties known at each step are the schema's, LOAD's, the query's own (``produced``: a KNN
+    distance), APPLY's aliases, and after a GROUPBY only its properties and reducers."""
+    if req.loads == ["*"]:
+        return
+    known = set(schema_names) | produced | {"__key", "__score"}
+    for item in req.loads or ():
+        name, _, alias = item.partition("\0")
+        known.add(alias or name)
+    for step in req.steps:
+        if step.kind == "apply":
+            known.add(step.args[1])
+        elif step.kind == "group":
+            props, reducers = step.args
+            for reducer in reducers:
+                if reducer.prop and reducer.prop not in known and not reducer.prop.startswith("$"):
+                    raise ReplyError(f"Property `{reducer.prop}` not present in document or pipeline")
+            known = set(props) | {r.alias for r in reducers}
+        elif step.kind == "sort":
+            for name, _ in step.args[0]:
+                if name not in known and not name.startswith("$"):
+                    raise ReplyError(f"Property `{name}` not loaded nor in schema")
+
+
 def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
-                 schema_names: set[str], budget: Budget = UNLIMITED) -> tuple[list[dict[str, Any]], bool]:
+                 schema_names: set[str], budget: Budget = UNLIMITED,
+                 counts: dict[str, int] | None = None) -> tuple[list[dict[str, Any]], bool]:
     """Apply the steps to the rows (each row carries ``__key``); ``load(row, name)`` fills a field.
+    ``counts["groups"]`` gets the number of rows the last GROUPBY made (FT.AGGREGATE's total then).
 
     Every row a step touches ticks ``budget``. Past it: ``QueryTimeout`` under ON_TIMEOUT FAIL;
     under RETURN the rows the interrupted step had produced so far. Returns (rows, timed_out)."""
     progress = _Progress()
     try:
-        return _run(req, rows, load, schema_names, budget.tick, progress), False
+        return _run(req, rows, load, schema_names, budget.tick, progress, counts), False
     except QueryTimeout:
         if req.on_timeout != "return":
             raise
@@ -333,7 +363,8 @@ def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callab
 
 
 def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
-         schema_names: set[str], tick: Callable[..., None], progress: _Progress) -> list[dict[str, Any]]:
+         schema_names: set[str], tick: Callable[..., None], progress: _Progress,
+         counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
     if req.loads:
         progress.rows = done = []
         for row in rows:
@@ -387,6 +418,8 @@ def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict
                     new[reducer.alias] = reducer.reduce(members)
                 out.append(new)
             rows = out
+            if counts is not None:
+                counts["groups"] = len(rows)
         elif kind == "sort":
             keys, maximum = step.args
             _ensure(rows, [k for k, _ in keys], load, schema_names, tick, progress)

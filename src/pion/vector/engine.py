@@ -46,7 +46,9 @@ CONFIG_DEFAULTS: dict[str, str] = {
     "MIN_PHONETIC_TERM_LEN": "3",
     "DEFAULT_SCORER": "BM25STD",
 }
-NOT_FOUND = "Unknown Index name"
+NOT_FOUND = "Unknown Index name"  # FT.DROPINDEX, FT.TAGVALS
+#: FT.INFO, FT.ALTER and the synonym commands spell it so in RediSearch 2.10
+UNKNOWN_INDEX = "Unknown index name"
 #: names of Pion-owned indexes (semantic cache, agent memory): never listed by FT._LIST and not
 #: creatable by clients, so they cannot collide with or displace a user's index
 INTERNAL_PREFIX = "__pion:"
@@ -159,11 +161,13 @@ class SearchEngine:
                 index = self.indexes.get((db_id, target))
         return index
 
-    def get(self, db: Any, name: str, search_error: bool = False) -> SearchIndex:
+    def get(self, db: Any, name: str, search_error: bool = False, error: str | None = None) -> SearchIndex:
+        """The index (or alias) ``name``; missing: ``name: no such index`` (``search_error``), ``error``,
+        else ``Unknown Index name`` (each command's RediSearch text)."""
         self.catch_up()
         index = self.resolve(db.id, name)
         if index is None:
-            raise not_found(name if search_error else None)
+            raise ReplyError(error) if error else not_found(name if search_error else None)
         return index
 
     def list_names(self, db: Any, include_hidden: bool = False) -> list[str]:
@@ -197,7 +201,7 @@ class SearchEngine:
         return index
 
     def alter(self, db: Any, name: str, argv: list[bytes]) -> None:
-        index = self.get(db, name)
+        index = self.get(db, name, error=UNKNOWN_INDEX)
         specs = schema.parse_alter(index.definition, argv)
         index.add_fields(specs)
         index.definition.history.append(list(argv))
@@ -224,7 +228,7 @@ class SearchEngine:
         return index
 
     def alias_add(self, db: Any, alias: str, name: str, update: bool = False) -> None:
-        index = self.get(db, name)
+        index = self.get(db, name, error=UNKNOWN_INDEX + " (or name is an alias itself)")
         key = (db.id, alias)
         if key in self.indexes:
             raise ReplyError("Alias conflicts with an existing index name")
@@ -257,13 +261,14 @@ class SearchEngine:
             self.scheduler(self.catch_up)
 
     def database_reset(self, db: Any, how: str = "swap") -> None:
-        """FLUSHDB/FLUSHALL drop the database's indexes, as RediSearch does; SWAPDB (new contents
-        under the same indexes) rebuilds them."""
+        """FLUSHDB/FLUSHALL drop the database's indexes and the FT.DICT* dictionaries, as RediSearch
+        does (its flush event clears both); SWAPDB (new contents under the same indexes) rebuilds them."""
         self._dirty.pop(db.id, None)
         indexes = self.in_db(db.id)
         if how == "flush":
             for index in indexes:
                 self.drop(db, index.name)
+            self.dicts.clear()
             return
         for scan in self._scans:
             if scan.index in indexes:

@@ -31,7 +31,7 @@ from pion.protocol.errors import ReplyError
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?)"
     r"|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
-    r"|(?P<prop>@[A-Za-z_][\w.$\[\]*]*)"
+    r"|(?P<prop>@[A-Za-z_](?:[\w.$]|\[[^\]]*\])*)"  # @price*2 is a product; @$.a[*] keeps its brackets
     r"|(?P<name>[A-Za-z_]\w*)"
     r"|(?P<op>&&|\|\||==|!=|<=|>=|[-+*/%^()<>!,]))"
 )
@@ -552,7 +552,7 @@ def _f_parsetime(args, pos):
 def _f_geodistance(args, pos):
     from pion.vector.fields import EARTH_RADIUS_M
 
-    if len(args) not in (2, 4):
+    if len(args) not in (2, 3, 4):
         raise ReplyError("Invalid arguments for function")
 
     def point(values):
@@ -568,14 +568,17 @@ def _f_geodistance(args, pos):
 
     def run(row):
         vals = [a(row) for a in args]
-        lon1, lat1 = point(vals[:1]) if len(vals) == 2 else point(vals[:2])
-        lon2, lat2 = point(vals[1:]) if len(vals) == 2 else point(vals[2:])
+        # two points, each a "lon,lat" text or two numbers: (p, p), (p, lon, lat), (lon, lat, p), (lon, lat, lon, lat)
+        first = 1 if len(vals) == 2 or (len(vals) == 3 and _num(vals[0]) is None) else 2
+        lon1, lat1 = point(vals[:first])
+        lon2, lat2 = point(vals[first:])
         if None in (lon1, lat1, lon2, lat2):
             return None
         la1, la2 = math.radians(lat1), math.radians(lat2)
         u = math.sin((la2 - la1) / 2)
         v = math.sin(math.radians(lon2 - lon1) / 2)
-        return 2.0 * EARTH_RADIUS_M * math.asin(math.sqrt(u * u + math.cos(la1) * math.cos(la2) * v * v))
+        meters = 2.0 * EARTH_RADIUS_M * math.asin(math.sqrt(u * u + math.cos(la1) * math.cos(la2) * v * v))
+        return round(meters * 100) / 100  # RediSearch answers centimetres: 13953.93
     return run
 
 

@@ -6,7 +6,8 @@ per document and still scores BM25 exactly (RediSearch's formulas, in ``scoring`
 
 The text index is shared by all TEXT fields of an index; a posting records the document's
 weighted frequency (RediSearch adds the field weight per occurrence), a bit mask of the fields
-the term appears in, and token positions (field number * 2**20 + offset) for phrases and slop.
+the term appears in, and token positions (field number * 2**20 + offset) for phrases and slop; the
+offset counts the document's non-stop-word tokens across its fields, as RediSearch's does.
 Numeric and geo fields keep doc -> values and build sorted numpy arrays lazily for range scans.
 """
 
@@ -21,6 +22,8 @@ from pion.vector import text
 
 FIELD_SHIFT = 1 << 20
 SYNONYM_PREFIX = "~"
+#: the offset gap between two values of a multi-value (JSON array) TEXT field, RediSearch's MULTI_TEXT_SLOP
+MULTI_TEXT_SLOP = 100
 
 
 class Posting:
@@ -46,14 +49,16 @@ class TextIndex:
         """``fields``: (field number, weight, texts, stem?) for each TEXT field the doc has."""
         terms: dict[str, Posting] = {}
         total = 0
+        position = 0  # the document's offset, as RediSearch's: it runs on across fields (TFIDF's slop)
         for number, weight, texts, do_stem in fields:
             inc = max(1, int(weight))
-            position = 0
-            for value in texts:
+            for n, value in enumerate(texts):
+                if n:
+                    position += MULTI_TEXT_SLOP  # no phrase across two values of a multi-value field
                 for token in text.tokenize(value):
-                    position += 1
-                    if token in stopwords:
+                    if token in stopwords:  # a stop-word takes no position: "king for henry" is "king henry"
                         continue
+                    position += 1
                     where = number * FIELD_SHIFT + position
                     _bump(terms, token, number, inc, where)
                     total += inc
@@ -64,7 +69,6 @@ class TextIndex:
                     if synonyms and token in synonyms:
                         for group in synonyms[token]:
                             _bump(terms, SYNONYM_PREFIX + group, number, inc, where)
-                position += 1  # no phrase across two values of a multi-value field
         if not terms:
             self.doc_len[doc_id] = total
             return

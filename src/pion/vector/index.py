@@ -151,18 +151,23 @@ class SearchIndex:
                 self.empty[name].add(doc_id)
         if text_fields:
             self.text.add(doc_id, text_fields, definition.stopword_set, doc.language, self.synonyms)
+            if vector_done and doc_id in self.text.max_freq:
+                # RediSearch 2.10 counts a document's vector into its highest term frequency (TFIDF's norm)
+                self.text.max_freq[doc_id] += 1
         else:
             self.text.doc_len[doc_id] = 0
+        # a NOINDEX field is kept for SORTBY and LOAD only: no query and no FT.TAGVALS sees it
+        noindex = {f.name for f in definition.fields if f.noindex}
         for name, tags in doc.tags.items():
-            if name in self.tags:
+            if name in self.tags and name not in noindex:
                 self.tags[name].add(doc_id, tags)
                 if name in self.empty and "" in tags:
                     self.empty[name].add(doc_id)
         for name, values in doc.numerics.items():
-            if name in self.numerics:
+            if name in self.numerics and name not in noindex:
                 self.numerics[name].add(doc_id, values)
         for name, points in doc.geos.items():
-            if name in self.geos:
+            if name in self.geos and name not in noindex:
                 self.geos[name].add(doc_id, points)
         for name in doc.missing:
             if name in self.missing:

@@ -10,6 +10,7 @@ distances are recorded in ``extras`` under ``$YIELD_DISTANCE_AS``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 from pion.protocol.errors import ReplyError
 from pion.storage.budget import UNLIMITED, Budget
 from pion.vector import scoring, text
-from pion.vector.fields import SYNONYM_PREFIX
+from pion.vector.fields import FIELD_SHIFT, SYNONYM_PREFIX
 from pion.vector.index import SearchIndex
 from pion.vector.query_parser import Node
 from pion.vector.text import STEM_PREFIX
@@ -26,6 +27,10 @@ from pion.vector.text import STEM_PREFIX
 Hits = dict[int, float]
 #: a node's evaluation counts as this many items of the budget (it reads the clock every node or so)
 EVERY_NODE = 64
+#: nodes that filter without offsets; inside an intersection each still adds its frequency 1 to the
+#: score (RediSearch's non-term results), see ``scoring.filter_score``
+FILTER_KINDS = frozenset(("tag", "numeric", "geo"))
+_LOW = FIELD_SHIFT - 1  # a position's document offset (its high bits are the field number)
 
 
 @dataclass
@@ -44,12 +49,85 @@ class ExecContext:
     expander: str = "DEFAULT"  # DEFAULT: stems and synonyms; SYNONYM: synonyms only
     #: the query's time budget (TIMEOUT): every loop below ticks it, past it ``QueryTimeout``
     budget: Budget = UNLIMITED
+    slops: dict[int, int] = field(default_factory=dict)  # TFIDF's distance penalty per document, where not 1
 
 
 def evaluate(node: Node, ctx: ExecContext) -> Hits:
     """Matching documents; a query of stop-words only matches nothing, as in RediSearch."""
     hits = _eval(node, ctx, ctx.infields)
+    if hits and ctx.scorer in ("TFIDF", "TFIDF.DOCNORM", "BM25"):
+        root, fields = node, ctx.infields
+        while root.kind == "fields":  # @f:(a b)
+            fields = _restrict(ctx, root.fields, root)
+            root = root.children[0]
+        if root.kind == "and":
+            ctx.slops = _term_distances(root, ctx, hits, fields)
     return {} if hits is None else hits
+
+
+def _offset_lists(node: Node, ctx: ExecContext, fields: list[str] | None) -> list[tuple[dict, int | None]]:
+    """The posting lists whose offsets a query node's result carries (empty: a node without offsets,
+    such as a tag or a number), each with the field mask its offsets are read under."""
+    if node.kind == "fields":
+        return _offset_lists(node.children[0], ctx, _restrict(ctx, node.fields, node))
+    if node.kind == "term":
+        if _is_stopword(ctx, node.value):
+            return []
+        mask = _field_mask(ctx, fields)
+        return [(pl, mask) for pl in _postings(ctx, node.value, not node.attrs.get("exact"), fields)]
+    if node.kind in ("or", "and"):
+        return [item for child in node.children if child.kind != "opt" for item in _offset_lists(child, ctx, fields)]
+    if node.kind == "phrase":
+        mask = _field_mask(ctx, fields)
+        postings = ctx.index.text.postings
+        return [(postings[w], mask) for w in node.value if w in postings and not _is_stopword(ctx, w)]
+    return []
+
+
+def _term_distances(node: Node, ctx: ExecContext, hits: Hits, fields: list[str] | None) -> dict[int, int]:
+    """TFIDF's distance penalty, as RediSearch's ``IndexResult_MinOffsetDelta`` of the root
+    intersection: its children in the intersect iterator's order (fewest documents first), and for
+    each two consecutive children with offsets (text terms) the least distance between their
+    offsets; the penalty is the integer square root of the squares' sum, or (no pair) the number of
+    children less one. Only documents whose penalty is not 1 are returned."""
+    children = [c for c in node.children if c.kind != "opt"]
+    if len(children) < 2:
+        return {}
+    with_offsets = []
+    for order, child in enumerate(children):
+        lists = _offset_lists(child, ctx, fields)
+        if lists:
+            with_offsets.append((sum(len(pl) for pl, _ in lists), order, lists))
+    with_offsets.sort(key=lambda item: (item[0], item[1]))
+    low = _LOW
+    out: dict[int, int] = {}
+    for doc in hits:
+        offsets = []
+        for _, _, lists in with_offsets:
+            found = sorted({p & low for pl, mask in lists if doc in pl for p in pl[doc].positions
+                            if mask is None or (1 << (p >> 20)) & mask})
+            if found:
+                offsets.append(found)
+        dist = 0
+        for a, b in zip(offsets, offsets[1:], strict=False):
+            dist += _least_distance(a, b) ** 2
+        slop = math.isqrt(dist) if dist else len(children) - 1
+        if slop != 1:
+            out[doc] = max(slop, 1)
+    return out
+
+
+def _least_distance(a: list[int], b: list[int]) -> int:
+    """The walk of RediSearch's MinOffsetDelta over two sorted offset lists (stops at distance 1)."""
+    i = j = 0
+    best = abs(b[0] - a[0])
+    while best > 1 and i < len(a) and j < len(b):
+        best = min(best, abs(b[j] - a[i]))
+        if b[j] > a[i]:
+            i += 1
+        else:
+            j += 1
+    return best
 
 
 def _is_stopword(ctx: ExecContext, word: str) -> bool:
@@ -77,6 +155,10 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
                 continue
             seen = True
             ctx.budget.tick(len(hits))
+            if ctx.scorer == "DISMAX":  # DISMAX: a union scores its best child
+                for doc, score in hits.items():
+                    out[doc] = max(out.get(doc, 0.0), score * weight)
+                continue
             for doc, score in hits.items():
                 out[doc] = out.get(doc, 0.0) + score * weight
         return out if seen else None
@@ -135,6 +217,11 @@ def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) 
                 return {}
         if ctx.slop is not None or ctx.inorder:
             base = _proximity(ctx, [c for c in required if c.kind == "term"], fields, base)
+        filters = sum(1 for c in required if c.kind in FILTER_KINDS)
+        if filters:
+            extra = filters * scoring.filter_score(ctx.scorer, ctx.index.avg_doc_len)
+            if extra:
+                base = {doc: score + extra for doc, score in base.items()}
     for child in optional:
         inner = _eval(child.children[0], ctx, fields) or {}
         w = float(child.attrs.get("weight", 1.0))
@@ -160,7 +247,7 @@ def _proximity(ctx: ExecContext, terms: list[Node], fields: list[str] | None, ba
         tick()
         positions = []
         for plists in lists:
-            pos = sorted({p for plist in plists if doc in plist for p in plist[doc].positions
+            pos = sorted({p & _LOW for plist in plists if doc in plist for p in plist[doc].positions
                           if mask is None or (1 << (p >> 20)) & mask})
             positions.append(pos)
         if all(positions) and _within(positions, slop, ctx.inorder):
@@ -218,6 +305,7 @@ def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, 
     doc_len = index.text.doc_len
     out: Hits = {}
     tick = ctx.budget.tick
+    dismax = ctx.scorer == "DISMAX"
     for plist in _postings(ctx, word, expand, fields):
         tick(len(plist) >> 3)
         matching = [(d, p) for d, p in plist.items() if mask is None or p.mask & mask]
@@ -225,7 +313,10 @@ def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, 
         for doc, posting in matching:
             tick()
             contribution = scoring.term_score(ctx.scorer, posting.freq, weight, total, n, doc_len.get(doc, 0), avg)
-            out[doc] = out.get(doc, 0.0) + contribution
+            if dismax:  # the word and its expansions are a union: DISMAX takes the best
+                out[doc] = max(out.get(doc, 0.0), contribution)
+            else:
+                out[doc] = out.get(doc, 0.0) + contribution
     return out
 
 
@@ -251,20 +342,22 @@ def _phrase(node: Node, ctx: ExecContext, fields: list[str] | None, weight: floa
     tick = ctx.budget.tick
     for doc in candidates:
         tick()
-        positions = [[p for p in plist[doc].positions if mask is None or (1 << (p >> 20)) & mask] for plist in per_word]
+        positions = [sorted(p & _LOW for p in plist[doc].positions if mask is None or (1 << (p >> 20)) & mask)
+                     for plist in per_word]
         if _within(positions, slop, inorder):
             out[doc] = sum(s.get(doc, 0.0) for s in scores) * weight
     return out
 
 
 def _within(positions: list[list[int]], slop: int, inorder: bool) -> bool:
-    """Some choice of one position per word spans at most len+slop (in order if asked)."""
+    """Some choice of one offset per word spans at most len+slop (in order if asked). Offsets run on
+    across a document's fields, so, as in RediSearch, words in two fields can be near each other."""
     if inorder:
         def search(i: int, prev: int, first: int) -> bool:
             if i == len(positions):
                 return True
             for pos in positions[i]:
-                if pos > prev and (pos - first) - i <= slop and (pos >> 20) == (first >> 20):
+                if pos > prev and (pos - first) - i <= slop:
                     if search(i + 1, pos, first):
                         return True
             return False
@@ -281,7 +374,7 @@ def _within(positions: list[list[int]], slop: int, inorder: bool) -> bool:
         counts[word] += 1
         while have == need:
             span = merged[right][0] - merged[left][0]
-            if span - (need - 1) <= slop and (merged[right][0] >> 20) == (merged[left][0] >> 20):
+            if span - (need - 1) <= slop:
                 return True
             lw = merged[left][1]
             counts[lw] -= 1

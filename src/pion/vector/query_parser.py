@@ -74,8 +74,13 @@ def parse_query(text: str, dialect: int = 2, params: dict[str, bytes] | None = N
 
 
 def _split_knn(text: str) -> tuple[str, str | None, int]:
-    """Split ``filter=>[KNN ...]...`` at the top-level arrow that opens a vector clause."""
-    depth = 0
+    """Split ``filter=>[KNN ...]...`` at the top-level arrow that opens a vector clause.
+
+    Inside a numeric range ``[...]`` or a tag set ``{...}`` only its own closer counts: the ``(`` of
+    an exclusive bound (``@price:[(10 +inf]``, what RedisVL's and LangChain's ``Num(f) > x`` send)
+    opens no group."""
+    opened: list[str] = []
+    closer = {"(": ")", "[": "]", "{": "}"}
     quote = None
     i = 0
     while i < len(text):
@@ -91,11 +96,15 @@ def _split_knn(text: str) -> tuple[str, str | None, int]:
             continue
         elif ch in "\"":
             quote = ch
+        elif opened and opened[-1] in "[{":
+            if ch == closer[opened[-1]]:
+                opened.pop()
         elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif text.startswith("=>", i) and depth == 0:
+            opened.append(ch)
+        elif ch == ")":
+            if opened:
+                opened.pop()
+        elif text.startswith("=>", i) and not opened:
             j = i + 2
             while j < len(text) and text[j].isspace():
                 j += 1
@@ -193,22 +202,38 @@ class _Parser:
                 children.append(Node(kind, children=[self.d1_intersect_inner()]))
                 self.depth -= 1
                 break
-            children.append(self.d1_union())
+            node, terms = self.d1_union()
+            if terms:  # a run of words with no `|` after it: its words are the intersection's own
+                children.extend(node.children if node.kind == "and" else [node])
+            else:
+                children.append(node)
         if not children:
             raise self.error()
         return children[0] if len(children) == 1 else Node("and", children=children)
 
     d1_intersect_inner = d1_intersect
 
-    def d1_union(self) -> Node:
-        first = self.attributes(self.atom(self.d1_intersect_inner))
+    def d1_union(self) -> tuple[Node, bool]:
+        """``a | b | ...`` of DIALECT 1 (RediSearch 2.10 checked with FT.EXPLAIN): `|` binds tighter
+        than juxtaposition, except that a run of plain words is one operand (``p q|r s`` is
+        ``(p q) | (r s)``, ``p|q (r)`` is ``(p|q) (r)``). Returns the node and whether it is such a
+        run alone (no `|`)."""
+        first, terms = self.d1_operand()
         if not self.at("OR"):
-            return first
+            return first, terms
         children = [first]
         while self.at("OR"):
             self.advance()
-            children.append(self.attributes(self.atom(self.d1_intersect_inner)))
-        return Node("or", children=children)
+            children.append(self.d1_operand()[0])
+        return Node("or", children=children), False
+
+    def d1_operand(self) -> tuple[Node, bool]:
+        if not self.at("TERM", "NUMBER"):
+            return self.attributes(self.atom(self.d1_intersect_inner)), False
+        words = [self.attributes(self.atom(self.d1_intersect_inner))]
+        while self.at("TERM", "NUMBER"):
+            words.append(self.attributes(self.atom(self.d1_intersect_inner)))
+        return (words[0] if len(words) == 1 else Node("and", children=words)), True
 
     # -- atoms -----------------------------------------------------------------------------------
 

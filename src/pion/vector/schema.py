@@ -74,7 +74,7 @@ class FieldSpec:
             out.append("CASESENSITIVE")
         if self.sortable:
             out.append("SORTABLE")
-        if self.unf:
+        if self.unf or (self.sortable and self.type == "NUMERIC"):  # a number is never normalised
             out.append("UNF")
         if self.nostem:
             out.append("NOSTEM")

@@ -54,6 +54,17 @@ def term_score(scorer: str, freq: float, weight: float, total_docs: int, term_do
     return 0.0
 
 
+def filter_score(scorer: str, avg_len: float) -> float:
+    """What a tag, numeric or geo child of an intersection adds (a result of frequency 1 and no term):
+    its frequency under TFIDF and DISMAX, BM25's saturation of it without an IDF. BM25STD scores
+    terms only."""
+    if scorer in ("TFIDF", "TFIDF.DOCNORM", "DISMAX"):
+        return 1.0
+    if scorer == "BM25":
+        return 1.0 / (1.0 + 1.2 * (0.5 + 0.5 * avg_len))
+    return 0.0
+
+
 def finish(scorer: str, raw: float, doc_score: float, max_freq: int, doc_len: int) -> float:
     if scorer == "DOCSCORE":
         return doc_score

@@ -389,6 +389,7 @@ def _scores(plan_: SearchPlan, hits: dict[int, float], out: dict[int, float]) ->
     avg = index.avg_doc_len
     scores = index.doc_scores
     tick = plan_.budget.tick
+    slops = plan_.ctx.slops
     for doc, raw in hits.items():
         tick()
         if doc not in docs:
@@ -399,7 +400,7 @@ def _scores(plan_: SearchPlan, hits: dict[int, float], out: dict[int, float]) ->
         if wildcard:
             out[doc] = scoring.wildcard_score(scorer, doc_score, doc_len, avg, max_freq)
         else:
-            out[doc] = scoring.finish(scorer, raw, doc_score, max_freq, doc_len)
+            out[doc] = scoring.finish(scorer, raw, doc_score, max_freq, doc_len) / slops.get(doc, 1)
     return out
 
 

@@ -124,10 +124,9 @@ def json_mset(ctx: Ctx, argv: list[bytes]):
         if not path.is_root:
             js.compile_path(path)
         triples.append((key, path, js.parse_json(argv[i + 2])))
-    all_set = True
     for key, path, value in triples:
-        all_set = bool(_set_one(ctx, key, path, value, False, False)) and all_set
-    return OK if all_set else None
+        _set_one(ctx, key, path, value, False, False)
+    return OK  # RedisJSON answers OK even where a path matched nothing
 
 
 def _merge(target: Any, patch: Any) -> Any:
@@ -419,7 +418,7 @@ def json_toggle(ctx: Ctx, argv: list[bytes]):
         js.changed(ctx, key, doc, "json.toggle")
     if path.is_legacy:
         if last is None:
-            raise js.no_path_or("not a bool")
+            raise js.no_path_or("not a bool", path)
         return ("true" if last else "false").encode()
     return results
 
@@ -449,7 +448,7 @@ def _num_op(ctx: Ctx, argv: list[bytes], name: str, mult: bool):
         return results
     if path.is_legacy:
         if not any_changed:
-            raise js.no_path_or("does not contains a number")
+            raise js.no_path_or("does not contains a number", path)
         last = [r for r in results if r is not None][-1]
         return format_number(last).encode()
     return dumps(results).encode()

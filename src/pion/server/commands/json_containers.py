@@ -4,6 +4,7 @@ first-match-or-error rule for legacy paths (see ``json_cmds``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pion.protocol import errors
@@ -37,7 +38,7 @@ def _lookup(ctx: Ctx, argv: list[bytes], name: str, missing: ReplyError | None =
 
 
 def _mutate_arrays(ctx: Ctx, key: bytes, path: Path, event: str, fn, what: str = "not an array",
-                   adding: list[Any] | None = None):
+                   adding: list[Any] | None = None, as_given: bool = False):
     """Apply ``fn(array) -> reply`` to every array match (deepest first, replies in match order);
     ``adding``: the values ``fn`` puts into the arrays, checked against the nesting limit first."""
     doc = js.need_doc(ctx, key)
@@ -54,7 +55,7 @@ def _mutate_arrays(ctx: Ctx, key: bytes, path: Path, event: str, fn, what: str =
         js.changed(ctx, key, doc, event)
     if path.is_legacy:
         if not arrays:
-            raise js.no_path_or(what)
+            raise js.no_path_or(what, path, as_given)
         return results[max(arrays.values())]  # RedisJSON answers for the last match
     return results
 
@@ -87,7 +88,7 @@ def json_strappend(ctx: Ctx, argv: list[bytes]):
         js.changed(ctx, key, doc, "json.strappend")
     if path.is_legacy:
         if not changed:
-            raise js.no_path_or("not a string")
+            raise js.no_path_or("not a string", path)
         return [r for r in results if r is not None][-1]
     return results
 
@@ -95,10 +96,10 @@ def json_strappend(ctx: Ctx, argv: list[bytes]):
 @command("JSON.STRLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_strlen(ctx: Ctx, argv: list[bytes]):
     """JSON.STRLEN key [path]"""
-    return _measure(ctx, argv, "json.strlen", str, lambda v: len(v.encode()), js.wrong_json_type("string"))
+    return _measure(ctx, argv, "json.strlen", str, lambda v: len(v.encode()), lambda v, p: js.wrong_json_type("string", v))
 
 
-def _measure(ctx: Ctx, argv: list[bytes], name: str, kind: type, measure, wrong: ReplyError,
+def _measure(ctx: Ctx, argv: list[bytes], name: str, kind: type, measure, wrong: Callable[[Any, Path], ReplyError],
              missing: ReplyError | None = None, legacy_missing_is_nil: bool = False):
     """The shape every JSON.*LEN / OBJKEYS reply has: per match ``measure(value)`` or nil for a
     value of another kind; a legacy path (``.a``) answers for its first match, refusing another
@@ -112,7 +113,7 @@ def _measure(ctx: Ctx, argv: list[bytes], name: str, kind: type, measure, wrong:
                 return None
             raise ReplyError(js.NO_PATH)
         if not isinstance(found[0], kind):
-            raise wrong
+            raise wrong(found[0], path)
         return measure(found[0])
     return [measure(v) if isinstance(v, kind) else None for v in found]
 
@@ -130,7 +131,7 @@ def json_arrappend(ctx: Ctx, argv: list[bytes]):
         array.extend(_fresh(values))
         return len(array)
 
-    return _mutate_arrays(ctx, argv[1], path, "json.arrappend", append, adding=values)
+    return _mutate_arrays(ctx, argv[1], path, "json.arrappend", append, adding=values, as_given=True)
 
 
 def _fresh(values: list[Any]) -> list[Any]:
@@ -157,7 +158,7 @@ def json_arrinsert(ctx: Ctx, argv: list[bytes]):
 @command("JSON.ARRLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_arrlen(ctx: Ctx, argv: list[bytes]):
     """JSON.ARRLEN key [path]"""
-    return _measure(ctx, argv, "json.arrlen", list, len, js.no_path_or("not an array"))
+    return _measure(ctx, argv, "json.arrlen", list, len, lambda v, p: js.no_path_or("not an array", p, as_given=True))
 
 
 @command("JSON.ARRPOP", -2, "write", keys=(1, 1, 1), categories=f"@write {_CATS} @slow", group="json", since="1.0.0")
@@ -219,7 +220,7 @@ def json_arrindex(ctx: Ctx, argv: list[bytes]):
         if not found:
             raise ReplyError(js.NO_PATH)
         if not isinstance(found[0], list):
-            raise js.wrong_json_type("array")
+            raise js.wrong_json_type("array", found[0])
         return _index_of(found[0], needle, start, stop)
     return [_index_of(v, needle, start, stop) if isinstance(v, list) else None for v in found]
 
@@ -248,11 +249,11 @@ def _same(a: Any, b: Any) -> bool:
 def json_objkeys(ctx: Ctx, argv: list[bytes]):
     """JSON.OBJKEYS key [path]"""
     return _measure(ctx, argv, "json.objkeys", dict, lambda v: [k.encode() for k in v],
-                    js.no_path_or("not an object"), legacy_missing_is_nil=True)
+                    lambda v, p: js.no_path_or("not an object", p), legacy_missing_is_nil=True)
 
 
 @command("JSON.OBJLEN", -2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow", group="json", since="1.0.0")
 def json_objlen(ctx: Ctx, argv: list[bytes]):
     """JSON.OBJLEN key [path]"""
-    return _measure(ctx, argv, "json.objlen", dict, len, js.wrong_json_type("object"),
+    return _measure(ctx, argv, "json.objlen", dict, len, lambda v, p: js.wrong_json_type("object", v),
                     js.no_path_or("not an object"), legacy_missing_is_nil=True)

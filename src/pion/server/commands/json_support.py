@@ -24,12 +24,21 @@ def check_nesting(levels_above: int, value: Any) -> None:
         raise ReplyError(TOO_DEEP)
 
 
-def no_path_or(what: str) -> ReplyError:
-    return ReplyError(f"ERR Path does not exist or {what}")
+def no_path_or(what: str, path: Path | None = None, as_given: bool = False) -> ReplyError:
+    """A legacy path that matched nothing of the kind: RedisJSON names the path in its JSONPath form,
+    or (JSON.ARRAPPEND, JSON.ARRLEN) as given."""
+    where = "Path" if path is None else f"Path '{path.original if as_given else path.text}'"
+    return ReplyError(f"ERR {where} does not exist or {what}")
 
 
-def wrong_json_type(expected: str) -> ReplyError:
-    return ReplyError(f"WRONGTYPE wrong type of path value - expected {expected}")
+_TYPE_NAMES = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+               dict: "object"}
+
+
+def wrong_json_type(expected: str, found: Any = ...) -> ReplyError:
+    """``... - expected string but found integer`` (the found kind when there is a value)."""
+    tail = "" if found is ... else f" but found {_TYPE_NAMES.get(type(found), 'unknown')}"
+    return ReplyError(f"WRONGTYPE wrong type of path value - expected {expected}{tail}")
 
 
 def get_doc(ctx: Ctx, key: bytes) -> JsonValue | None:

@@ -20,7 +20,7 @@ from pion.protocol.resp import OK, SetReply
 from pion.server.component import Component
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.vector.engine import SearchEngine
+from pion.vector.engine import UNKNOWN_INDEX, SearchEngine
 from pion.vector.index import SearchIndex
 
 _CATS = "@search"
@@ -249,7 +249,7 @@ def _ratio(a: float, b: float) -> float:
 def ft_info(ctx: Ctx, argv: list[bytes]):
     """FT.INFO index"""
     eng = engine(ctx)
-    index = eng.get(ctx.db, _name(argv[1]))
+    index = eng.get(ctx.db, _name(argv[1]), error=UNKNOWN_INDEX)
     resp3 = ctx.client.proto >= 3
     definition = index.definition
     options = [opt.encode() for opt in ("NOFREQS", "NOFIELDS", "NOOFFSETS", "NOHL") if opt in definition.options]
@@ -273,15 +273,15 @@ def ft_info(ctx: Ctx, argv: list[bytes]):
     vector_bytes = index.vector_bytes()
     total_bytes = index.memory_bytes()
     percent = percent_indexed(index)
-    # a flat [key, value, ...] array in both protocols: langchain-redis (RESP3 by default) reads it
-    # with list.index("prefixes"), and RedisVL reads it positionally or as pairs
+    # a map in RESP3 and a flat [key, value, ...] array in RESP2, as RediSearch answers (langchain-redis's
+    # RedisChatMessageHistory reads it with list.index("prefixes") and so fails on RESP3, on Redis Stack alike)
     flat_def: list[Any] = []
     for key, value in index_def.items():
         flat_def += [key, value]
     reply: dict[bytes, Any] = {
         b"index_name": index.name.encode(),
         b"index_options": options,
-        b"index_definition": flat_def,
+        b"index_definition": index_def if resp3 else flat_def,
         b"attributes": [_attribute(index, spec, resp3) for spec in definition.fields],
         b"num_docs": docs,
         b"max_doc_id": index.next_doc - 1,

@@ -40,18 +40,39 @@ def _loader(ctx: Ctx, index, dialect: int):
         if name == "*":
             if value.__class__ is HashValue:
                 for f, v in value.fields.items():
-                    row.setdefault(f.decode("utf-8", "replace"), bytes(v).decode("utf-8", "replace"))
+                    row.setdefault(f.decode("utf-8", "replace"), _text(bytes(v)))
             elif value.__class__ is JsonValue:
                 row.setdefault("$", value.dumps())
             return None
         raw = field_value(index, value, name, dialect)
-        return None if raw is None else raw.decode("utf-8", "replace")
+        return None if raw is None else _text(raw)
     return load
 
 
-def _rows(plan, knn_result, addscores: bool) -> list[dict[str, Any]]:
+def _yielded(query) -> set[str]:
+    """The properties the query itself adds to rows: the KNN and vector-range distance aliases."""
+    out = {query.knn.alias} if query.knn is not None and query.knn.alias else set()
+    stack = [query.root]
+    while stack:
+        node = stack.pop()
+        alias = node.attrs.get("yield_distance_as")
+        if alias:
+            out.add(alias)
+        stack.extend(node.children)
+    return out
+
+
+def _text(raw: bytes) -> str | bytes:
+    """A loaded value as text for the pipeline's functions; bytes that are not UTF-8 (a vector blob)
+    stay bytes, so the reply carries them intact as FT.SEARCH does."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+def _rows(plan, knn_result, addscores: bool) -> tuple[int, list[dict[str, Any]]]:
     total, page = search.finish(plan, knn_result)
-    del total
     out = []
     for row in page:
         item: dict[str, Any] = {"\0key": row.key}
@@ -59,7 +80,7 @@ def _rows(plan, knn_result, addscores: bool) -> list[dict[str, Any]]:
         if addscores:
             item["__score"] = float(row.score)
         out.append(item)
-    return out
+    return total, out
 
 
 def _render_rows(ctx: Ctx, rows: list[dict[str, Any]]) -> list[Any]:
@@ -90,12 +111,16 @@ def _reply(ctx: Ctx, total: int, rows: list[dict[str, Any]], cursor_id: int | No
 
 
 def _complete(ctx: Ctx, index, req, plan, knn_result) -> Any:
-    rows = _rows(plan, knn_result, req.addscores)
+    # total_results as RediSearch counts it for a pipeline that reads every row: the documents the query
+    # matched, or after a GROUPBY the groups it made, before any later FILTER and LIMIT
+    total, rows = _rows(plan, knn_result, req.addscores)
     names = {spec.name for spec in index.definition.fields}
     timed_out = plan.timed_out
+    counts: dict[str, int] = {}
     if not timed_out:
-        rows, timed_out = aggregate.run_pipeline(req, rows, _loader(ctx, index, req.dialect), names, plan.budget)
-    total = len(rows)
+        rows, timed_out = aggregate.run_pipeline(req, rows, _loader(ctx, index, req.dialect), names, plan.budget,
+                                                 counts)
+    total = counts.get("groups", total)
     if req.cursor:
         cursors = engine(ctx).cursors
         cursor = cursors.open(index, rows, req.cursor_count, req.cursor_maxidle, total)
@@ -114,6 +139,7 @@ def ft_aggregate(ctx: Ctx, argv: list[bytes]):
     req = aggregate.parse_aggregate(argv, default_dialect(ctx))
     budget = query_budget(ctx, req)
     plan = search.plan(index, req.search_request(), budget=budget)
+    aggregate.check_properties(req, {spec.name for spec in index.definition.fields}, _yielded(plan.query))
     if plan.job is None or plan.timed_out:
         return _complete(ctx, index, req, plan, None)
     if deferred.can_defer(ctx) and _heavy(index, plan.query.knn):
@@ -138,7 +164,7 @@ def ft_cursor(ctx: Ctx, argv: list[bytes]):
     if len(argv) < 4:
         raise ReplyError("ERR wrong number of arguments for 'ft.cursor' command")
     eng = engine(ctx)
-    index = eng.get(ctx.db, argv[2].decode("utf-8", "replace"))
+    index = eng.get(ctx.db, argv[2].decode("utf-8", "replace"), error="Cursor not found")
     try:
         cid = int(argv[3])
     except ValueError:

@@ -24,6 +24,7 @@ from pion.server.registry import command
 from pion.storage.hash_value import HashValue
 from pion.storage.json_value import JsonValue
 from pion.vector import text
+from pion.vector.engine import UNKNOWN_INDEX
 
 _CATS = "@search"
 
@@ -123,7 +124,7 @@ def ft_dictdump(ctx: Ctx, argv: list[bytes]):
 def ft_synupdate(ctx: Ctx, argv: list[bytes]):
     """FT.SYNUPDATE index group [SKIPINITIALSCAN] term [term ...]"""
     eng = engine(ctx)
-    index = eng.get(ctx.db, _s(argv[1]))
+    index = eng.get(ctx.db, _s(argv[1]), error=UNKNOWN_INDEX)
     rest = argv[3:]
     skip = bool(rest) and rest[0].upper() == b"SKIPINITIALSCAN"
     if skip:
@@ -141,7 +142,7 @@ def ft_synupdate(ctx: Ctx, argv: list[bytes]):
 @command("FT.SYNDUMP", 2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.2.0")
 def ft_syndump(ctx: Ctx, argv: list[bytes]):
     """FT.SYNDUMP index"""
-    index = engine(ctx).get(ctx.db, _s(argv[1]))
+    index = engine(ctx).get(ctx.db, _s(argv[1]), error=UNKNOWN_INDEX)
     groups = index.synonym_groups()
     if ctx.client.proto >= 3:
         return {term.encode(): [g.encode() for g in ids] for term, ids in groups.items()}
@@ -242,6 +243,22 @@ def ft_mget(ctx: Ctx, argv: list[bytes]):
     """FT.MGET index doc [doc ...] (deprecated)"""
     engine(ctx).get(ctx.db, _s(argv[1]))
     return [_document(ctx, key) for key in argv[2:]]
+
+
+@command("FT.DEL", -3, "write", keys=(2, 2, 1), categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+def ft_del(ctx: Ctx, argv: list[bytes]):
+    """FT.DEL index doc [DD] (deprecated): deletes the document's key when the index holds it; 1 if
+    deleted, else 0. Since RediSearch 2.0 the document is the key, and RediSearch 2.10 ignores the
+    optional argument whatever it is (DD or not), so Pion does too."""
+    if len(argv) > 4:
+        raise ReplyError(errors.wrong_arity("ft.del"))
+    index = engine(ctx).get(ctx.db, _s(argv[1]))
+    key = argv[2]
+    if key not in index.key_to_doc or not ctx.db.delete(key):
+        return 0
+    ctx.dirty()
+    ctx.notify("g", "del", key)
+    return 1
 
 
 # -- FT.PROFILE -----------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def _num(value: float) -> str:
 
 def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     eng = engine(ctx)
-    eng.get(ctx.db, argv[1].decode("utf-8", "replace"))
+    eng.get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
     req = search.parse_search(argv, default_dialect(ctx))  # FT.SEARCH's options are accepted
     query = parse_query(req.query, req.dialect, req.params)
     lines = explain_lines(query.root)

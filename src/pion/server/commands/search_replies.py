@@ -68,16 +68,31 @@ def field_value(index: SearchIndex, value: Any, name: str, dialect: int) -> byte
 
 
 def row_fields(index: SearchIndex, value: Any, extras: dict[str, Any], returns: list[tuple[str, str]] | None,
-               dialect: int) -> list[tuple[bytes, Any]]:
+               dialect: int, sortby: str | None = None) -> list[tuple[bytes, Any]]:
+    """A result's fields. As RediSearch builds the row, the SORTBY property comes first: before the
+    hash's fields or the JSON's ``$`` (where RETURN is not given), before the other RETURN names."""
     out: list[tuple[bytes, Any]] = []
     if returns is None:
+        skip = None
+        if sortby is not None:
+            if sortby in extras:
+                out.append((sortby.encode(), _extra_text(extras[sortby])))
+            else:
+                found = field_value(index, value, sortby, dialect)
+                if found is not None:
+                    out.append((sortby.encode(), found))
+                    spec = index.definition.field(sortby)
+                    skip = (spec.identifier if spec is not None else sortby).encode()
         if value.__class__ is HashValue:
-            out.extend((bytes(f), bytes(v)) for f, v in value.fields.items())
+            out.extend((bytes(f), bytes(v)) for f, v in value.fields.items() if f != skip)
         elif value.__class__ is JsonValue:
             out.append((b"$", value.dumps().encode()))
         for name, extra in extras.items():
-            out.append((name.encode(), _extra_text(extra)))
+            if name != sortby:
+                out.append((name.encode(), _extra_text(extra)))
         return out
+    if sortby is not None and any(name == sortby for name, _ in returns[1:]):
+        returns = sorted(returns, key=lambda item: item[0] != sortby)  # stable: the rest keep their order
     for name, alias in returns:
         if name in extras:
             out.append((alias.encode(), _extra_text(extras[name])))
@@ -159,7 +174,7 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
         if not req.nocontent:
             if value is None:
                 continue
-            fields = row_fields(index, value, row.extras, req.returns, req.dialect)
+            fields = row_fields(index, value, row.extras, req.returns, req.dialect, req.sortby)
         elif value is None:
             continue
         entries.append((row, fields, _payload(index, value) if req.withpayloads else None))

@@ -1,0 +1,77 @@
+"""Where Pion answers differently from Redis Stack (RediSearch 2.10.5, RedisJSON 2.8.3), in one place.
+
+Each entry names the case of ``stack_diff.py``, the command it applies to (its first arguments), the
+protocols, whether it is ``intentional`` (Pion answers so on purpose) or ``open`` (a known gap, not yet
+closed), and why. ``test_stack_diff.py`` skips a listed difference with its reason and fails on an
+unlisted one, and fails too when a listed one no longer differs (the list stays true).
+docs/compat-differences.md is this list for people.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Difference:
+    case: str
+    prefix: tuple[str, ...]  # the command's first arguments, compared case-insensitively
+    protocols: tuple[int, ...]
+    kind: str  # "intentional" or "open"
+    reason: str
+    whole: bool = False  # ``prefix`` is the whole command, not its start
+
+
+BOTH = (2, 3)
+
+_DEFAULT_SCORER = ("Pion's default scorer is BM25STD, Redis 8's default; RediSearch 2.10 defaults to TFIDF "
+                   "(SCORER TFIDF gives RediSearch 2.10's scores on Pion)")
+_UNION_EXPANSIONS = ("a term under a union inside an intersection: RediSearch's union iterator reported only the "
+                     "first matching expansion of `apple` (not its stem `+appl`) for one document, so its score "
+                     "differs; Pion scores every expansion, as the documented formula does (the distance penalty "
+                     "agrees)")
+_STREAMING_TOTAL = ("FT.AGGREGATE total_results of a pipeline without SORTBY or GROUPBY: RediSearch counts the rows "
+                    "its iterator had read when the reply was built (here 1 for 2 rows); Pion counts every match")
+_JSON_PARSE = ("JSON.SET with malformed JSON: Pion's parser is Python's, its messages are serde_json's for the "
+               "common cases only (key must be a string, expected `:`, trailing characters); other texts and "
+               "columns differ, and RedisJSON accepts trailing text after an array (`[1]x` -> OK)")
+_JSONPATH_ERRORS = ("JSONPath syntax errors: RedisJSON quotes the path with a `<<<<----` marker and lists the "
+                    "expected tokens; Pion names the position and what it expected")
+
+DIFFERENCES: list[Difference] = [
+    Difference("search_scores", ("FT.SEARCH", "idx", "apple", "WITHSCORES", "NOCONTENT"), BOTH, "intentional",
+               _DEFAULT_SCORER, whole=True),
+    *[Difference("tfidf_text_only", ("FT.SEARCH", "t", "(red|sweet) apple", "WITHSCORES", "NOCONTENT", "SCORER", s),
+                 BOTH, "intentional", _UNION_EXPANSIONS, whole=True) for s in ("TFIDF", "TFIDF.DOCNORM", "BM25")],
+    Difference("aggregate", ("FT.AGGREGATE", "idx", "@tags:{red}", "LOAD", "1", "@v"), BOTH, "intentional",
+               _STREAMING_TOTAL),
+    Difference("info_explain", ("FT.EXPLAIN",), BOTH, "open",
+               "FT.EXPLAIN's text: RediSearch shows each word's expansions (`@name:UNION {apple, +appl(expanded), "
+               "appl(expanded)}`) and numbers as %f (`1.000000`); Pion prints the parsed tree without expansions"),
+    Difference("info_definition", ("FT.INFO",), BOTH, "intentional",
+               "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
+    Difference("json_objects_strings_numbers", ("JSON.DEBUG", "MEMORY"), BOTH, "intentional",
+               "JSON.DEBUG MEMORY reports the size of Pion's own representation (Python objects), not RedisJSON's"),
+    *[Difference("json_bad_input", ("JSON.SET", "k", "$", text), BOTH, "open", _JSON_PARSE, whole=True)
+      for text in ('{"a":1,}', "[1,]", "[1 2]", '"abc', "", "  ", "nan", "[1]x", '{"a":1', "01", "1.", "-", "tru",
+                   '"\\x"', "[" * 200 + "]" * 200)],
+    Difference("json_bad_input", ("JSON.GET", "k"), BOTH, "open", _JSONPATH_ERRORS),
+    Difference("json_bad_input", ("JSON.NUMINCRBY", "k", "$", "1e400"), BOTH, "open",
+               "JSON.NUMINCRBY by 1e400: RedisJSON refuses the number while parsing it (`number out of range at line "
+               "1 column 5`); Pion parses it as infinity and refuses the result (`result is not a number`)"),
+]
+
+
+def _text(x: object) -> str:
+    return x.decode("latin-1") if isinstance(x, bytes) else str(x)
+
+
+def listed(case: str, args: tuple, protocol: int) -> str | None:
+    """The reason a difference of this step is intentional, or None."""
+    words = [_text(a).upper() for a in args]
+    for diff in DIFFERENCES:
+        if diff.case != case or protocol not in diff.protocols or (diff.whole and len(diff.prefix) != len(words)):
+            continue
+        if [p.upper() for p in diff.prefix] == words[: len(diff.prefix)]:
+            return f"{diff.kind}: {diff.reason}"
+    return None
