@@ -28,12 +28,18 @@ def test_relative_links_resolve_inside_the_repository():
 
 def test_no_page_names_a_path_outside_the_repository():
     outside = re.compile(r"\.\./shared|/work/|DESIGN\.md")
-    bad = [f"{p.relative_to(ROOT)}:{i}" for p in PAGES for i, line in enumerate(p.read_text().splitlines(), 1)
-           if outside.search(line)]
+    bad = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in PAGES
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
     assert bad == []
 
 
 def test_the_index_lists_every_page():
     listed = {(DOCS / t).resolve() for t in _relative_links(DOCS / "README.md")}
-    missing = [str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if p.name != "README.md" and p.resolve() not in listed]
+    missing = [
+        str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if p.name != "README.md" and p.resolve() not in listed
+    ]
     assert missing == []
