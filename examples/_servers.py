@@ -32,6 +32,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is valid and free too."""
+    while True:
+        port = free_port()
+        if port + 10000 >= 65536:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
@@ -72,7 +86,7 @@ def pion_server(*args: str, timeout: float = 90.0, port: int | None = None) -> I
 def pion_cluster(nodes: int = 3, *args: str, timeout: float = 90.0) -> Iterator[list[str]]:
     """``nodes`` servers with ``cluster-enabled yes``; yields their URLs (slots are not assigned yet)."""
     extra = ["--cluster-enabled", "yes", *args]
-    with _servers([extra] * nodes, timeout, [None] * nodes) as urls:
+    with _servers([extra] * nodes, timeout, [cluster_port() for _ in range(nodes)]) as urls:
         yield urls
 
 
