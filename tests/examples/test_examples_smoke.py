@@ -134,3 +134,19 @@ def test_three_node_cluster():
 def test_rag_chunk_cache():
     out = run_example("rag.py", timeout=600)
     assert "2 documents -> 2 chunks" in out and "chunk cache  TTFT" in out and "text RAG     TTFT" in out
+
+
+def test_the_examples_server_helper_stops_its_server_when_the_block_raises():
+    import socket
+
+    spec = importlib.util.spec_from_file_location("example_servers", EXAMPLES / "_servers.py")
+    servers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(servers)
+    port = None
+    with pytest.raises(RuntimeError, match="the example failed"):
+        with servers.pion_server("--appendonly", "no") as url:
+            port = int(url.rsplit(":", 1)[1])
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()  # it is serving
+            raise RuntimeError("the example failed")
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
