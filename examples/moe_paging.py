@@ -2,8 +2,9 @@
 
 Prerequisites: the ``[hf]`` extra (torch, transformers, safetensors). The model is a seeded
 random Mixtral written as real safetensors shards (``--model-dir`` takes your own checkpoint
-directory instead, which is then served from a copy); about 30 s for the default model
-(6 layers, 32 experts), a few seconds with ``--smoke`` (3 layers, 8 experts).
+directory instead, which is then served from a copy); 20-30 s on two cores for the default model
+(6 layers, 32 experts) and for ``--smoke`` (3 layers, 8 experts) alike: most of it is importing
+torch and transformers.
 
     python examples/moe_paging.py                      # starts a throwaway Pion server
     python examples/moe_paging.py --smoke

@@ -1,8 +1,8 @@
 """A needle in a 64K-token haystack, found by Stage 2 sparse attention in the server.
 
 Prerequisites: the base install only (numpy; no model, no extra). The full run stores a
-65,536-token prefix (8 kv heads, head dim 64: 268 MB of fp32 K+V) and takes about a minute on
-two cores; ``--smoke`` uses 4,096 tokens and takes a few seconds.
+65,536-token prefix (8 kv heads, head dim 64: 268 MB of fp32 K+V) and takes about 10 s on two
+cores (load average 5); ``--smoke`` uses 4,096 tokens and takes a few seconds.
 
     python examples/needle_stage2.py                 # starts a throwaway Pion server
     python examples/needle_stage2.py --url pion://127.0.0.1:1974 --tokens 32768

