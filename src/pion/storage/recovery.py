@@ -1,6 +1,6 @@
 """Startup recovery: load the snapshot, then replay the log segments written after it.
 
-The rules (DESIGN.md, the durability contract): a torn record at the very end of the last
+The rules (docs/design.md, the durability contract): a torn record at the very end of the last
 segment is a write cut short by a crash; it is cut off and reported with its offset. A bad
 record anywhere else (a checksum mismatch, a torn record in an older segment, garbage) stops the
 start with the file, the offset and the repair command; recovery never guesses.
