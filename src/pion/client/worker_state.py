@@ -44,10 +44,10 @@ def seen_tokens(key: str) -> int:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path):
+def _locked(directory: Path, name: str):
     import fcntl
 
-    with open(directory / (FILE_NAME + ".lock"), "a+b") as fh:
+    with open(directory / (name + ".lock"), "a+b") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -55,21 +55,33 @@ def _locked(directory: Path):
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def record_seen(key: str, n_tokens: int) -> bool:
-    """Remember that model ``key`` served a prefix of ``n_tokens``; True if it raised the record."""
+def update(name: str, change) -> bool:
+    """Apply ``change(data)`` to the JSON file ``name`` in the cache dir, whole, under its lock;
+    False when the directory cannot be written (the hint is lost, nothing else)."""
     directory = cache_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with _locked(directory):
-            path = directory / FILE_NAME
+        with _locked(directory, name):
+            path = directory / name
             data = _read(path)
-            seen = data.setdefault("seen", {})
-            if not isinstance(seen, dict) or seen.get(key, 0) >= n_tokens:
+            if change(data) is False:
                 return False
-            seen[key] = int(n_tokens)
-            tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}")
+            tmp = path.with_name(f".{name}.{os.getpid()}")
             tmp.write_text(json.dumps(data, sort_keys=True))
             os.replace(tmp, path)
             return True
-    except OSError:  # a read-only or full home: the hint is lost, nothing else
+    except OSError:  # a read-only or full home
         return False
+
+
+def record_seen(key: str, n_tokens: int) -> bool:
+    """Remember that model ``key`` served a prefix of ``n_tokens``; True if it raised the record."""
+
+    def change(data: dict):
+        seen = data.setdefault("seen", {})
+        if not isinstance(seen, dict) or seen.get(key, 0) >= n_tokens:
+            return False
+        seen[key] = int(n_tokens)
+        return True
+
+    return update(FILE_NAME, change)
