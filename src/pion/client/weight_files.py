@@ -22,6 +22,7 @@ no reuse: the full hash runs, which re-checks everything. The record lives in
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -44,17 +45,34 @@ class Plan:
     ranges: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _mappings() -> list[tuple[int, int, int, int, str]]:
-    """``(start, end, file offset, inode, path)`` of this process's private file mappings."""
+def _mappings(low: int, high: int) -> list[tuple[int, int, int, int, str]]:
+    """``(start, end, file offset, inode, path)`` of this process's private file mappings that
+    overlap ``[low, high)`` (only those lines are parsed in full: a process has thousands)."""
     out = []
     with open("/proc/self/maps") as fh:
         for line in fh:
+            dash = line.index("-")
+            space = line.index(" ", dash)
+            start, end = int(line[:dash], 16), int(line[dash + 1:space], 16)
+            if end <= low or start >= high:
+                continue
             parts = line.split(maxsplit=5)
             if len(parts) < 6 or not parts[5].startswith("/") or parts[1][3] != "p" or parts[4] == "0":
                 continue
-            start, end = (int(x, 16) for x in parts[0].split("-"))
             out.append((start, end, int(parts[2], 16), int(parts[4]), parts[5].rstrip("\n")))
     return out
+
+
+def _spans(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``(first page, last page)`` spans covering these ranges, neighbours merged (one read each)."""
+    spans: list[list[int]] = []
+    for ptr, nbytes in sorted(ranges):
+        first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
+        if spans and first <= spans[-1][1] + 1:
+            spans[-1][1] = max(spans[-1][1], last)
+        else:
+            spans.append([first, last])
+    return [(a, b) for a, b in spans]
 
 
 def untouched(ranges: list[tuple[int, int]]) -> bool:
@@ -64,12 +82,11 @@ def untouched(ranges: list[tuple[int, int]]) -> bool:
     import numpy as np
 
     with open("/proc/self/pagemap", "rb") as fh:
-        for ptr, nbytes in ranges:
-            first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
+        for first, last in _spans(ranges):
             fh.seek(first * 8)
             entries = np.frombuffer(fh.read((last - first + 1) * 8), np.uint64)
             present, swapped, file_page = (entries >> 63) & 1, (entries >> 62) & 1, (entries >> 61) & 1
-            if swapped.any() or (present & (1 - file_page)).any():
+            if len(entries) != last - first + 1 or swapped.any() or (present & (1 - file_page)).any():
                 return False
     return True
 
@@ -90,13 +107,19 @@ def plan(items: list[tuple[str, str, tuple, int, int]], own_hash, extra: object)
     """The description of ``(name, dtype, shape, address, nbytes)`` items (contiguous tensors), or
     None when no tensor lies in a weights file (nothing to reuse) or the proof is unavailable.
     ``own_hash(index)`` hashes an item's own bytes (used for those not in a file)."""
-    try:
-        maps = _mappings()
-    except OSError:
+    spans = [(ptr, ptr + nbytes) for _, _, _, ptr, nbytes in items if nbytes]
+    if not spans:
         return None
+    try:
+        maps = _mappings(min(a for a, _ in spans), max(b for _, b in spans))
+    except (OSError, ValueError):
+        return None
+    maps.sort()
+    starts = [m[0] for m in maps]
     desc, files, ranges = [], {}, []
     for index, (name, dtype, shape, ptr, nbytes) in enumerate(items):
-        where = next((m for m in maps if m[0] <= ptr and ptr + nbytes <= m[1]), None) if nbytes else None
+        at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
+        where = maps[at] if nbytes and at >= 0 and ptr + nbytes <= maps[at][1] else None
         if where is None:
             desc.append([name, dtype, list(shape), "own", own_hash(index)])
             continue
