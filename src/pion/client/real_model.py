@@ -179,7 +179,9 @@ def load_smollm2(*, dtype=None, progress=None):
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=_dtype(torch, dtype)).eval()
     from pion.client.adapters.transformers import map_weights
 
-    map_weights(model, path)  # the file's pages: the next worker reuses this one's fingerprint
+    # the file's pages (written once, renamed into place, never rewritten): the next worker
+    # reuses this one's fingerprint (pion.client.weight_files)
+    map_weights(model, path)
     model.config._name_or_path = SMOLLM2_ID
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
     return model, tokenizer

@@ -283,12 +283,17 @@ def from_numpy(torch, array: np.ndarray):
     return torch.from_numpy(array)
 
 
-def load_model(name_or_path: str, dtype: str = "auto"):
-    """``(model, tokenizer)`` via ``AutoModelForCausalLM`` / ``AutoTokenizer`` (a local path or a hub id)."""
+def load_model(name_or_path: str, dtype: str = "auto", *, map_files: bool = False):
+    """``(model, tokenizer)`` via ``AutoModelForCausalLM`` / ``AutoTokenizer`` (a local path or a hub id).
+
+    ``map_files=True`` (a local directory) points the weights at their files (``map_weights``):
+    the next worker then reuses this one's fingerprint. Only for files nobody rewrites in place
+    while a worker runs (replace them with a new file and a rename): mapped weights follow their
+    file's pages."""
     require("torch", "hf")
     transformers = require("transformers", "hf")
     model = transformers.AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype).eval()
-    if os.path.isdir(name_or_path):
+    if map_files and os.path.isdir(name_or_path):
         map_weights(model, name_or_path)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path)
     return model, tokenizer
@@ -303,7 +308,9 @@ def map_weights(model, directory) -> int:
     them, so it reuses the fingerprint another worker hashed (``pion.client.weight_files``). A
     tensor whose name, dtype or shape the file does not have, or whose loaded values differ from
     the file's (a conversion on load), keeps its copy. Writes to a mapped tensor stay private
-    (copy on write) and are seen by the next fingerprint.
+    (copy on write) and are seen by the next fingerprint. The price: a mapped tensor follows its
+    file, so a file rewritten in place (not replaced by a rename) changes or truncates the
+    running model's weights under its fingerprint; map only files that are never rewritten so.
     """
     import struct
     from pathlib import Path
@@ -333,11 +340,13 @@ def map_weights(model, directory) -> int:
     return mapped
 
 
-def load_demo(path, dtype: str = "float32"):
-    """The built-in demo model (``pion.client.demo_model``) as a ``LlamaForCausalLM``."""
+def load_demo(path, dtype: str = "float32", *, map_files: bool = False):
+    """The built-in demo model (``pion.client.demo_model``) as a ``LlamaForCausalLM``
+    (``map_files``: as for ``load_model``)."""
     torch = require("torch", "hf")
     transformers = require("transformers", "hf")
     transformers.utils.logging.disable_progress_bar()  # the demo prints its own progress
     model = transformers.LlamaForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
-    map_weights(model, path)
+    if map_files:
+        map_weights(model, path)
     return model.eval()
