@@ -386,11 +386,11 @@ class PionPromptCache:
 
     def _connect(self) -> None:
         """Open the connection now, not in the first request (a server down now is the first
-        request's error, counted and warned there as always)."""
-        ping = getattr(self.client, "ping", None)
-        if ping is not None:
+        request's error, counted and warned there as always). A cluster client opens a node's
+        connection when a key first routes there."""
+        if isinstance(self.client, PionClient):
             try:
-                ping()
+                self.client.ping()
             except PionError:
                 pass
 
