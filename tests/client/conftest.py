@@ -8,3 +8,9 @@ import pytest
 @pytest.fixture
 def url(server):
     return f"pion://127.0.0.1:{server.port}"
+
+
+@pytest.fixture(autouse=True)
+def _worker_state_dir(tmp_path, monkeypatch):
+    """Each test's own cache dir (``pion.client.worker_state``): no prefix sizes from other tests or runs."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))

@@ -25,6 +25,8 @@ def test_bench_ttft_smoke_writes_its_table_json_and_plot(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "ratios at N=68" in out.stdout and "auto@socket" in out.stdout
     assert "first hit in a fresh process at N=68" in out.stdout
+    assert "defaults, host new to the model" in out.stdout and "defaults, the next worker" in out.stdout
+    assert "the next worker's fingerprint" in out.stdout
     assert (tmp_path / "ttft_hf_smoke.png").stat().st_size > 0 and (tmp_path / "ttft_hf_smoke.json").exists()
 
 

@@ -66,3 +66,47 @@ def cached(model, key: tuple, refs: list, compute: Callable[[], str]) -> str:
 def forget(model) -> None:
     """Drop a model's cached digest (the next fingerprint hashes every byte again)."""
     _CACHE.pop(model, None)
+
+
+class Background:
+    """A fingerprint computed in a daemon thread from the moment the prompt cache is made.
+
+    Why: hashing every weight costs memory-speed reads of the whole model (hundreds of ms for a
+    1B model, seconds for a 7B one); paid inside the first request, it doubled a fresh worker's
+    first time to first token. ``result()`` waits only when the thread is not done yet, and
+    re-raises what the thread raised (every time: a cache without a fingerprint cannot serve).
+    ``ms`` is how long the hash took; ``waited_ms`` how long callers waited for it in total.
+    """
+
+    def __init__(self, compute: Callable[[], object]) -> None:
+        import threading
+        import time
+
+        self._compute, self._time = compute, time.perf_counter
+        self._value: object = None
+        self._error: BaseException | None = None
+        self.ms = 0.0
+        self.waited_ms = 0.0
+        self._thread = threading.Thread(target=self._run, name="pion-fingerprint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = self._time()
+        try:
+            self._value = self._compute()
+        except BaseException as exc:  # noqa: BLE001 - handed to the first caller, never dropped
+            self._error = exc
+        finally:
+            self.ms = (self._time() - started) * 1000
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self):
+        if self._thread.is_alive():
+            started = self._time()
+            self._thread.join()
+            self.waited_ms += (self._time() - started) * 1000
+        if self._error is not None:
+            raise self._error
+        return self._value

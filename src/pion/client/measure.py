@@ -172,7 +172,11 @@ def serve_hits(prompt_cache, prompt_for) -> None:
     prompt_cache.client.ping()  # connected, as a serving process is
     print("ready", flush=True)
     for line in sys.stdin:
-        print(json.dumps(timed_hit(prompt_cache, *prompt_for(line.strip()))), flush=True)
+        row = timed_hit(prompt_cache, *prompt_for(line.strip()))
+        stats = prompt_cache.stats()  # the fingerprint's cost and what the first hits waited of it
+        row.update(fingerprint_ms=stats["fingerprint_ms"], fingerprint_wait_ms=stats["fingerprint_wait_ms"],
+                   warmed_bytes=getattr(prompt_cache, "warmed_bytes", 0))
+        print(json.dumps(row), flush=True)
 
 
 class HitWorker:

@@ -18,15 +18,18 @@ layout, codecs, tokens): a mismatch is a miss, counted, never loaded (fail close
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import warnings
 from collections import Counter
 
-from pion.client import allocator, transfer
+from pion.client import allocator, transfer, worker_state
 from pion.client.adapters import adapter_for
 from pion.client.blocks import DEFAULT_BLOCK_SIZE, block_hashes, chain_seed, hash_blob, token_blob
 from pion.client.client import DEFAULT_URL, PionClient
 from pion.client.errors import PionConnectionError, PionError
+from pion.client.fingerprint import Background
 from pion.client.local_lane import EXPORT_DTYPE, can_export, export_args, is_local, open_export
 from pion.client.manifest import build_manifest, encode_manifest, mismatch, parse_manifest
 from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_hash
@@ -59,9 +62,13 @@ class PionPromptCache:
             hub id and from a local directory shares its prefixes.
         warm_up_tokens: N > 0 calls ``warm_up(N)`` now: the first hit of a prefix up to N tokens in
             this process then costs what later hits cost (a one-time touch of that much memory).
+            0 (default) warms up for the largest prefix a worker of this model served on this
+            host before (``pion.client.worker_state``), if any.
         fingerprint: your own identity of the weights (e.g. a hub id with its commit hash, or a
             checkpoint digest): it replaces the hash of every weight (``pion.client.fingerprint``),
             which is then skipped. Contract: it must change whenever any weight or adapter changes.
+            Without it every weight is hashed in a background thread started here; the first
+            request waits for it only if it is not done yet, and gets its error if it failed.
         client: an existing ``PionClient`` (then ``url`` is ignored).
         keep_freed_memory: let glibc keep freed heap memory (``pion.client.allocator``), so
             the runtime's per-hit K/V buffers reuse mapped pages instead of page-faulting fresh
@@ -101,13 +108,16 @@ class PionPromptCache:
         self.layout = layout.describe()
         self.schema = make_schema(len(layout.attn), layout.dtype, self.vquant, boundary_protect)
         check_schema(self.schema, layout.k_dims, layout.v_dims)
-        own = self.adapter.fingerprint(**({"weights": str(fingerprint)} if fingerprint is not None else {}))
-        self.fingerprint = {**own, "tokenizer": tokenizer_hash(tokenizer), "adapter": adapter_id}
-        self.fp_hash = fingerprint_hash(self.fingerprint)
         self.schema_tag = "k=" + ",".join(self.schema["k"]) + ";v=" + ",".join(self.schema["v"])
-        #: the root of this model's block chains: another model (or codec schema) storing the same
-        #: token ids builds other hashes, so MATCH never offers it this one's prefixes
-        self.chain_seed = chain_seed(f"{self.fp_hash}|{self.schema_tag}")
+        tok_hash, weights = tokenizer_hash(tokenizer), {"weights": str(fingerprint)} if fingerprint is not None else {}
+
+        def identity() -> tuple[dict, str, bytes]:
+            fp = {**self.adapter.fingerprint(**weights), "tokenizer": tok_hash, "adapter": adapter_id}
+            fp_hash = fingerprint_hash(fp)
+            return fp, fp_hash, chain_seed(f"{fp_hash}|{self.schema_tag}")
+
+        #: the fingerprint, hashed off the request path (``pion.client.fingerprint.Background``)
+        self._identity = Background(identity)
         self._misses_seen: Counter[str] = Counter()
         self._counts: Counter[str] = Counter()
         self._ms = {"fetch_ms_total": 0.0, "store_ms_total": 0.0, "last_prefill_ms": 0.0}
@@ -120,8 +130,30 @@ class PionPromptCache:
         #: why the last manifest check failed (for logs and tests)
         self.last_mismatch = ""
         self._warned: set[str] = set()
-        if warm_up_tokens:
-            self.warm_up(warm_up_tokens)
+        #: the key of this model's prefix sizes in the worker state file (a size hint, no identity)
+        self._seen_key = "|".join((self.adapter.model_id, json.dumps(self.layout, sort_keys=True), self.schema_tag))
+        self._seen = worker_state.seen_tokens(self._seen_key)
+        #: the bytes prefaulted at construction (``warm_up_tokens``, else the sizes served before)
+        self.warmed_bytes = self.warm_up(warm_up_tokens or self._seen) if (warm_up_tokens or self._seen) else 0
+        self._connect()
+
+    # -- identity --------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> dict:
+        """What makes this model's K/V its own (every weight hashed unless ``fingerprint=``)."""
+        return self._identity.result()[0]
+
+    @property
+    def fp_hash(self) -> str:
+        """The digest of ``fingerprint``: what manifests and namespaces carry."""
+        return self._identity.result()[1]
+
+    @property
+    def chain_seed(self) -> bytes:
+        """The root of this model's block chains: another model (or codec schema) storing the same
+        token ids builds other hashes, so MATCH never offers it this one's prefixes."""
+        return self._identity.result()[2]
 
     # -- public API ----------------------------------------------------------------------
 
@@ -213,6 +245,7 @@ class PionPromptCache:
             if replies and isinstance(replies[0], PionError):
                 self._lane_off(f"the server refused V.EXPORT ({replies[0]})")
             self._counts["replaced"] += int(replace)
+            self._served(len(ids))
             return True
         except PionError as exc:
             self._error("store", exc)
@@ -269,6 +302,8 @@ class PionPromptCache:
             **{key: self._counts[key] for key in STAT_KEYS},
             "hit_rate": hits / lookups if lookups else 0.0,
             **{key: round(value, 3) for key, value in self._ms.items()},
+            "fingerprint_ms": round(self._identity.ms, 3),
+            "fingerprint_wait_ms": round(self._identity.waited_ms, 3),
             "bytes_fetched": self._bytes_fetched,
             "admission_threshold": self.admission_threshold,
         }
@@ -304,6 +339,7 @@ class PionPromptCache:
                 return None, "mismatch"
             kv = transfer.decode(got, n_tokens, self.schema, self.adapter.layout)
             self._bytes_fetched += got.nbytes
+            self._served(n_tokens)
             return self.adapter.build(kv, got.states), "hit"
         except PionError as exc:
             self._error("fetch", exc)
@@ -332,6 +368,7 @@ class PionPromptCache:
             return None
         self._counts["local_hits"] += 1
         self._bytes_fetched += sum(k.nbytes + v.nbytes for k, v in kv)
+        self._served(n_tokens)
         return self.adapter.build_heads(kv, got.states), "hit"
 
     def _verify(self, ns: str, raw_manifest: bytes, ids: list[int], n_tokens: int, exact: bool) -> bool:
@@ -346,6 +383,22 @@ class PionPromptCache:
         self._counts["manifest_mismatches"] += 1
         self.last_mismatch = f"{ns}: {why}"
         return False
+
+    def _connect(self) -> None:
+        """Open the connection now, not in the first request (a server down now is the first
+        request's error, counted and warned there as always). A cluster client opens a node's
+        connection when a key first routes there."""
+        if isinstance(self.client, PionClient):
+            try:
+                self.client.ping()
+            except PionError:
+                pass
+
+    def _served(self, n_tokens: int) -> None:
+        """Remember the largest prefix served, for the next worker's warm-up (written when it grows)."""
+        if n_tokens > self._seen:
+            self._seen = n_tokens  # written off the request path
+            threading.Thread(target=worker_state.record_seen, args=(self._seen_key, n_tokens), daemon=True).start()
 
     def _lane_off(self, why: str) -> None:
         self.local_lane = False

@@ -177,6 +177,11 @@ def load_smollm2(*, dtype=None, progress=None):
     torch, transformers = _require_runtime()
     path = ensure_converted(progress)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=_dtype(torch, dtype)).eval()
+    from pion.client.adapters.transformers import map_weights
+
+    # the file's pages (written once, renamed into place, never rewritten): the next worker
+    # reuses this one's fingerprint (pion.client.weight_files)
+    map_weights(model, path)
     model.config._name_or_path = SMOLLM2_ID
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
     return model, tokenizer

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 
 import numpy as np
 
@@ -61,12 +62,28 @@ class TransformersAdapter:
         tensors = [(f"p:{name}", t) for name, t in model.named_parameters()]
         tensors += [(f"b:{name}", t) for name, t in model.named_buffers()]
         adapters = adapter_state(model)
-        key = (tuple((name, id(t), t._version, str(t.device)) for name, t in tensors),
-               json.dumps(adapters, default=str))
+        key = (tuple((name, id(t), t._version, str(t.device), t.data_ptr(), str(t.dtype), tuple(t.shape))
+                     for name, t in tensors), json.dumps(adapters, default=str))
 
-        def compute() -> str:
+        def full() -> str:
             return digest(((name, str(t.dtype), tuple(t.shape), tensor_bytes(self.torch, t)) for name, t in tensors),
                           adapters)
+
+        def compute() -> str:
+            """Another worker's digest when the weights are provably its bytes (``pion.client.weight_files``)."""
+            from pion.client import weight_files
+
+            items = [(name, str(t.dtype), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
+                     if t.device.type == "cpu" and t.is_contiguous() else (name, str(t.dtype), tuple(t.shape), 0, 0)
+                     for name, t in tensors]
+            found = weight_files.plan(items, lambda i: digest([("", "", (), tensor_bytes(self.torch, tensors[i][1]))]),
+                                      {"adapters": adapters, "runtime": self.runtime})
+            if found is not None and (value := weight_files.lookup(found)) is not None:
+                return value
+            value = full()
+            if found is not None:
+                weight_files.record(found, value)
+            return value
 
         return cached(model, key, [t for _, t in tensors], compute)
 
@@ -266,19 +283,70 @@ def from_numpy(torch, array: np.ndarray):
     return torch.from_numpy(array)
 
 
-def load_model(name_or_path: str, dtype: str = "auto"):
-    """``(model, tokenizer)`` via ``AutoModelForCausalLM`` / ``AutoTokenizer`` (a local path or a hub id)."""
+def load_model(name_or_path: str, dtype: str = "auto", *, map_files: bool = False):
+    """``(model, tokenizer)`` via ``AutoModelForCausalLM`` / ``AutoTokenizer`` (a local path or a hub id).
+
+    ``map_files=True`` (a local directory) points the weights at their files (``map_weights``):
+    the next worker then reuses this one's fingerprint. Only for files nobody rewrites in place
+    while a worker runs (replace them with a new file and a rename): mapped weights follow their
+    file's pages."""
     require("torch", "hf")
     transformers = require("transformers", "hf")
     model = transformers.AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype).eval()
+    if map_files and os.path.isdir(name_or_path):
+        map_weights(model, name_or_path)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path)
     return model, tokenizer
 
 
-def load_demo(path, dtype: str = "float32"):
-    """The built-in demo model (``pion.client.demo_model``) as a ``LlamaForCausalLM``."""
+def map_weights(model, directory) -> int:
+    """Point the model's parameters and buffers at a private mapping of its safetensors files,
+    where they hold exactly the file's bytes; the number of tensors mapped.
+
+    Why: the loaded copies become the files' pages (shared by every worker of the model through
+    the page cache), and a worker can then prove its weights are the files' bytes without reading
+    them, so it reuses the fingerprint another worker hashed (``pion.client.weight_files``). A
+    tensor whose name, dtype or shape the file does not have, or whose loaded values differ from
+    the file's (a conversion on load), keeps its copy. Writes to a mapped tensor stay private
+    (copy on write) and are seen by the next fingerprint. The price: a mapped tensor follows its
+    file, so a file rewritten in place (not replaced by a rename) changes or truncates the
+    running model's weights under its fingerprint; map only files that are never rewritten so.
+    """
+    import struct
+    from pathlib import Path
+
+    torch = require("torch", "hf")
+    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
+    named = dict(model.named_parameters(remove_duplicate=False))
+    named.update(dict(model.named_buffers(remove_duplicate=False)))
+    mapped = 0
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        with open(path, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(length))
+        storage = torch.UntypedStorage.from_file(str(path), False, path.stat().st_size)
+        for name, info in header.items():
+            tensor, dtype = named.get(name), dtypes.get(info.get("dtype", "")) if isinstance(info, dict) else None
+            if tensor is None or dtype is None or tensor.dtype != dtype or list(tensor.shape) != info["shape"]:
+                continue
+            start = 8 + length + info["data_offsets"][0]
+            if tensor.device.type != "cpu" or start % tensor.element_size():
+                continue
+            view = torch.empty(0, dtype=dtype).set_(storage, start // tensor.element_size(), tuple(info["shape"]))
+            with torch.no_grad():
+                if torch.equal(tensor, view):
+                    tensor.data = view
+                    mapped += 1
+    return mapped
+
+
+def load_demo(path, dtype: str = "float32", *, map_files: bool = False):
+    """The built-in demo model (``pion.client.demo_model``) as a ``LlamaForCausalLM``
+    (``map_files``: as for ``load_model``)."""
     torch = require("torch", "hf")
     transformers = require("transformers", "hf")
     transformers.utils.logging.disable_progress_bar()  # the demo prints its own progress
     model = transformers.LlamaForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+    if map_files:
+        map_weights(model, path)
     return model.eval()

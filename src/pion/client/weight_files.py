@@ -1,0 +1,172 @@
+"""Weights mapped from their files: one worker hashes them, the next reuses the digest, provably.
+
+Why: the fingerprint hashes every weight (``pion.client.fingerprint``), hundreds of ms for a
+1B model; every worker of the same model paid it again. A digest may be reused only when it is
+provably for the same bytes, and nothing cheap proves that of an ordinary in-memory copy (an
+edit through ``tensor.data`` or numpy leaves no trace in torch's version counters). A tensor
+whose bytes lie in a *private mapping of its weights file* is different: the kernel says, per
+page (``/proc/self/pagemap``), whether it still holds the file's bytes or was written to (a
+copy-on-write page is anonymous, a swapped one is marked so). So for such a tensor the bytes
+are the file's at a known offset, and the file is the same as when another worker hashed it
+when its identity is unchanged: device, inode, size, ``mtime_ns`` and ``ctime_ns`` (which no
+write, truncation or ``utime`` leaves as it was) and a sampled content hash.
+
+``plan`` describes a model's tensors as ``("file", path, offset)`` where that proof holds and by
+a hash of their own bytes otherwise (small buffers, edited weights); ``lookup`` returns the
+digest a worker recorded for exactly that description and those unchanged files; ``record``
+stores a freshly hashed digest, only if the proof still holds after the hash. Anything else
+(no ``/proc``, a shared mapping, a tensor spanning two mappings, a file replaced or touched) is
+no reuse: the full hash runs, which re-checks everything. The record lives in
+``fingerprints.json`` in the user's cache dir (``pion.client.worker_state.cache_dir``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+
+from pion.client import worker_state
+
+FILE_NAME = "fingerprints.json"
+SAMPLES = 16
+SAMPLE_BYTES = 64 * 1024
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass
+class Plan:
+    """A model's tensors as file ranges and own-byte hashes, and the files' identities."""
+
+    key: str
+    files: dict[str, dict]
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _mappings(low: int, high: int) -> list[tuple[int, int, int, int, str]]:
+    """``(start, end, file offset, inode, path)`` of this process's private file mappings that
+    overlap ``[low, high)`` (only those lines are parsed in full: a process has thousands)."""
+    out = []
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            dash = line.index("-")
+            space = line.index(" ", dash)
+            start, end = int(line[:dash], 16), int(line[dash + 1:space], 16)
+            if end <= low or start >= high:
+                continue
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6 or not parts[5].startswith("/") or parts[1][3] != "p" or parts[4] == "0":
+                continue
+            out.append((start, end, int(parts[2], 16), int(parts[4]), parts[5].rstrip("\n")))
+    return out
+
+
+def _spans(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``(first page, last page)`` spans covering these ranges, neighbours merged (one read each)."""
+    spans: list[list[int]] = []
+    for ptr, nbytes in sorted(ranges):
+        first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
+        if spans and first <= spans[-1][1] + 1:
+            spans[-1][1] = max(spans[-1][1], last)
+        else:
+            spans.append([first, last])
+    return [(a, b) for a, b in spans]
+
+
+def untouched(ranges: list[tuple[int, int]]) -> bool:
+    """Does every page of these ``(address, nbytes)`` ranges still hold its file's bytes?
+    (Not present: read from the file on first touch; present and file-backed: the page cache's;
+    anonymous or swapped: written to since it was mapped.)"""
+    import numpy as np
+
+    with open("/proc/self/pagemap", "rb") as fh:
+        for first, last in _spans(ranges):
+            fh.seek(first * 8)
+            entries = np.frombuffer(fh.read((last - first + 1) * 8), np.uint64)
+            present, swapped, file_page = (entries >> 63) & 1, (entries >> 62) & 1, (entries >> 61) & 1
+            if len(entries) != last - first + 1 or swapped.any() or (present & (1 - file_page)).any():
+                return False
+    return True
+
+
+def file_identity(path: str) -> dict:
+    """What says a file is the one another worker hashed: its stat and a sampled content hash."""
+    st = os.stat(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for i in range(SAMPLES):
+            fh.seek(max(0, st.st_size - SAMPLE_BYTES) * i // max(1, SAMPLES - 1))
+            h.update(fh.read(SAMPLE_BYTES))
+    return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns, "sample": h.hexdigest()}
+
+
+def plan(items: list[tuple[str, str, tuple, int, int]], own_hash, extra: object) -> Plan | None:
+    """The description of ``(name, dtype, shape, address, nbytes)`` items (contiguous tensors), or
+    None when no tensor lies in a weights file (nothing to reuse) or the proof is unavailable.
+    ``own_hash(index)`` hashes an item's own bytes (used for those not in a file)."""
+    spans = [(ptr, ptr + nbytes) for _, _, _, ptr, nbytes in items if nbytes]
+    if not spans:
+        return None
+    try:
+        maps = _mappings(min(a for a, _ in spans), max(b for _, b in spans))
+    except (OSError, ValueError):
+        return None
+    maps.sort()
+    starts = [m[0] for m in maps]
+    desc, files, ranges = [], {}, []
+    for index, (name, dtype, shape, ptr, nbytes) in enumerate(items):
+        at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
+        where = maps[at] if nbytes and at >= 0 and ptr + nbytes <= maps[at][1] else None
+        if where is None:
+            desc.append([name, dtype, list(shape), "own", own_hash(index)])
+            continue
+        start, _, offset, inode, path = where
+        try:
+            st = files.get(path) or os.stat(path)
+        except OSError:
+            return None
+        if st.st_ino != inode:  # the path now names another file than the one mapped
+            return None
+        files[path] = st
+        desc.append([name, dtype, list(shape), "file", path, offset + ptr - start, nbytes])
+        ranges.append((ptr, nbytes))
+    if not ranges:
+        return None
+    try:
+        if not untouched(ranges):
+            return None
+        identities = {path: file_identity(path) for path in files}
+    except OSError:
+        return None
+    key = hashlib.sha256(json.dumps([desc, extra], default=str, separators=(",", ":")).encode()).hexdigest()
+    return Plan(key, identities, ranges)
+
+
+def _path():
+    return worker_state.cache_dir() / FILE_NAME
+
+
+def lookup(found: Plan) -> str | None:
+    """The digest recorded for exactly this plan and these unchanged files, else None."""
+    try:
+        entry = json.loads(_path().read_text()).get(found.key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(entry, dict) or entry.get("files") != found.files:
+        return None
+    value = entry.get("digest")
+    return value if isinstance(value, str) else None
+
+
+def record(found: Plan, value: str) -> bool:
+    """Store ``value`` for ``found`` if the files and their mapped pages are still as planned."""
+    try:
+        if not untouched(found.ranges) or {p: file_identity(p) for p in found.files} != found.files:
+            return False
+        return worker_state.update(FILE_NAME, lambda data: data.__setitem__(found.key, {"files": found.files,
+                                                                                     "digest": value}))
+    except OSError:
+        return False

@@ -1,0 +1,161 @@
+"""A second worker of the same model reuses the first one's fingerprint, only when provably the
+same bytes (issue 34; ``pion.client.weight_files``): its weights lie untouched in private
+mappings of the same, unchanged files. Every other case hashes in full and gets the full digest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pion.client import PionPromptCache, fingerprint, weight_files
+from pion.client.adapters import transformers as hf_adapter
+from tests.client.models import hf_llama, prompt
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    path = tmp_path / "model"
+    hf_llama(seed=1).save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture
+def lookups(monkeypatch):
+    """What every ``weight_files.lookup`` returned (None: no reuse)."""
+    seen: list = []
+    real = weight_files.lookup
+
+    def spy(found):
+        seen.append(real(found))
+        return seen[-1]
+
+    monkeypatch.setattr(weight_files, "lookup", spy)
+    return seen
+
+
+def load(path, dtype=None):
+    """What the pion loaders do (``load_model``, ``load_demo``, ``real_model``): load, then map."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32).eval()
+    hf_adapter.map_weights(model, path)
+    return model
+
+
+def full_hash(model) -> str:
+    """The digest of every byte, computed without any cache (the reference)."""
+    fingerprint.forget(model)
+    adapter = hf_adapter.TransformersAdapter(model)
+    tensors = [(f"p:{n}", t) for n, t in model.named_parameters()] + [(f"b:{n}", t) for n, t in model.named_buffers()]
+    return hf_adapter.digest(((n, str(t.dtype), tuple(t.shape), hf_adapter.tensor_bytes(torch, t)) for n, t in tensors),
+                             hf_adapter.adapter_state(adapter.model))
+
+
+def test_a_loaded_model_lies_in_its_file_and_the_next_worker_reuses_its_digest(url, model_dir, lookups):
+    first = load(model_dir)
+    n_params = len(list(first.named_parameters(remove_duplicate=False)))
+    assert hf_adapter.map_weights(first, model_dir) == n_params - 1  # all the file's bytes (lm_head: tied)
+    a = PionPromptCache(first, url=url)
+    assert a.fingerprint["weights"] == full_hash(first) and lookups == [None]
+    record = json.loads((weight_files.worker_state.cache_dir() / weight_files.FILE_NAME).read_text())
+    assert len(record) == 1
+    b = PionPromptCache(load(model_dir), url=url)
+    assert b.fp_hash == a.fp_hash and lookups[-1] == a.fingerprint["weights"]
+    ids = prompt(24)
+    a.get_or_prefill(ids)
+    b.get_or_prefill(ids)
+    assert b.stats()["hits"] == 1
+
+
+@pytest.mark.parametrize("how", ["data", "numpy", "in_place"])
+def test_an_edit_after_load_leaves_no_version_trace_but_is_hashed_in_full(url, model_dir, lookups, how):
+    assert PionPromptCache(load(model_dir), url=url).fp_hash  # the first worker records its digest
+    edited = load(model_dir)
+    weight = edited.model.layers[2].self_attn.v_proj.weight
+    if how == "data":  # no version counter bump: only the page says it was written
+        weight.data[1, 2] += 0.5
+    elif how == "numpy":
+        weight.detach().numpy()[1, 2] += 0.5
+    else:
+        with torch.no_grad():
+            weight[1, 2] += 0.5
+    pc = PionPromptCache(edited, url=url)
+    assert pc.fp_hash and lookups[-1] is None
+    reference = hf_llama(seed=1)
+    with torch.no_grad():
+        reference.model.layers[2].self_attn.v_proj.weight[1, 2] += 0.5
+    assert pc.fingerprint["weights"] == full_hash(reference) != PionPromptCache(load(model_dir), url=url).fingerprint[
+        "weights"]
+
+
+def test_a_rewritten_file_of_the_same_size_is_another_identity(url, model_dir, lookups):
+    before = PionPromptCache(load(model_dir), url=url).fingerprint["weights"]
+    hf_llama(seed=2).save_pretrained(str(model_dir))  # same shapes and size, other weights
+    after = PionPromptCache(load(model_dir), url=url)
+    assert after.fp_hash and lookups[-1] is None and after.fingerprint["weights"] == full_hash(hf_llama(seed=2)) != before
+
+
+def test_a_touched_file_is_hashed_again_and_gets_the_same_digest(url, model_dir, lookups):
+    before = PionPromptCache(load(model_dir), url=url).fingerprint["weights"]
+    path = model_dir / "model.safetensors"
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    again = PionPromptCache(load(model_dir), url=url)
+    assert again.fingerprint["weights"] == before and lookups[-1] is None
+    assert PionPromptCache(load(model_dir), url=url).fingerprint["weights"] == before and lookups[-1] == before
+
+
+def test_a_model_not_backed_by_files_records_nothing(url):
+    model = hf_llama(seed=1)
+    assert PionPromptCache(model, url=url).fp_hash
+    assert not (weight_files.worker_state.cache_dir() / weight_files.FILE_NAME).exists()
+
+
+def test_a_converted_dtype_keeps_its_copy_and_is_hashed_in_full(url, model_dir, lookups):
+    model = load(model_dir, torch.bfloat16)  # converted on load: not the file's bytes
+    assert hf_adapter.map_weights(model, model_dir) == 0
+    assert PionPromptCache(model, url=url).fingerprint["weights"] == full_hash(model) and lookups == []
+
+
+def test_an_unmerged_peft_adapter_on_a_mapped_model_is_another_fingerprint(url, model_dir, lookups):
+    peft = pytest.importorskip("peft")
+    base = PionPromptCache(load(model_dir), url=url)
+    assert base.fp_hash
+    config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    wrapped = peft.get_peft_model(load(model_dir), config).eval()
+    assert PionPromptCache(wrapped, url=url).fp_hash != base.fp_hash and lookups[-1] is None
+
+
+def test_a_worker_process_reuses_the_digest_across_processes(url, model_dir, tmp_path):
+    script = (
+        "import json, sys, time\n"
+        "from pion.client import PionPromptCache, weight_files\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from pion.client.adapters.transformers import map_weights\n"
+        "model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype='float32').eval()\n"
+        "assert map_weights(model, sys.argv[1]) > 0\n"
+        "found = []\n"
+        "real = weight_files.lookup\n"
+        "weight_files.lookup = lambda plan: found.append(real(plan)) or found[-1]\n"
+        "pc = PionPromptCache(model, url=sys.argv[2])\n"
+        "print(json.dumps({'fp': pc.fp_hash, 'reused': found[-1] is not None,"
+        " 'ms': pc.stats()['fingerprint_ms']}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+
+    def worker() -> dict:
+        out = subprocess.run([sys.executable, "-c", script, str(model_dir), url], env=env, capture_output=True,
+                             text=True, timeout=120, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = worker(), worker()
+    assert not first["reused"] and second["reused"] and second["fp"] == first["fp"]
+    assert PionPromptCache(hf_llama(seed=1), url=url).fp_hash == first["fp"]  # the full digest of the same weights
