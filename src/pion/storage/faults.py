@@ -134,8 +134,12 @@ class _SysState:
         #: (op, nth, errno, sticky) or None (watching only)
         self.fault: tuple[str, int, int, bool] | None = None
         self.injected = 0
+        #: (op, call number, path) of each counted call, the first TRACE_LIMIT of them
+        self.trace: list[tuple[str, int, str]] = []
 
 
+#: calls ``syscall_trace`` keeps (a test picks the k that open a new file from it)
+TRACE_LIMIT = 100_000
 _sys = _SysState()
 _sys_lock = threading.Lock()
 
@@ -160,6 +164,7 @@ def watch_syscalls(root: str = ".", fault: tuple[str, int, int, bool] | None = N
         _sys.counts = dict.fromkeys(SYSCALL_OPS, 0)
         _sys.fault = fault
         _sys.injected = 0
+        _sys.trace = []
         _install()
 
 
@@ -174,6 +179,12 @@ def syscall_counts() -> dict[str, int]:
     """Calls of each operation since the last arm/watch, and ``injected``: failures raised."""
     with _sys_lock:
         return {**_sys.counts, "injected": _sys.injected}
+
+
+def syscall_trace() -> list[tuple[str, int, str]]:
+    """(op, call number, path) of the calls counted since the last arm/watch."""
+    with _sys_lock:
+        return list(_sys.trace)
 
 
 def syscall_fault() -> tuple[str, int, int, bool] | None:
@@ -191,25 +202,28 @@ def _under(path: object) -> bool:
     return full == root or full.startswith(root + os.sep)
 
 
-def _fd_under(fd: object) -> bool:
-    if not isinstance(fd, int) or fd < 0:
-        return False
+def _fd_path(fd: int) -> str | None:
+    """The watched file ``fd`` is open on, or None (another file, a socket, a pipe)."""
+    if fd < 0:
+        return None
     try:
         target = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return False
+        return None
     root = _sys.root
-    return target == root or target.startswith(root + os.sep)
+    return target if target == root or target.startswith(root + os.sep) else None
 
 
 def _tick(op: str, where: object) -> None:
-    """Count one ``op`` call; raise the armed error if this is the one."""
+    """Count one ``op`` call on ``where`` (a path); raise the armed error if this is the one."""
     with _sys_lock:
         _sys.counts[op] += 1
+        number = _sys.counts[op]
+        if len(_sys.trace) < TRACE_LIMIT:
+            _sys.trace.append((op, number, os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else "?"))
         fault = _sys.fault
         if fault is None or fault[0] != op:
             return
-        number = _sys.counts[op]
         if number != fault[1] and not (fault[3] and number > fault[1]):
             return
         _sys.injected += 1
@@ -225,8 +239,11 @@ def _op_for(name: str) -> str:
     raise KeyError(name)
 
 
-def _on_watched(arg: object) -> bool:
-    return _fd_under(arg) if isinstance(arg, int) else _under(arg)
+def _watched(arg: object) -> object:
+    """The watched path ``arg`` (a path or a file descriptor) names, or None."""
+    if isinstance(arg, int):
+        return _fd_path(arg)
+    return arg if _under(arg) else None
 
 
 def _wrapper(name: str, real):  # noqa: ANN001, ANN202 - wraps os functions of any signature
@@ -236,8 +253,12 @@ def _wrapper(name: str, real):  # noqa: ANN001, ANN202 - wraps os functions of a
     two_paths = name in ("rename", "replace")
 
     def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        if args and (_on_watched(args[0]) or (two_paths and len(args) > 1 and _under(args[1]))):
-            _tick(op, args[0])
+        if args:
+            where = _watched(args[0])
+            if where is None and two_paths and len(args) > 1 and _under(args[1]):
+                where = args[1]
+            if where is not None:
+                _tick(op, where)
         return real(*args, **kwargs)
 
     wrapper.__wrapped__ = real  # type: ignore[attr-defined]

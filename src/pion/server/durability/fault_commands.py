@@ -7,6 +7,7 @@ The injector (``pion.storage.faults.arm_syscall``) watches the server's data dir
     DEBUG SYSFAULT <open|write|pwrite|fsync|ftruncate|rename|unlink> <nth> <ERRNO> [ONCE|STICKY]
     DEBUG SYSFAULT WATCH     count the operations from now, fail none
     DEBUG SYSFAULT COUNT     calls of each operation since the last arm/WATCH, and ``injected``
+    DEBUG SYSFAULT TRACE     "<op> <n> <path>" of each call counted since then (which k opens a file)
     DEBUG SYSFAULT OFF       put the real functions back (the counts stay readable)
 """
 
@@ -18,7 +19,7 @@ from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
 from pion.storage import faults
 
-USAGE = "ERR DEBUG SYSFAULT <op> <nth> <ERRNO> [ONCE|STICKY] | WATCH | COUNT | OFF"
+USAGE = "ERR DEBUG SYSFAULT <op> <nth> <ERRNO> [ONCE|STICKY] | WATCH | COUNT | TRACE | OFF"
 
 
 def debug_sysfault(directory: str, argv: list[bytes]) -> Any:
@@ -32,6 +33,8 @@ def debug_sysfault(directory: str, argv: list[bytes]) -> Any:
         return OK
     if len(words) == 1 and verb == "COUNT":
         return {name.encode(): count for name, count in faults.syscall_counts().items()}
+    if len(words) == 1 and verb == "TRACE":
+        return [f"{op} {n} {path}".encode() for op, n, path in faults.syscall_trace()]
     if len(words) not in (3, 4):
         raise ReplyError(USAGE)
     mode = words[3].upper() if len(words) == 4 else "ONCE"
