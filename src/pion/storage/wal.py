@@ -13,6 +13,7 @@ This module is pure: no threads, no server; ``pion.server.durability.persistence
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -124,19 +125,44 @@ def list_segments(directory: str) -> list[tuple[int, str]]:
 
 class SegmentWriter:
     """Appends batches to one segment with ``pwrite`` at a tracked offset, so a failed or partial
-    write can be cut off (``ftruncate``) and retried without leaving half a record behind."""
+    write can be cut off (``ftruncate``) and retried without leaving half a record behind.
+
+    Opening never truncates a segment that holds records: a segment the writer comes back to (a
+    retry after its first open failed, or any re-open) is resumed at the end of its last valid
+    record. Only bytes past that end (what a failed write left) are cut. ``keep_size`` is the
+    offset below which nothing may ever be cut again: synced bytes, and under ``appendfsync
+    everysec``/``no`` bytes whose writes were already acknowledged."""
 
     def __init__(self, directory: str, number: int) -> None:
         self.directory = directory
         self.number = number
         self.path = segment_path(directory, number)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.size = 0
         self.synced_size = 0
+        self.keep_size = 0
         self.needs_dir_sync = True
         #: a failed write may have left bytes past ``size``: cut them before writing again
         self.dirty_tail = False
-        self.write(HEADER.pack(MAGIC, VERSION, 0))
+        self.resumed = False
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            existing = os.fstat(fd).st_size
+            end = _valid_end(self.path) if existing >= HEADER_SIZE else 0
+            if end:
+                # records already here (this writer's earlier life): keep them all, resume after them
+                self.size = self.synced_size = self.keep_size = end
+                self.resumed = True
+                if existing > end:
+                    os.ftruncate(fd, end)
+            else:
+                if existing:
+                    os.ftruncate(fd, 0)  # a header cut short by an earlier failed open: no records
+                self.fd = fd
+                self.write(HEADER.pack(MAGIC, VERSION, 0))
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
 
     def write(self, data: bytes) -> None:
         """Write all of ``data`` at the end; on failure cut the file back and raise."""
@@ -151,13 +177,20 @@ class SegmentWriter:
             try:
                 os.ftruncate(self.fd, start)
             except OSError:
-                pass  # the retry truncates again before writing
+                self.dirty_tail = True  # the retry truncates again before writing
             raise
         self.size = start + done
 
+    def cut_back(self) -> int:
+        """After a failure: forget the written but unacknowledged bytes (they are written again
+        or never acknowledged); never below ``keep_size``. Returns the new size."""
+        self.size = max(self.keep_size, self.synced_size, HEADER_SIZE)
+        self.dirty_tail = True
+        return self.size
+
     def truncate_to_size(self) -> None:
         """Before a retry: drop whatever a failed write left past the last good record."""
-        os.ftruncate(self.fd, self.size)
+        os.ftruncate(self.fd, max(self.size, self.keep_size))
 
     def sync(self) -> None:
         faults.check("wal.sync")
@@ -166,12 +199,52 @@ class SegmentWriter:
             fsync_dir(self.directory)
             self.needs_dir_sync = False
         self.synced_size = self.size
+        self.keep_size = max(self.keep_size, self.size)
 
     def close(self) -> None:
         try:
             os.close(self.fd)
         except OSError:
             pass
+
+
+PROBE_NAME = "probe.tmp"
+
+
+def probe_write(directory: str, size: int) -> None:
+    """Write ``size`` bytes to a scratch file beside the segments, fsync it, remove it: is the
+    disk writable again after a failure? (The log itself is never the probe.) Raises OSError."""
+    path = os.path.join(directory, PROBE_NAME)
+    faults.check("wal.write")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(bytes(size))
+        done = 0
+        while done < size:
+            done += os.pwrite(fd, view[done:], done)
+        faults.check("wal.sync")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        remove_probe(directory)
+
+
+def remove_probe(directory: str) -> None:
+    try:
+        os.unlink(os.path.join(directory, PROBE_NAME))
+    except OSError:
+        pass
+
+
+def _valid_end(path: str) -> int:
+    """The end of the last valid record of a segment. A segment whose header is not Pion's is
+    not this writer's to reuse: refused (``OSError``), never overwritten."""
+    scan = SegmentScan(path)
+    for _ in scan:
+        pass
+    if scan.problem is not None and scan.problem.offset == 0:
+        raise OSError(errno.EEXIST, f"{path} exists and is not a Pion log segment; refusing to overwrite it")
+    return scan.end
 
 
 # -- reading ---------------------------------------------------------------------------------------

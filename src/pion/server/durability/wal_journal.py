@@ -7,9 +7,10 @@ and, under ``appendfsync always``, one ``fdatasync``; then it tells the loop (vi
 ``call_soon_threadsafe``), which advances ``durable_seq`` and releases held replies. Parsing and
 running commands continue meanwhile: the next batch forms while the disk works.
 
-A failed write or fsync is cut off (``ftruncate`` to the last synced size); the replies of the
-affected writes become ``-MISCONF``, writes are refused while ``write_error()`` is set, and the
-writer retries every second until a write succeeds again (then the error clears).
+A failure never cuts, rewrites or duplicates synced or acknowledged bytes (the writer thread's
+section below says how): the records not in a file are answered ``-MISCONF`` and held for the
+next batch, writes are refused while ``write_error()`` is set, and the writer probes the disk
+every second with a scratch file until it works again (then the error clears).
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ class WalJournal(ObservedJournal):
         self._queue: list[tuple[int, int, bytes]] = []
         self._closing = False
         self._writer: wal.SegmentWriter | None = None
-        self._unsynced: list[tuple[int, int, bytes]] = []
+        #: writer thread: the groups written to the current segment since its last sync, each
+        #: with the segment size after it
+        self._unsynced: list[tuple[list[tuple[int, int, bytes]], int]] = []
         self._thread = threading.Thread(target=self._run, name="pion-wal", daemon=True)
         #: test hook: an OSError the writer raises on its next attempt(s)
         self.inject_failures: list[OSError] = []
@@ -109,6 +112,7 @@ class WalJournal(ObservedJournal):
         nobody waits for them."""
         self.loop = loop
         if not self._thread.is_alive():
+            wal.remove_probe(self.wal_dir)  # a kill during a disk probe leaves its scratch file
             self._thread.start()
 
     # -- loop side ----------------------------------------------------------------------------
@@ -256,6 +260,13 @@ class WalJournal(ObservedJournal):
             self.last_fsync = time.time()
         self._release(seq)
 
+    def _disk_ok(self) -> None:
+        """On the loop: the writer's probe wrote and synced a scratch file: accept writes again
+        (the held records go to the log ahead of the next one)."""
+        if self._error is not None:
+            log.warning("log writes succeed again; accepting writes")
+            self._error = None
+
     def _failed(self, seq: int, message: str) -> None:
         """On the loop: records up to ``seq`` could not be made durable."""
         self.write_failures += 1
@@ -306,25 +317,43 @@ class WalJournal(ObservedJournal):
             self._writer = None
 
     # -- writer thread ----------------------------------------------------------------------------
+    #
+    # What a failure may and may not do (docs/durability.md, "A full disk"):
+    # - bytes that were synced, or whose writes were acknowledged (``everysec``/``no`` answer a
+    #   write once it is in the file), are never cut, rewritten or written twice;
+    # - records of a failed batch (answered -MISCONF, already applied in memory) are held, not
+    #   written again on their own: they go to the log ahead of the next batch, so they reach the
+    #   disk only together with a later write that is acknowledged (or a clean shutdown);
+    # - while the log cannot be written, writes are refused; the writer probes the disk every
+    #   RETRY_SECONDS with a scratch file (never with the log) and clears the error when it works.
 
     def _run(self) -> None:
-        retry: list[tuple[int, int, bytes]] = []
+        held: list[tuple[int, int, bytes]] = []
+        failing = False
         while True:
             with self._cv:
-                timeout = RETRY_SECONDS if retry or self.policy == "everysec" else None
+                timeout = RETRY_SECONDS if failing or self.policy == "everysec" else None
                 if not self._queue and not self._closing:
                     self._cv.wait(timeout)
-                items = retry + self._queue
+                items = self._queue
                 self._queue = []
                 closing = self._closing
                 policy = self.policy
-            if closing and not items and not retry and not self._unsynced:
+            if closing and not items and not held and not self._unsynced:
                 return
-            retry = []
+            if failing and not items and not closing:
+                if self._probe(held, policy):
+                    failing = False
+                    self._notify(self._disk_ok)
+                continue
+            batch = held + items if held else items
             try:
-                self._write(items, policy, closing)
+                self._write(batch, policy, closing)
+                held = []
+                failing = False
             except OSError as exc:
-                retry = self._recover_from(exc, items)
+                held = self._recover_from(exc, batch, policy)
+                failing = True
                 if closing:
                     log.error("log could not be written at shutdown: %s", exc)
                     return
@@ -334,9 +363,10 @@ class WalJournal(ObservedJournal):
             raise self.inject_failures.pop(0)
         if items:
             self.arenas.sync()
-        if self._writer is not None and self._writer.dirty_tail:
-            self._writer.truncate_to_size()
-            self._writer.dirty_tail = False
+        writer = self._writer
+        if writer is not None and writer.dirty_tail:
+            writer.truncate_to_size()
+            writer.dirty_tail = False
         position = 0
         while position < len(items):
             segment = items[position][1]
@@ -346,24 +376,31 @@ class WalJournal(ObservedJournal):
             writer = self._writer_for(segment)
             group = items[position:end]
             writer.write(b"".join(item[2] for item in group))
-            self._unsynced.extend(group)
+            self._unsynced.append((group, writer.size))
             position = end
         if items:
             self.batches += 1
         now = time.monotonic()
         sync = policy == "always" or closing or (policy == "everysec" and now - self._last_sync >= 1.0)
-        if policy == "no" and not sync and self._writer is not None:
-            # nothing will fsync these: once written they need no retry, so do not keep them
-            # (they piled up to a whole segment, 64 MiB of records and more of objects, in memory)
-            self._writer.synced_size = self._writer.size
-            self._unsynced = []
-        if sync and self._writer is not None and self._unsynced:
+        writer = self._writer
+        if sync and writer is not None and self._unsynced:
             started = time.perf_counter_ns()
-            self._writer.sync()
+            writer.sync()
             self.fsync_latency.record(time.perf_counter_ns() - started)
             self.fsyncs += 1
             self._last_sync = now
             self._unsynced = []
+            if items:
+                self._kept_seq = items[-1][0]
+        elif writer is not None and policy != "always":
+            # everysec and no answer a write once it is in the file: from here on it is never cut
+            writer.keep_size = writer.size
+            if items:
+                self._kept_seq = items[-1][0]
+            if policy == "no":
+                # nothing will fsync these: once written they need no retry, so do not keep them
+                # (they piled up to a whole segment, 64 MiB of records and more of objects, in memory)
+                self._unsynced = []
         if items:
             self._notify(self._written, items[-1][0], sync)
         elif sync:
@@ -377,26 +414,71 @@ class WalJournal(ObservedJournal):
             return writer
         if writer is not None:
             writer.sync()  # a finished segment is complete on disk before the next one starts
+            if self._unsynced:
+                # its records are durable now: answer them, whatever happens to the next segment
+                self._kept_seq = self._unsynced[-1][0][-1][0]
+                self._notify(self._written, self._kept_seq, True)
             writer.close()
             self._writer = None
             self._unsynced = []
         self._writer = wal.SegmentWriter(self.wal_dir, segment)
+        if self._writer.resumed:
+            log.warning("log segment %s re-opened: resuming after its %d bytes of records",
+                        self._writer.path, self._writer.size)
         return self._writer
 
-    def _recover_from(self, exc: OSError, items: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
-        """Cut the segment back to its last synced size and queue everything unsynced again."""
+    def _recover_from(
+        self, exc: OSError, items: list[tuple[int, int, bytes]], policy: str,
+    ) -> list[tuple[int, int, bytes]]:
+        """After a failed write or sync: cut the segment back to what must be kept (synced or
+        acknowledged bytes), and hold every record that is not in the file any more. Records
+        already synced are never held (that would write them twice); acknowledged ones that
+        only wait for an fsync stay where they are, in ``_unsynced``."""
         log.error("log write failed: %s", exc)
-        seen = {item[0] for item in items}
-        pending = [item for item in self._unsynced if item[0] not in seen] + items
-        pending.sort(key=lambda item: item[0])
-        self._unsynced = []
         writer = self._writer
-        if writer is not None:
-            writer.size = max(writer.synced_size, wal.HEADER_SIZE)
-            writer.dirty_tail = True  # cut off before the next write
-        if pending:
-            self._notify(self._failed, pending[-1][0], f"{exc.__class__.__name__}: {exc}")
-        return pending
+        keep = writer.cut_back() if writer is not None else 0
+        kept: list[tuple[list[tuple[int, int, bytes]], int]] = []
+        in_file: set[int] = set()
+        for group, end in self._unsynced:
+            if writer is not None and end <= keep:
+                kept.append((group, end))
+                in_file.update(item[0] for item in group)
+        self._unsynced = kept
+        # what is in a file now: the kept groups, and everything up to the last notified sync
+        kept_seq = self._kept_seq
+        held = [item for item in items if item[0] > kept_seq and item[0] not in in_file]
+        # held records are answered -MISCONF; with none (an fsync of acknowledged records failed)
+        # the error still refuses further writes until the probe's fsync succeeds
+        self._notify(self._failed, held[-1][0] if held else 0, f"{exc.__class__.__name__}: {exc}")
+        return held
+
+    def _probe(self, held: list[tuple[int, int, bytes]], policy: str) -> bool:
+        """Is the disk writable again? Sync what acknowledged writes left unsynced, and write a
+        scratch file as large as the held records (up to 1 MiB), fsync it and remove it. The log
+        itself is never the probe: a held record written by a probe would survive a kill -9
+        although it was answered -MISCONF."""
+        try:
+            if self.inject_failures:
+                raise self.inject_failures.pop(0)
+            writer = self._writer
+            if writer is not None and writer.dirty_tail:
+                writer.truncate_to_size()
+                writer.dirty_tail = False
+            if writer is not None and self._unsynced:
+                writer.sync()
+                self._kept_seq = max(self._kept_seq, self._unsynced[-1][0][-1][0])
+                self._notify(self._written, self._unsynced[-1][0][-1][0], True)
+                self._unsynced = []
+            size = min(sum(len(item[2]) for item in held), 1 << 20) or wal.HEADER_SIZE
+            wal.probe_write(self.wal_dir, size)
+        except OSError as exc:
+            log.debug("disk still failing: %s", exc)
+            return False
+        return True
+
+    #: writer thread: the last record that is in a file for good (synced, or acknowledged under
+    #: everysec/no): never held, never written again
+    _kept_seq = 0
 
     def _notify(self, fn: Callable[..., None], *args: Any) -> None:
         loop = self.loop
