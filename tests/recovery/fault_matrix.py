@@ -323,7 +323,8 @@ class MatrixRunner:
         conn.execute_command("DEBUG", "SYSFAULT", "OFF")
         return counts, trace
 
-    def point(self, op: str, k: int, errno: str, mode: str = "ONCE") -> PointResult:
+    def point(self, op: str, k: int, errno: str, mode: str = "ONCE", tamper: Any = None) -> PointResult:
+        """``tamper(datadir)`` (the harness's own test) runs after the kill, before the restart."""
         result = PointResult(op, k, errno, mode)
         self.results.append(result)
         conn = client(self.server.port)
@@ -352,6 +353,8 @@ class MatrixRunner:
         status = conn.info("persistence")["aof_last_write_status"]
         memory = dump(conn)
         self.server.kill9()
+        if tamper is not None:
+            tamper(self.datadir)
         self.server.start(timeout=120)
         recovered = dump(client(self.server.port))
         result.problems += work.check(recovered)

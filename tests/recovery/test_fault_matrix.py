@@ -33,9 +33,11 @@ run's N (the counts vary a little with group-commit timing) injects nothing and 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
+from pion.storage import wal
 from tests.recovery.fault_matrix import ERRNOS, OPS, MatrixRunner, PointResult, boundaries, spread
 
 STICKY_OPS = ("open", "pwrite", "fsync")
@@ -78,6 +80,20 @@ def report(op: str, results: list[PointResult]) -> None:
                       "ok_copies": sum(r.ok_copy for r in results), "failed": len(bad)}))
     assert not bad, "\n".join(f"{r.op} k={r.k} {r.errno} {r.mode} (refused {r.refused}): " + " | ".join(r.problems[:4])
                               for r in bad[:12])
+
+
+def test_the_matrix_notices_a_lost_segment(matrix):
+    """The checks can fail: a point whose log loses its newest segment after the kill (as the
+    issue's re-created segment did) is reported, with the acknowledged writes it lost."""
+
+    def drop_newest_segment(datadir):
+        segments = wal.list_segments(str(datadir / "wal"))
+        os.unlink(segments[-1][1])
+
+    result = matrix.point("pwrite", 1, "ENOSPC", tamper=drop_newest_segment)
+    assert result.fired == 1
+    assert any("lost" in problem for problem in result.problems), result.problems
+    assert any("differs from the memory" in problem for problem in result.problems), result.problems
 
 
 @pytest.mark.parametrize("op", OPS)
