@@ -323,14 +323,19 @@ class MatrixRunner:
         conn.execute_command("DEBUG", "SYSFAULT", "OFF")
         return counts, trace
 
-    def point(self, op: str, k: int, errno: str, mode: str = "ONCE", tamper: Any = None) -> PointResult:
-        """``tamper(datadir)`` (the harness's own test) runs after the kill, before the restart."""
-        result = PointResult(op, k, errno, mode)
+    def point(self, op: str, k: int, errno: str, mode: str = "ONCE", tamper: Any = None,
+              also: tuple[str, int, str] | None = None) -> PointResult:
+        """``also``: a second fault (op, nth, errno), ONCE, its nth counted from the arming (the
+        ``ftruncate`` that cuts a failed write back happens only after a first failure);
+        ``tamper(datadir)`` (the harness's own test) runs after the kill, before the restart."""
+        result = PointResult(op if also is None else f"{op}+{also[0]}", k, errno, mode)
         self.results.append(result)
         conn = client(self.server.port)
         conn.flushall()
         work = Workload(b"p%d:" % len(self.results))
         conn.execute_command("DEBUG", "SYSFAULT", op, k, errno, mode)
+        if also is not None:
+            conn.execute_command("DEBUG", "SYSFAULT", "ALSO", *also)
         copy: list[tuple[Path, Workload]] = []
 
         def between(conn: redis.Redis) -> None:

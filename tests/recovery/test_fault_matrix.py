@@ -24,8 +24,11 @@ measures how many calls of each op the workload makes (N) and which calls start 
 CI form (``test_fault_matrix_sample``, one test per op): k = first, middle and last of 1..N plus
 the first call on each of the first four new log files (a rollover's open, header write and
 sync), ENOSPC and EIO alternating over those k, ONCE; plus one STICKY point for the ops whose
-failure repeats (open, pwrite, fsync). Slow form (``test_fault_matrix_every_k``): every k of
-1..N for every op, both errnos, ONCE, and STICKY at the same points as the CI form. Each test
+failure repeats (open, pwrite, fsync); ftruncate, which the workload hardly calls unless a write
+failed, also as a second fault (``DEBUG SYSFAULT ALSO``): the first ftruncate after a failed
+pwrite or fsync fails too, at a quarter of those points. Slow form (``test_fault_matrix_every_k``): every k of
+1..N for every op, both errnos, ONCE, and STICKY at the same points as the CI form; the
+ftruncate double faults at every pwrite and fsync point of the CI sample, both errnos. Each test
 reports the points it ran and how many of them injected a failure (``fired``): a k past this
 run's N (the counts vary a little with group-commit timing) injects nothing and is not counted.
 """
@@ -58,11 +61,19 @@ def sample(runner: MatrixRunner, op: str) -> list[int]:
     return sorted(set(spread(n, 3)) | set(boundaries(runner.trace, op)[:4]))
 
 
-def run_points(runner: MatrixRunner, points: list[tuple[str, int, str, str]]) -> list[PointResult]:
+def double_faults(runner: MatrixRunner) -> list[tuple]:
+    """The workload itself hardly truncates (N is 0 or 1): a failed pwrite or fsync is what
+    makes the writer cut a segment back, so ftruncate is also failed as the second fault after
+    one, at the pwrite and fsync points of the CI sample, both errnos."""
+    return [(first, k, "ENOSPC", "ONCE", ("ftruncate", 1, errno))
+            for first in ("pwrite", "fsync") for k in sample(runner, first) for errno in ERRNOS]
+
+
+def run_points(runner: MatrixRunner, points: list[tuple]) -> list[PointResult]:
     results = []
-    for op, k, errno, mode in points:
+    for op, k, errno, mode, *also in points:
         try:
-            result = runner.point(op, k, errno, mode)
+            result = runner.point(op, k, errno, mode, also=also[0] if also else None)
         except Exception as exc:  # the point failed outright (the server died, a write hung ...)
             result = PointResult(op, k, errno, mode, problems=[f"{type(exc).__name__}: {exc}"])
             runner.server.kill9()
@@ -72,7 +83,7 @@ def run_points(runner: MatrixRunner, points: list[tuple[str, int, str, str]]) ->
 
 
 def report(op: str, results: list[PointResult]) -> None:
-    fired = [r for r in results if r.fired]
+    fired = [r for r in results if r.fired >= (2 if "+" in r.op else 1)]  # a double fault: both fired
     bad = [r for r in results if r.problems]
     print(json.dumps({"op": op, "points": len(results), "fired": len(fired),
                       "fired_enospc": sum(r.errno == "ENOSPC" for r in fired),
@@ -102,6 +113,8 @@ def test_fault_matrix_sample(matrix, op):
     points = [(op, k, ERRNOS[i % 2], "ONCE") for i, k in enumerate(ks)]
     if op in STICKY_OPS:
         points.append((op, (boundaries(matrix.trace, op) or [1])[0], "ENOSPC", "STICKY"))
+    if op == "ftruncate":
+        points += double_faults(matrix)[::4]
     results = run_points(matrix, points)
     report(op, results)
     if matrix.counts[op] > 1:
@@ -115,4 +128,6 @@ def test_fault_matrix_every_k(matrix, op):
     n = max(matrix.counts[op], 1)
     points = [(op, k, errno, "ONCE") for k in range(1, n + 1) for errno in ERRNOS]
     points += [(op, k, errno, "STICKY") for k in sample(matrix, op) for errno in ERRNOS]
+    if op == "ftruncate":
+        points += double_faults(matrix)
     report(op, run_points(matrix, points))

@@ -131,8 +131,8 @@ class _SysState:
     def __init__(self) -> None:
         self.root = ""
         self.counts: dict[str, int] = dict.fromkeys(SYSCALL_OPS, 0)
-        #: (op, nth, errno, sticky) or None (watching only)
-        self.fault: tuple[str, int, int, bool] | None = None
+        #: op -> (the call number that fails, errno, sticky); empty: watching only
+        self.faults: dict[str, tuple[int, int, bool]] = {}
         self.injected = 0
         #: (op, call number, path) of each counted call, the first TRACE_LIMIT of them
         self.trace: list[tuple[str, int, str]] = []
@@ -144,9 +144,12 @@ _sys = _SysState()
 _sys_lock = threading.Lock()
 
 
-def arm_syscall(op: str, nth: int, err: str | int, sticky: bool = False, root: str = ".") -> None:
+def arm_syscall(op: str, nth: int, err: str | int, sticky: bool = False, root: str = ".",
+                also: bool = False) -> None:
     """From now, make the ``nth`` (1-based) ``op`` call on a file under ``root`` fail with
-    ``err`` (and every later one if ``sticky``). Resets the counters (``syscall_counts``)."""
+    ``err`` (and every later one if ``sticky``). Resets the counters (``syscall_counts``) and
+    any other fault, unless ``also``: then this fault joins the armed ones (a second fault,
+    such as the ``ftruncate`` that cuts a failed write back), counted from now."""
     if op not in SYSCALL_OPS:
         raise ValueError(f"unknown operation '{op}' (want {', '.join(SYSCALL_OPS)})")
     if nth < 1:
@@ -154,15 +157,23 @@ def arm_syscall(op: str, nth: int, err: str | int, sticky: bool = False, root: s
     code = ERRNOS.get(str(err).upper()) if not isinstance(err, int) else err
     if code is None:
         raise ValueError(f"unknown errno '{err}' (want {', '.join(ERRNOS)})")
-    watch_syscalls(root, (op, nth, code, sticky))
+    if also:
+        with _sys_lock:
+            if not _originals or _sys.root != os.path.realpath(root):
+                raise ValueError("nothing is armed or watched on this directory to add a fault to")
+            _sys.faults[op] = (_sys.counts[op] + nth, code, sticky)
+        return
+    watch_syscalls(root)
+    with _sys_lock:
+        _sys.faults = {op: (nth, code, sticky)}
 
 
-def watch_syscalls(root: str = ".", fault: tuple[str, int, int, bool] | None = None) -> None:
-    """Count the file operations under ``root`` from now (zeroed counters), with ``fault`` armed."""
+def watch_syscalls(root: str = ".") -> None:
+    """Count the file operations under ``root`` from now (zeroed counters), no fault armed."""
     with _sys_lock:
         _sys.root = os.path.realpath(root)
         _sys.counts = dict.fromkeys(SYSCALL_OPS, 0)
-        _sys.fault = fault
+        _sys.faults = {}
         _sys.injected = 0
         _sys.trace = []
         _install()
@@ -171,7 +182,7 @@ def watch_syscalls(root: str = ".", fault: tuple[str, int, int, bool] | None = N
 def disarm_syscall() -> None:
     """Put the real ``os`` functions back; the counters keep their last values."""
     with _sys_lock:
-        _sys.fault = None
+        _sys.faults = {}
         _uninstall()
 
 
@@ -187,9 +198,10 @@ def syscall_trace() -> list[tuple[str, int, str]]:
         return list(_sys.trace)
 
 
-def syscall_fault() -> tuple[str, int, int, bool] | None:
+def syscall_faults() -> dict[str, tuple[int, int, bool]]:
+    """op -> (the call number that fails, counted since the last arm/watch; errno; sticky)."""
     with _sys_lock:
-        return _sys.fault
+        return dict(_sys.faults)
 
 
 def _under(path: object) -> bool:
@@ -221,13 +233,11 @@ def _tick(op: str, where: object) -> None:
         number = _sys.counts[op]
         if len(_sys.trace) < TRACE_LIMIT:
             _sys.trace.append((op, number, os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else "?"))
-        fault = _sys.fault
-        if fault is None or fault[0] != op:
-            return
-        if number != fault[1] and not (fault[3] and number > fault[1]):
+        fault = _sys.faults.get(op)
+        if fault is None or (number != fault[0] and not (fault[2] and number > fault[0])):
             return
         _sys.injected += 1
-        code = fault[2]
+        code = fault[1]
     filename = os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else None
     raise OSError(code, f"{os.strerror(code)} (injected: {op} call {number})", filename)
 

@@ -147,4 +147,26 @@ def test_bad_arguments_are_refused(tmp_path):
         faults.arm_syscall("write", 0, "EIO", root=str(tmp_path))
     with pytest.raises(ValueError, match="unknown errno"):
         faults.arm_syscall("write", 1, "EWHAT", root=str(tmp_path))
-    assert os.pwrite is REAL_PWRITE
+    assert os.pwrite is REAL_PWRITE and faults.syscall_faults() == {}
+
+
+def test_a_second_fault_counts_from_when_it_is_added(tmp_path):
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    faults.arm_syscall("pwrite", 2, "ENOSPC", root=str(tmp_path))
+    os.ftruncate(fd, 0)  # ftruncate call 1, before the second fault is added
+    faults.arm_syscall("ftruncate", 1, "EIO", root=str(tmp_path), also=True)
+    os.pwrite(fd, b"a", 0)
+    with pytest.raises(OSError) as info:
+        os.pwrite(fd, b"b", 1)
+    assert info.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as info:
+        os.ftruncate(fd, 1)  # the first ftruncate after it was added
+    assert info.value.errno == errno.EIO
+    os.ftruncate(fd, 1)
+    os.close(fd)
+    assert faults.syscall_counts()["injected"] == 2 and set(faults.syscall_faults()) == {"pwrite", "ftruncate"}
+
+
+def test_a_second_fault_needs_a_first(tmp_path):
+    with pytest.raises(ValueError, match="nothing is armed"):
+        faults.arm_syscall("ftruncate", 1, "EIO", root=str(tmp_path), also=True)
