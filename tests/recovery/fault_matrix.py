@@ -26,13 +26,16 @@ What the model allows after the restart, key by key (``Workload.check``):
 
 - A key written by acknowledged writes only ends at its last acknowledged value.
 - A write answered ``-MISCONF`` may have been applied in memory (a failed log write: the record
-  stays queued and the retry writes it) or not (refused before it ran: a write error already
-  set, a failed arena write). Either way it is not acknowledged. It may be visible after the
-  restart only if something acknowledged after it made it durable: a later acknowledged write
-  (whose record follows it in the one log, so it is durable once that one is) or an
-  acknowledged save. In this workload every refused write is followed by phase B's
-  acknowledged writes, so a refused write may be visible or not -- but never a value no write
-  made, never a value older than the key's last acknowledged one.
+  is held and goes to the log ahead of the next batch) or not (refused before it ran: a write
+  error already set, a failed arena write). Either way it is not acknowledged. It may be visible
+  after the restart only if something acknowledged after it made it durable: a later
+  acknowledged write (whose record follows it in the one log, so it is durable once that one
+  is) or a save started after it (a snapshot is of memory; counted as soon as BGSAVE or
+  BGREWRITEAOF answered, whether or not it then succeeded: a permissive bound). After phase B
+  every refused write has acknowledged writes after it, so there a refused write may be visible
+  or not -- but never a value no write made, never a value older than the key's last
+  acknowledged one. In the copy taken when INFO said ok (step 4) the writes refused since the
+  last acknowledged one must not be visible.
 - So: SET keys end at their last acknowledged value or at the value of a refused SET issued
   after it; a unique key written once and refused is absent or exact; the INCR counter is its
   last acknowledged reply plus at most the number of refused INCRs after it; the APPEND string
@@ -193,7 +196,9 @@ class Workload:
         try:
             conn.execute_command(command)
         except redis.ResponseError:
-            pass  # a save refused or failing to start is no write; the model does not depend on it
+            pass  # a save refused or failing to start is no write, and makes nothing durable
+        else:  # a save that started snapshots memory: refused writes before it may be visible
+            self.writes.append(Outcome("save", b"", None, True))
         wait_saves(conn)
 
     # -- checking -------------------------------------------------------------------------------
@@ -203,10 +208,14 @@ class Workload:
         return Workload(self.prefix, list(self.writes))
 
     def check(self, recovered: dict[bytes, bytes]) -> list[str]:
+        """A refused write after the last acknowledged write or started save is not allowed to be
+        visible: it is left out of the model (its key, if nothing else wrote it, must be absent)."""
         problems = [f"unexpected error reply: {e}" for e in self.other_errors]
+        barrier = max((i for i, w in enumerate(self.writes) if w.acked), default=-1)
         by_key: dict[bytes, list[Outcome]] = {}
-        for write in self.writes:
-            by_key.setdefault(write.key, []).append(write)
+        for i, write in enumerate(self.writes):
+            if write.kind != "save" and (write.acked or i < barrier):
+                by_key.setdefault(write.key, []).append(write)
         for key, writes in by_key.items():
             got = recovered.get(key)
             kind = writes[0].kind
@@ -222,6 +231,10 @@ class Workload:
         if strangers:
             problems.append(f"{len(strangers)} keys of an earlier point (its FLUSHALL record lost?), "
                             f"e.g. {strangers[:3]}")
+        unbacked = sorted(key for key in recovered if key not in by_key and key.startswith(self.prefix))
+        if unbacked:
+            problems.append(f"{len(unbacked)} keys only a refused write made, with nothing acknowledged after it, "
+                            f"are visible, e.g. {unbacked[:3]}")
         return problems
 
 

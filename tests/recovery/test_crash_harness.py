@@ -73,6 +73,7 @@ def test_kills_on_a_nearly_full_disk_with_64kb_segments(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # 50 cycles of up to 4 s plus restarts: past the default 300 s on a loaded machine
 def test_soak_kills_on_a_nearly_full_disk_with_64kb_segments(tmp_path):
     with tmpfs(tmp_path / "disk", "128m") as disk:
         totals = run_harness(disk / "data", cycles=50, max_seconds=4.0, clients=24, seed=31, log=_quiet,
