@@ -21,12 +21,12 @@ is freed; more writes are acknowledged; SIGKILL; restart. Then:
 details each step). A counting run (``DEBUG SYSFAULT WATCH`` / ``COUNT`` / ``TRACE``) first
 measures how many calls of each op the workload makes (N) and which calls start a new log file.
 
-CI form (``test_fault_matrix_sample``, one test per op): k = first, middle and last of 1..N plus
-the first call on each of the first four new log files (a rollover's open, header write and
+CI form (``test_fault_matrix_sample``, one test per op): k = first, middle and last of 1..N plus,
+for open, pwrite and fsync, the first call on each of the first four new log files (a rollover's open, header write and
 sync), ENOSPC and EIO alternating over those k, ONCE; plus one STICKY point for the ops whose
 failure repeats (open, pwrite, fsync); ftruncate, which the workload hardly calls unless a write
 failed, also as a second fault (``DEBUG SYSFAULT ALSO``): the first ftruncate after a failed
-pwrite or fsync fails too, at a quarter of those points. Slow form (``test_fault_matrix_every_k``): every k of
+pwrite or fsync fails too, at four of those points. Slow form (``test_fault_matrix_every_k``): every k of
 1..N for every op, both errnos, ONCE, and STICKY at the same points as the CI form; the
 ftruncate double faults at every pwrite and fsync point of the CI sample, both errnos. Each test
 reports the points it ran and how many of them injected a failure (``fired``): a k past this
@@ -57,8 +57,11 @@ def matrix(tmp_path_factory):
 
 
 def sample(runner: MatrixRunner, op: str) -> list[int]:
+    """First, middle and last k; for the log's own ops also the first call on each of the first
+    four new log files (unlink's and rename's calls are all the snapshot's, no rollover's)."""
     n = max(runner.counts[op], 1)
-    return sorted(set(spread(n, 3)) | set(boundaries(runner.trace, op)[:4]))
+    rollovers = boundaries(runner.trace, op)[:4] if op in ("open", "pwrite", "fsync") else []
+    return sorted(set(spread(n, 3)) | set(rollovers))
 
 
 def double_faults(runner: MatrixRunner) -> list[tuple]:
@@ -114,7 +117,7 @@ def test_fault_matrix_sample(matrix, op):
     if op in STICKY_OPS:
         points.append((op, (boundaries(matrix.trace, op) or [1])[0], "ENOSPC", "STICKY"))
     if op == "ftruncate":
-        points += double_faults(matrix)[::4]
+        points += double_faults(matrix)[::7]
     results = run_points(matrix, points)
     report(op, results)
     if matrix.counts[op] > 1:
