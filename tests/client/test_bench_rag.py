@@ -4,11 +4,12 @@ model; inproc and pion backends)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.hf
 def test_bench_rag_smoke_writes_its_table_json_and_plot(tmp_path):
     pytest.importorskip("transformers")
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_rag.py"), "--smoke", "--out-dir",
-                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = procs.run([sys.executable, str(ROOT / "benchmarks" / "bench_rag.py"), "--smoke", "--out-dir",
+                          str(tmp_path)], cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "blend15" in out.stdout and "pion:none" in out.stdout and "load average" in out.stdout
     data = json.loads((tmp_path / "rag_smoke.json").read_text())
@@ -33,7 +34,7 @@ def test_bench_rag_curve_smoke_measures_every_selector_and_resumes(tmp_path):
     pytest.importorskip("transformers")
     target = tmp_path / "curve.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_rag_curve.py"), "--smoke", "--out", str(target)]
-    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = procs.run(command, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     data = json.loads(target.read_text())
     plans = {e["plan"]: e for e in data["table"]}
@@ -41,6 +42,6 @@ def test_bench_rag_curve_smoke_measures_every_selector_and_resumes(tmp_path):
     assert plans["text"]["kl"] == 0 and plans["none"]["recomputed"] == 0
     assert 0.14 < plans["funnel@15"]["recomputed"] < 0.2 and plans["funnel@15"]["n"] == 2
     assert target.with_suffix(".png").stat().st_size > 0
-    again = subprocess.run(command + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    again = procs.run(command + ["--resume"], cwd=ROOT, timeout=600)
     assert again.returncode == 0 and "q1 (" not in again.stdout  # nothing measured twice
     assert json.loads(target.read_text())["table"] == data["table"]

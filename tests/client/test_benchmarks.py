@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import procs
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.hf]
 
 
 def run(script: str, *args: str) -> subprocess.CompletedProcess:
     pytest.importorskip("transformers")
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    return procs.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args], cwd=ROOT,
+                          timeout=600)
 
 
 def test_bench_ttft_smoke_writes_its_table_json_and_plot(tmp_path):

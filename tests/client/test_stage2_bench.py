@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import procs
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.hf]
 
 
 def run(script: str, *args: str) -> subprocess.CompletedProcess:
     pytest.importorskip("torch")
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    return procs.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args], cwd=ROOT,
+                          timeout=900)
 
 
 def test_bench_attention_smoke_writes_results_and_plot(tmp_path):

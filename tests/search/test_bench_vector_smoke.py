@@ -4,16 +4,17 @@ query configuration, the canary, the table, the JSON and the plot."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.support import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_vector_smoke(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vector.py"), "--smoke", "--out-dir",
-                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = procs.run([sys.executable, str(ROOT / "benchmarks" / "bench_vector.py"), "--smoke", "--out-dir",
+                          str(tmp_path)], cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "| filter | EF_RUNTIME |" in out.stdout and "canary:" in out.stdout
     result = json.loads((tmp_path / "vector_smoke.json").read_text())

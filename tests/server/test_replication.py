@@ -264,3 +264,25 @@ def test_masteruser_authenticates_as_an_acl_user(cluster):
     rp.set("y", "2")
     assert rp.wait(1, 10_000) == 1 and rr.get("x") == b"1" and rr.get("y") == b"2"
     assert any("user=repl" in line for line in rp.execute_command("CLIENT", "LIST").decode().splitlines())
+
+
+def test_a_full_resync_whose_own_snapshot_fails_is_done_again_not_continued(cluster, monkeypatch):
+    """The replica loads the primary's data, then its own snapshot of it fails (a full disk):
+    its files still hold the old data set, so the stream must not go on on top of them. The next
+    attempt is a full resync again; killed afterwards, the replica has the whole data set."""
+    primary = cluster("a", "--repl-backlog-size", "8mb")
+    rp = redis.Redis(port=primary.port, socket_timeout=30)
+    fill(rp, "a", 300)
+    monkeypatch.setenv("PION_FAULTS", "snapshot.write=ENOSPC:1")
+    replica = cluster("b", "--replicaof", "127.0.0.1", str(primary.port))
+    monkeypatch.delenv("PION_FAULTS")
+    rr = redis.Redis(port=replica.port, socket_timeout=30)
+    wait_until(lambda: link_up(rr), what="the replica's link")
+    fill(rp, "b", 100)
+    assert rp.wait(1, 10_000) == 1
+    assert rp.info("stats")["sync_full"] == 2  # the first load was not continued
+    replica.kill9()
+    replica.extra = []  # restart it alone: its own files must hold everything
+    replica.start()
+    assert rr.get("a:0") == b"0" and rr.get("a:299") == b"299" and rr.get("b:99") == b"99"
+    assert rr.dbsize() == 400

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.support import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_vsets_smoke_reports_recall_qps_and_the_canary():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vsets.py"), "--smoke"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    out = procs.run([sys.executable, str(ROOT / "benchmarks" / "bench_vsets.py"), "--smoke"], cwd=ROOT,
+                         timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     summary = json.loads(next(line for line in out.stdout.splitlines() if line.startswith('{"n"')))
     cases = {row["case"] for row in summary["rows"]}

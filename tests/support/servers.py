@@ -109,6 +109,17 @@ def make_settings(datadir: Path, **overrides: object) -> Settings:
     return base.with_changes(**overrides) if overrides else base
 
 
+def _exit_cleanly_on_sigterm() -> None:
+    """A process that starts servers (a benchmark, a test run) and is sent SIGTERM raises
+    SystemExit instead of dying at once, so the ``finally`` blocks that stop its servers run."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_exit)
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 class ProcessServer:
     """``pion-server`` as a child process, for tests that kill -9 and restart it."""
 
@@ -120,12 +131,17 @@ class ProcessServer:
         self.log_path = datadir / "server.log"
 
     def start(self, timeout: float = 30.0) -> ProcessServer:
+        _exit_cleanly_on_sigterm()
         self.datadir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pion.cli.server_main", "--port", str(self.port),
                "--dir", str(self.datadir), *self.extra]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, timeout, self.proc)
+        try:
+            wait_for_port(self.port, timeout, self.proc)
+        except BaseException:
+            self.kill9()  # never leave a server that did not come up (or was interrupted) running
+            raise
         return self
 
     def kill9(self) -> None:

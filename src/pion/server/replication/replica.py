@@ -197,7 +197,14 @@ class ReplicaSide:
                  time.time() - self.sync_started)
         while owner.job is not None:  # a save of this server's own is running: let it end
             await asyncio.sleep(0.05)
-        keys = load_received(owner, path, mapping, before_save=lambda db: self.repl.followed(replid, offset, db))
+        try:
+            keys = load_received(owner, path, mapping, before_save=lambda db: self.repl.followed(replid, offset, db))
+        except BaseException:
+            # memory holds the primary's data but this server's own snapshot of it failed (a full
+            # disk): the files still hold the old data set, so the stream must not continue on
+            # top of them. Forget the history: the next attempt is a full resync again.
+            self.repl.replid_followed = ""
+            raise
         self.multi = None
         log.info("full resync from %s:%d done: %d keys, %d blobs, %d bytes in %.2f s, at offset %d",
                  self.host, self.port, keys, count, self.sync_total, time.time() - self.sync_started, offset)
