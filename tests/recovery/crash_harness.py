@@ -16,6 +16,7 @@ the in-flight one whole; anything else is a problem, as after a kill.
 
     python -m tests.recovery.crash_harness --cycles 100 [--policy everysec] [--clients 32]
     python -m tests.recovery.crash_harness --cycles 50 --full-disk   (mounts a 128 MB tmpfs; root)
+    python -m tests.recovery.crash_harness --cycles 50 --full-disk --segment-size 65536
 """
 
 from __future__ import annotations
@@ -239,13 +240,15 @@ def _short(state: Any) -> str:
 
 
 def run_harness(datadir: Path, cycles: int, max_seconds: float = 1.5, clients: int = 16,
-                policy: str = "always", seed: int = 1, log=print, tamper=None, disk: Path | None = None) -> dict:
+                policy: str = "always", seed: int = 1, log=print, tamper=None, disk: Path | None = None,
+                segment_size: int = 512 * 1024) -> dict:
     """``tamper(datadir)`` (tests of the harness itself) runs after each kill, before the restart;
-    ``disk``: a filler file on the data directory's (small) file system, kept nearly full."""
+    ``disk``: a filler file on the data directory's (small) file system, kept nearly full;
+    ``segment_size``: the log's ``wal-segment-size`` (64 KiB: rollovers under the full disk)."""
     rng = random.Random(seed)
     models = [dict() for _ in range(clients)]
     server = ProcessServer(datadir, "--appendfsync", policy, "--blob-threshold", str(BLOB_THRESHOLD),
-                           "--wal-segment-size", str(512 * 1024), "--save", "",
+                           "--wal-segment-size", str(segment_size), "--save", "",
                            "--auto-aof-rewrite-min-size", "8mb")
     totals = {"cycles": 0, "acked": 0, "refused": 0, "problems": []}
     for cycle in range(cycles):
@@ -344,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--dir", default="")
     parser.add_argument("--full-disk", action="store_true", help="on a 128 MB tmpfs kept nearly full (root)")
+    parser.add_argument("--segment-size", type=int, default=512 * 1024, help="wal-segment-size in bytes")
     args = parser.parse_args(argv)
     datadir = Path(args.dir or tempfile.mkdtemp(prefix="pion-crash-"))
     if args.full_disk:
@@ -354,11 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "none", str(mount)], check=True)
         try:
             totals = run_harness(mount / "data", args.cycles, args.seconds, args.clients, args.policy, args.seed,
-                                 disk=mount / "filler")
+                                 disk=mount / "filler", segment_size=args.segment_size)
         finally:
             subprocess.run(["umount", "-l", str(mount)])
     else:
-        totals = run_harness(datadir, args.cycles, args.seconds, args.clients, args.policy, args.seed)
+        totals = run_harness(datadir, args.cycles, args.seconds, args.clients, args.policy, args.seed,
+                             segment_size=args.segment_size)
     print(json.dumps({"cycles": totals["cycles"], "acked": totals["acked"], "refused": totals["refused"],
                       "problems": len(totals["problems"]), "seed": args.seed, "dir": str(datadir)}))
     for problem in totals["problems"][:20]:

@@ -60,3 +60,22 @@ def test_soak_kills_on_a_nearly_full_disk(tmp_path):
         totals = run_harness(disk / "data", cycles=50, max_seconds=4.0, clients=24, seed=3, log=_quiet,
                              disk=disk / "filler")
     assert totals["problems"] == [] and totals["cycles"] == 50
+
+
+def test_kills_on_a_nearly_full_disk_with_64kb_segments(tmp_path):
+    """The same with 64 KiB log segments: rollovers (a new segment's open and header write) keep
+    happening while the disk is full (issue #26). 0 lost, 0 newer than acknowledged."""
+    with tmpfs(tmp_path / "disk", "128m") as disk:
+        totals = run_harness(disk / "data", cycles=5, max_seconds=3.0, clients=12, seed=29, log=_quiet,
+                             disk=disk / "filler", segment_size=64 * 1024)
+    assert totals["problems"] == [] and totals["cycles"] == 5
+    assert totals["refused"] > 0 and totals["acked"] > 300
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # 50 cycles of up to 4 s plus restarts: past the default 300 s on a loaded machine
+def test_soak_kills_on_a_nearly_full_disk_with_64kb_segments(tmp_path):
+    with tmpfs(tmp_path / "disk", "128m") as disk:
+        totals = run_harness(disk / "data", cycles=50, max_seconds=4.0, clients=24, seed=31, log=_quiet,
+                             disk=disk / "filler", segment_size=64 * 1024)
+    assert totals["problems"] == [] and totals["cycles"] == 50

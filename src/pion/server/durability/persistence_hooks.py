@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
 from pion.server.component import Component
+from pion.server.durability.fault_commands import debug_sysfault
 from pion.server.errors import StartupError
 from pion.storage.arena import ArenaError, BlobRef, snapshot_scope
 from pion.storage.recovery import RecoveryError, recover
@@ -40,6 +41,7 @@ def wire(server: Server, owner: Persistence) -> None:
     server.debug_hooks["panic"] = lambda ctx, argv: debug_panic(owner)
     server.debug_hooks["segfault"] = lambda ctx, argv: debug_segfault(owner)
     server.debug_hooks["fault"] = lambda ctx, argv: debug_fault(argv)
+    server.debug_hooks["sysfault"] = lambda ctx, argv: debug_sysfault(owner.directory, argv)
     server.add_component(Durability(owner))
 
 
