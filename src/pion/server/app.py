@@ -31,6 +31,7 @@ from pion.server.net.client import Client
 from pion.server.net.connection import Connection
 from pion.server.parts import Parts
 from pion.server.pause import ClientPause
+from pion.server.slices import Slices
 from pion.server.pubsub import PubSubHub
 from pion.server.redaction import monitor_argv
 from pion.server.tracking import Tracking
@@ -81,6 +82,8 @@ class Server:
         #: SHUTDOWN's choice (SAVE, NOSAVE or neither), read by durability's final save
         self.shutdown_mode = "default"
         self.pause = ClientPause(self)
+        #: budget-bound queries in slices and the commands parked behind them (server/slices.py)
+        self.slices = Slices(self, self.table)
         #: INFO sections by name, in INFO's order; engines add sections or replace the defaults
         self.info_sections: dict[str, Callable[[Server], dict[str, object]]] = default_info_sections()
         #: error prefix (ERR, WRONGTYPE, ...) -> count, for INFO errorstats
@@ -382,7 +385,8 @@ class Server:
         for dbs in self.all_db_lists():
             for db in dbs:
                 db.lru_clock = now  # the access stamp OBJECT IDLETIME reads
-        if not self.loading and self.active_expire_enabled and not self.paused_until:
+        # a query in slices holds active expiry (server/slices.py): its keys must not go meanwhile
+        if not self.loading and self.active_expire_enabled and not self.paused_until and not self.slices.active:
             started = time.perf_counter()
             for dbs in self.all_db_lists():
                 for db in dbs:

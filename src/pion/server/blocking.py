@@ -79,9 +79,12 @@ class BlockingManager:
         """Retry clients blocked on keys that changed; serving one may ready more keys."""
         while self.ready:
             ready, self.ready = self.ready, []
+            slices = self.server.slices
             for slot in dict.fromkeys(ready):
                 for client in list(self.waiting.get(slot, {}).values()):
                     if client.blocked is not None:
+                        if slices.active and slices.holds_retry(slot[0], slot[1], client.blocked.argv):
+                            continue  # it would write what a query in slices reads: after it
                         self._retry(client, client.blocked)
 
     def _retry(self, client: Client, request: BlockRequest) -> None:

@@ -152,6 +152,8 @@ class Dispatcher:
             return refusal
         if server.paused_until and server.pause.holds(client, spec, argv):
             return server.pause.postpone(client, argv)
+        if server.slices.active and server.slices.holds(client, spec, argv):
+            return server.slices.park(client, argv)  # it could change what a query in flight reads
         if client.multi is not None and argv[0].lower() not in _MULTI_PASS:
             client.multi.append((spec, argv))
             return QUEUED
@@ -197,6 +199,8 @@ class Dispatcher:
         (``CommandSpec.is_write``, ``stages``, ``is_read``, ``full_name``), the time is one pair
         of ``perf_counter_ns`` reads, and stats, latency and effect capture are inline."""
         server = self.server
+        if spec.sliced and self.depth == 0 and server.slices.can_slice(client):
+            return server.slices.run(client, spec, argv)  # a query in slices (pion.server.slices)
         ctx = client.ctx
         outer_effects, outer_rewritten = ctx.effects, ctx.rewritten  # a nested call (EXEC, scripts) must not clobber them
         ctx.effects = None
@@ -276,6 +280,49 @@ class Dispatcher:
             reply = BLOCKED
         elif usec >= self.slow_usec and server.slowlog is not None and "skip_slowlog" not in spec.flags:
             server.slowlog.observe(client, argv, usec)  # before the clients it wakes log theirs
+        if self.depth == 0 and (self.pending or server.blocking.ready):
+            self.finish_command(client)
+        return reply
+
+    def finish_sliced(self, client: Client, spec: CommandSpec, argv: list[bytes], reply: Any, failed: bool,
+                      crashed: bool, elapsed_ns: int, db_index: int) -> Any:
+        """``call``'s bookkeeping for a query run in slices (``pion.server.slices``), once its
+        handler ended: stats, latency, error counts, tracking, effects, the slow log, a Deferred
+        it returned. ``elapsed_ns`` is the time its slices held the loop."""
+        server = self.server
+        ctx = client.ctx
+        usec = elapsed_ns // 1000
+        name = spec.full_name
+        cls = reply.__class__
+        error_reply = failed or cls is ReplyError or cls is CountedError
+        entry = self.stats.get(name)
+        if entry is None:
+            entry = self.stats[name] = [0, 0, 0, 0]
+        entry[0] += 1
+        entry[1] += usec
+        if error_reply:
+            entry[3] += 1
+            server.stat_failed += 1
+        server.stat_numcommands += 1
+        if self.latency_tracking:
+            server.latency.record_command(name, elapsed_ns)
+        if self.latency_threshold:
+            self.latency_sample("command", elapsed_ns / 1e9)
+        if error_reply and cls is not CountedError:
+            self.count_error(reply)
+        client.commands_processed += 1
+        client.last_cmd = name
+        if client.tracking is not None and not failed:
+            server.tracking.after_command(client, spec, argv)
+        if not crashed and ctx.rewritten:
+            self.pending.extend((client.dbs[db_index].id, effect) for effect in ctx.effects or ())
+        ctx.effects, ctx.rewritten = None, False
+        if cls is deferred.Deferred:
+            reply.argv = argv
+            deferred.start(server, client, reply)
+            reply = BLOCKED
+        elif usec >= self.slow_usec and server.slowlog is not None and "skip_slowlog" not in spec.flags:
+            server.slowlog.observe(client, argv, usec)
         if self.depth == 0 and (self.pending or server.blocking.ready):
             self.finish_command(client)
         return reply

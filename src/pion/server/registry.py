@@ -55,6 +55,8 @@ class CommandSpec:
     is_write: bool = field(init=False, default=False)
     stages: bool = field(init=False, default=False)
     is_read: bool = field(init=False, default=False)
+    #: a budget-bound query run in slices on the loop (set by ``pion.server.slices``)
+    sliced: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.full_name = f"{self.container}|{self.name}" if self.container else self.name

@@ -9,12 +9,20 @@ so far. The loops here call ``tick()`` once per item; every ``EVERY`` items it r
 ``QueryTimeout`` past the deadline. The evaluator that catches it decides between the error and
 the partial result.
 
+The same clock read is where a query gives the event loop back: the server installs a pause
+hook (``set_pause``; ``pion.server.slices``) that every budget made afterwards calls at each
+check. Inside a query the server runs in slices it hands the loop to other clients for a turn
+once the slice's ~10 ms are spent; anywhere else it returns at once. The deadline is wall
+time, as RediSearch's: the turns given to other clients count (they also bound how long a
+write that conflicts with the query waits for it).
+
 A leaf of ``pion.storage``: the engines (storage's JSONPath, ``pion.vector``) import it, it
 imports nothing of Pion but the error type.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from time import perf_counter
 
 from pion.protocol.errors import ReplyError
@@ -33,10 +41,20 @@ class QueryTimeout(ReplyError):
         super().__init__(message)
 
 
+#: the server's pause hook (``set_pause``), taken by every budget made after it was set
+_pause: Callable[[], bool] | None = None
+
+
+def set_pause(hook: Callable[[], bool] | None) -> None:
+    """Install the hook a budget's check calls to let the event loop run (None: none)."""
+    global _pause
+    _pause = hook
+
+
 class Budget:
     """A deadline ``ms`` milliseconds from now (``ms <= 0``: none)."""
 
-    __slots__ = ("deadline", "count", "expired", "ms")
+    __slots__ = ("deadline", "count", "expired", "ms", "pause")
 
     def __init__(self, ms: float = 0) -> None:
         self.ms = ms
@@ -44,6 +62,8 @@ class Budget:
         self.count = 0
         #: set once a check found the deadline passed (RETURN: the reply's warning)
         self.expired = False
+        #: called at each check: may hand the loop to other clients for a turn (see above)
+        self.pause = _pause
 
     @property
     def limited(self) -> bool:
@@ -51,15 +71,19 @@ class Budget:
 
     def tick(self, items: int = 1) -> None:
         """Count ``items`` of work; every ``EVERY`` of them, ``check``."""
-        if self.deadline:
+        if self.deadline or self.pause is not None:
             self.count += items
             if self.count >= EVERY:
                 self.count = 0
                 self.check()
 
     def check(self) -> None:
-        """Raise ``QueryTimeout`` if the deadline has passed."""
+        """Raise ``QueryTimeout`` if the deadline has passed; else maybe pause for a loop turn
+        (and check again after it: the turn counts)."""
         if self.deadline and perf_counter() > self.deadline:
+            self.expired = True
+            raise QueryTimeout()
+        if self.pause is not None and self.pause() and self.deadline and perf_counter() > self.deadline:
             self.expired = True
             raise QueryTimeout()
 
@@ -85,3 +109,4 @@ def timeout_ms(config: dict[str, str] | None) -> int:
 
 #: no deadline at all (replay, MULTI-less internal callers): ``tick`` returns at once
 UNLIMITED = Budget(0)
+UNLIMITED.pause = None

@@ -11,6 +11,10 @@ burst of writes to one key is indexed once. The initial scan of FT.CREATE (and t
 a restart) runs in slices of a few milliseconds per loop turn, so other clients are not stalled;
 ``indexing``/``percent_indexed`` report it. HNSW graphs fill in their builder threads.
 
+Freezing: while a query runs in slices on the loop (the server's ``slices`` module), its index is
+``freeze``-d: queued keys it covers stay queued and its scan waits, so nothing it iterates changes
+between two slices; ``thaw`` applies what waited at the next loop turn.
+
 Component hooks for the server assembly (#14): ``start``, ``stop``, ``info``, ``metrics``,
 ``dump``/``load`` (the snapshot extension).
 """
@@ -91,6 +95,8 @@ class SearchEngine:
         self.databases: Callable[[], Iterable[Any]] = lambda: ()
         self.stats = {"indexed_keys": 0, "scans_done": 0}
         self.cursors = CursorStore()
+        #: index -> queries in slices reading it (``freeze``/``thaw``): no indexing meanwhile
+        self.frozen: dict[SearchIndex, int] = {}
 
     # -- component hooks ------------------------------------------------------------------------
 
@@ -124,7 +130,7 @@ class SearchEngine:
         gone = []
         for (db_id, name), index in list(self.indexes.items()):
             ttl = index.definition.temporary
-            if ttl and now - index.touched > ttl:
+            if ttl and now - index.touched > ttl and index not in self.frozen:
                 del self.indexes[(db_id, name)]
                 for alias in [a for a, t in self.aliases.items() if a[0] == db_id and t == name]:
                     del self.aliases[alias]
@@ -240,6 +246,28 @@ class SearchEngine:
         if self.aliases.pop((db.id, alias), None) is None:
             raise ReplyError("Alias does not exist")
 
+    # -- freezing (queries in slices) ---------------------------------------------------------
+
+    def freeze(self, index: SearchIndex) -> None:
+        """A query reading ``index`` runs in slices: index nothing into it until ``thaw``."""
+        self.frozen[index] = self.frozen.get(index, 0) + 1
+
+    def thaw(self, index: SearchIndex) -> None:
+        """That query ended: what waited is applied at the next loop turn."""
+        count = self.frozen.get(index, 0) - 1
+        if count > 0:
+            self.frozen[index] = count
+            return
+        self.frozen.pop(index, None)
+        if self.scheduler is None:
+            return
+        if self._dirty and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.scheduler(self.catch_up)
+        if self._scans and not self._scan_scheduled:
+            self._scan_scheduled = True
+            self.scheduler(self._scan_tick)
+
     # -- live indexing --------------------------------------------------------------------------
 
     def key_changed(self, db: Any, key: bytes) -> None:
@@ -285,7 +313,8 @@ class SearchEngine:
     def catch_up(self) -> None:
         """Index the queued keys now (FT.* commands call this first); start a pending rebuild."""
         self._flush_scheduled = False
-        if self.rebuild_pending and not self.loading():
+        frozen = self.frozen
+        if self.rebuild_pending and not self.loading() and not frozen:
             self.rebuild_all()
         if not self._dirty:
             return
@@ -298,6 +327,9 @@ class SearchEngine:
                 value = self.values(db, key)
                 for index in indexes:
                     if index.definition.covers(key):
+                        if frozen and index in frozen:  # a query in slices reads it: after it (thaw)
+                            self._dirty.setdefault(db_id, (db, {}))[1][key] = None
+                            continue
                         index.index_key(key, value)
                         self.stats["indexed_keys"] += 1
 
@@ -349,6 +381,13 @@ class SearchEngine:
             scan = self._scans[0]
             if scan.cancelled:
                 self._scans.pop(0)
+                continue
+            if self.frozen and scan.index in self.frozen:  # a query in slices reads it: wait (thaw)
+                waiting = [s for s in self._scans if not s.cancelled and s.index not in self.frozen]
+                if not waiting:
+                    return False
+                self._scans.remove(waiting[0])
+                self._scans.insert(0, waiting[0])
                 continue
             index = scan.index
             db = scan.db  # type: ignore[attr-defined]

@@ -192,6 +192,7 @@ def stats_section(server: Server) -> dict[str, Any]:
         "migrate_cached_sockets": 0,  # MIGRATE opens a connection per call (commands/migrate.py)
         **{k: v for k, v in server.tracking.info().items() if k != "tracking_clients"},  # that one is in clients
         "total_error_replies": sum(server.error_stats.values()),
+        **{f"pion_{k}": v for k, v in server.slices.stats.items()},  # queries in slices (server/slices.py)
     }  # rejected/failed calls are per command in commandstats: Redis's default INFO has no totals
 
 

@@ -96,7 +96,7 @@ class FieldExpirySweep(Component):
 def sweep(server) -> None:
     """Cron: expire the due fields of hashes nobody touched; log them as HDEL."""
     heap = _SCHEDULES.get(server)
-    if not heap or server.loading:
+    if not heap or server.loading or server.slices.active:  # a query in slices holds expiry (server/slices.py)
         return
     now, logged = now_ms(), False
     for _ in range(_SWEEP_BATCH):

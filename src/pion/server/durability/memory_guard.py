@@ -175,7 +175,7 @@ class MemoryManager:
         server = self.server
         settings = server.settings
         policy = settings.maxmemory_policy
-        if policy == "noeviction":
+        if policy == "noeviction" or server.slices.active:  # a query in slices holds eviction (server/slices.py)
             return 0
         started = time.perf_counter()
         count = 0

@@ -242,6 +242,8 @@ class ReplicaSide:
             if not data:
                 raise EOFError("the primary closed the connection")
             self.last_io = time.time()
+            if self.server.slices.active:  # a query in slices reads one consistent state (server/slices.py)
+                await self.server.slices.idle()
             parser.feed(data)
             received += data
             before = self.repl.offset
