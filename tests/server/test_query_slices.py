@@ -286,3 +286,40 @@ def test_client_leaving_mid_query_releases_the_parked(port, r):
     finally:
         w.close()
     assert reply == 0
+
+
+def test_hybrid_finish_after_the_pool_runs_in_slices(port, r):
+    """FT.HYBRID on an HNSW field: the KNN runs in the worker pool (a Deferred), then the
+    post-processing (a long APPLY over the window) runs on the loop in slices, isolated too."""
+    import numpy as np
+
+    if b"hidx" not in r.execute_command("FT._LIST"):
+        r.execute_command("FT.CREATE", "hidx", "ON", "HASH", "PREFIX", "1", "hdoc:", "SCHEMA", "n", "NUMERIC",
+                          "v", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", "2", "DISTANCE_METRIC", "L2")
+        pipe = r.pipeline(transaction=False)
+        for i in range(N_DOCS):
+            pipe.hset(f"hdoc:{i}", mapping={"n": i, "v": np.array([i % 13, i % 17], dtype=np.float32).tobytes()})
+        pipe.execute()
+    r.execute_command("FT.SEARCH", "hidx", "*", "LIMIT", "0", "0")
+    vec = np.zeros(2, dtype=np.float32).tobytes()
+    query = ("FT.HYBRID", "hidx", "SEARCH", "*", "VSIM", "@v", "$B", "COMBINE", "RRF", "2", "WINDOW", str(N_DOCS),
+             "LOAD", "1", "@n", "APPLY", LONG_EXPR, "AS", "s", "LIMIT", "0", str(N_DOCS), "PARAMS", "2", "B", vec)
+    r.execute_command("FT.CONFIG", "SET", "TIMEOUT", "0")
+    before = sliced(r)
+    q, w, o = Conn(port), Conn(port), Conn(port)
+    try:
+        q.send(query)
+        _in_flight(r, before)
+        w.send(("HSET", "hdoc:1", "n", "-5"))
+        o.send(("PING",))
+        (t_ping, _), = o.wait(1)
+        (t_query, reply), = q.wait(1)
+        (t_write, _), = w.wait(1)
+    finally:
+        q.close(), w.close(), o.close()
+        r.execute_command("FT.CONFIG", "SET", "TIMEOUT", "500")
+    assert t_ping < t_query < t_write
+    assert reply[0] == b"total_results" and reply[4] == b"warnings" and reply[5] == []
+    values = [row[row.index(b"n") + 1] for row in reply[3]]
+    assert b"-5" not in values and len(values) == N_DOCS
+    r.hset("hdoc:1", "n", 1)

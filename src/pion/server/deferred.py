@@ -98,12 +98,25 @@ def _complete(server: Server, client: Client, request: Deferred, done: asyncio.F
         name = bytes(request.argv[0]).decode("latin-1").lower() if request.argv else "deferred work"
         reply = server.dispatcher.internal_error(name, exc)
     else:
-        reply = server.dispatcher.run_deferred(client, request, results)
-        if isinstance(reply, Deferred):  # a second stage (AI.SEMANTIC_CACHE GET VERIFY model): the
-            reply.argv = request.argv      # connection stays parked until it answers
-            start(server, client, reply)
+        # a query's finish may run in slices (server/slices.py): then it answers through ``answer``
+        reply = server.dispatcher.run_deferred(client, request, results,
+                                               lambda late: answer(server, client, request, late))
+        if reply is SLICED:
             return
-    if done.exception() is not None and request.abandon is not None:
+    answer(server, client, request, reply, job_failed=done.exception() is not None)
+
+
+#: what ``Dispatcher.run_deferred`` returns when the finish goes on in slices (it answers later)
+SLICED = object()
+
+
+def answer(server: Server, client: Client, request: Deferred, reply: Any, job_failed: bool = False) -> None:
+    """The deferred command's reply: a second stage starts, else the pipeline goes on."""
+    if isinstance(reply, Deferred):  # a second stage (AI.SEMANTIC_CACHE GET VERIFY model): the
+        reply.argv = request.argv      # connection stays parked until it answers
+        start(server, client, reply)
+        return
+    if job_failed and request.abandon is not None:
         request.abandon()
     if isinstance(reply, ReplyError):
         server.dispatcher.count_error(reply)

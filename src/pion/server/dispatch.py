@@ -285,12 +285,19 @@ class Dispatcher:
         return reply
 
     def finish_sliced(self, client: Client, spec: CommandSpec, argv: list[bytes], reply: Any, failed: bool,
-                      crashed: bool, elapsed_ns: int, db_index: int) -> Any:
+                      crashed: bool, elapsed_ns: int, db_index: int, counted: bool = True) -> Any:
         """``call``'s bookkeeping for a query run in slices (``pion.server.slices``), once its
         handler ended: stats, latency, error counts, tracking, effects, the slow log, a Deferred
-        it returned. ``elapsed_ns`` is the time its slices held the loop."""
+        it returned. ``elapsed_ns`` is the time its slices held the loop. A deferred finish
+        (``counted`` False) was counted when its handler returned: only its effects are logged."""
         server = self.server
         ctx = client.ctx
+        if not counted:
+            if not crashed and ctx.rewritten:
+                self.pending.extend((client.dbs[db_index].id, effect) for effect in ctx.effects or ())
+            ctx.effects, ctx.rewritten = None, False
+            self.finish_command(client)
+            return reply
         usec = elapsed_ns // 1000
         name = spec.full_name
         cls = reply.__class__
@@ -401,9 +408,20 @@ class Dispatcher:
                 self.server.journal.note_reply(client, seq)
         return reply
 
-    def run_deferred(self, client: Client, request: deferred.Deferred, results: list) -> Any:
+    def run_deferred(self, client: Client, request: deferred.Deferred, results: list,
+                     answer: Any = None) -> Any:
         """Finish a deferred command on the loop, in its client's context: its effects are
-        logged now as its own record, then clients blocked on keys it touched are served."""
+        logged now as its own record, then clients blocked on keys it touched are served.
+
+        A query's finish (the part after its KNN in the pool) runs in slices like its handler
+        (``pion.server.slices``): then this returns ``deferred.SLICED`` and ``answer(reply)``
+        is called when it ends."""
+        if answer is not None and request.argv and self.depth == 0:
+            spec = self.lookup(request.argv)
+            if spec.__class__ is CommandSpec and spec.sliced and self.server.slices.can_slice(client):
+                reply = self.server.slices.run(client, spec, request.argv,  # type: ignore[arg-type]
+                                               job=lambda ctx: request.finish(ctx, results), answer=answer)
+                return deferred.SLICED if reply is BLOCKED else reply
         ctx = client.ctx
         ctx.effects = None
         ctx.rewritten = False

@@ -91,13 +91,17 @@ def is_sliced(spec: CommandSpec) -> bool:
 class SlicedRun:
     """One query in slices: its client and command, what it reads, what it has used."""
 
-    __slots__ = ("client", "spec", "argv", "greenlet", "slice_end", "db_index", "index", "keys",
+    __slots__ = ("client", "spec", "argv", "job", "answer", "greenlet", "slice_end", "db_index", "index", "keys",
                  "everything", "ns", "effects", "ready", "slices", "started")
 
-    def __init__(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> None:
+    def __init__(self, client: Client, spec: CommandSpec, argv: list[bytes], job: Any = None, answer: Any = None) -> None:
         self.client = client
         self.spec = spec
         self.argv = argv
+        #: what runs: ``job(ctx)`` (a deferred command's finish) or, None, the handler
+        self.job = job
+        #: a deferred finish answers through this (``deferred.answer``); None: the dispatcher's way
+        self.answer = answer
         self.greenlet: Any = None
         self.slice_end = 0.0
         self.db_index = client.db_index
@@ -148,12 +152,13 @@ class Slices:
         return (client.conn is not None and not client.in_script and client.multi is None
                 and not client.executing and not server.loading and server.dispatcher.busy is None)
 
-    def run(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> Any:
-        """Run ``spec``'s handler in a greenlet (called by ``Dispatcher.call`` at depth 0): its
-        reply when it ends within its first slice, else BLOCKED (it goes on in later turns)."""
+    def run(self, client: Client, spec: CommandSpec, argv: list[bytes], job: Any = None, answer: Any = None) -> Any:
+        """Run ``spec``'s handler (or ``job(ctx)``, a deferred finish that answers through
+        ``answer``) in a greenlet, called by the dispatcher at depth 0: its reply when it ends
+        within its first slice, else BLOCKED (it goes on in later turns)."""
         from pion.server.dispatch import BLOCKED
 
-        run = SlicedRun(client, spec, argv)
+        run = SlicedRun(client, spec, argv, job, answer)
         client.ctx.effects = None
         client.ctx.rewritten = False
         run.greenlet = greenlet.greenlet(_body)
@@ -163,7 +168,7 @@ class Slices:
             return self._conclude(run, out)
         self._begin(run)
         conn = client.conn
-        if conn is not None:
+        if conn is not None and not conn.deferred:
             conn.defer()
         asyncio.get_running_loop().call_soon(self._resume, run)
         return BLOCKED
@@ -226,7 +231,9 @@ class Slices:
 
         try:
             reply = self._conclude(run, out)
-            if reply is not BLOCKED and client.conn is not None:  # BLOCKED: a Deferred took over
+            if run.answer is not None:
+                run.answer(reply)
+            elif reply is not BLOCKED and client.conn is not None:  # BLOCKED: a Deferred took over
                 client.conn.undefer(reply)
         finally:
             self._end(run)  # then what waited for it runs
@@ -241,7 +248,7 @@ class Slices:
         if kind == "crash":
             value = dispatcher.internal_error(run.spec.full_name, value)
         return dispatcher.finish_sliced(run.client, run.spec, run.argv, value, kind != "ok", kind == "crash",
-                                        run.ns, run.db_index)
+                                        run.ns, run.db_index, counted=run.answer is None)
 
     # -- isolation ------------------------------------------------------------------------
 
@@ -378,6 +385,8 @@ def _body(run: SlicedRun) -> tuple[str, Any]:
     """The greenlet's body: the handler, its outcome as (kind, value) for ``_conclude``."""
     ctx = run.client.ctx
     try:
+        if run.job is not None:
+            return "ok", run.job(ctx)
         return "ok", run.spec.handler(ctx, run.argv)  # type: ignore[misc]
     except ReplyError as exc:
         return "error", exc
