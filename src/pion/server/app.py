@@ -31,9 +31,9 @@ from pion.server.net.client import Client
 from pion.server.net.connection import Connection
 from pion.server.parts import Parts
 from pion.server.pause import ClientPause
-from pion.server.slices import Slices
 from pion.server.pubsub import PubSubHub
 from pion.server.redaction import monitor_argv
+from pion.server.slices import Slices
 from pion.server.tracking import Tracking
 from pion.storage.keyspace import Database
 from pion.vector.vset import kernel as vset_kernel

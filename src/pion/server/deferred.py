@@ -62,6 +62,8 @@ class Deferred:
     argv: list = field(default_factory=list)
     #: a pool of the engine's own for jobs that mostly wait (on an embedding model); None: ``workers()``
     executor: Executor | None = None
+    #: a query's read lock held from its handler to its answer (``pion.server.slices``), or None
+    hold: Any = None
 
 
 def workers() -> ThreadPoolExecutor:
@@ -114,8 +116,11 @@ def answer(server: Server, client: Client, request: Deferred, reply: Any, job_fa
     """The deferred command's reply: a second stage starts, else the pipeline goes on."""
     if isinstance(reply, Deferred):  # a second stage (AI.SEMANTIC_CACHE GET VERIFY model): the
         reply.argv = request.argv      # connection stays parked until it answers
+        reply.hold = request.hold
         start(server, client, reply)
         return
+    if request.hold is not None:  # the query answered: what its read lock held back runs
+        server.slices.release(request.hold)
     if job_failed and request.abandon is not None:
         request.abandon()
     if isinstance(reply, ReplyError):

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections import OrderedDict
 from time import perf_counter, perf_counter_ns
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import greenlet
 
 from pion.protocol.errors import ReplyError
+from pion.server.deferred import Deferred
 from pion.storage import budget
 
 if TYPE_CHECKING:
@@ -60,6 +62,8 @@ log = logging.getLogger("pion.slices")
 
 #: how long one slice of a query may hold the loop before it hands it back for a turn
 SLICE_SECONDS = 0.01
+#: a slice longer than this is logged at DEBUG with the stack it stopped at (what does not tick)
+LONG_SLICE_NS = 50_000_000
 
 #: FT.* queries: the argv position of the index (or alias) they read
 _INDEX_ARG = {"ft.search": 1, "ft.aggregate": 1, "ft.hybrid": 1, "ft.profile": 1, "ft.cursor": 2}
@@ -69,6 +73,8 @@ _KEYED = frozenset({"vsim"})
 _ALWAYS_HELD = frozenset({"eval", "evalsha", "fcall", "debug", "config|set", "flushall", "flushdb", "swapdb"})
 
 _YIELDED = object()
+#: idle worker greenlets kept for the next queries
+_IDLE_WORKERS = 8
 #: greenlet -> the run it carries (process-wide: ``maybe_yield`` is one hook for every server)
 _RUNS: dict[Any, SlicedRun] = {}
 
@@ -92,7 +98,7 @@ class SlicedRun:
     """One query in slices: its client and command, what it reads, what it has used."""
 
     __slots__ = ("client", "spec", "argv", "job", "answer", "greenlet", "slice_end", "db_index", "index", "keys",
-                 "everything", "ns", "effects", "ready", "slices", "started")
+                 "everything", "ns", "effects", "ready", "slices", "started", "held")
 
     def __init__(self, client: Client, spec: CommandSpec, argv: list[bytes], job: Any = None, answer: Any = None) -> None:
         self.client = client
@@ -117,6 +123,9 @@ class SlicedRun:
         self.ready: list = []
         self.slices = 0
         self.started = perf_counter()
+        #: it returned a Deferred (its KNN in the worker pool): its read lock lasts until the
+        #: Deferred answers (``release``), so the finish sees the state the handler saw
+        self.held = False
 
     def reads(self, key: bytes) -> bool:
         if self.everything or key in self.keys:
@@ -137,6 +146,8 @@ class Slices:
         #: (db id, key) slots whose blocked clients were not retried while a query ran
         self.held_ready: list[tuple[int, bytes]] = []
         self._idle: asyncio.Event | None = None
+        #: worker greenlets waiting for a query (making one costs ~25 us, a switch ~1.5 us)
+        self._workers: list[Any] = []
         #: INFO stats (``pion_*``): queries that ran past one slice, the turns they gave back,
         #: commands parked behind them, the longest slice of a query that gave a turn back (us)
         self.stats = {"sliced_queries": 0, "query_slices_yielded": 0, "commands_parked_by_queries": 0,
@@ -161,7 +172,7 @@ class Slices:
         run = SlicedRun(client, spec, argv, job, answer)
         client.ctx.effects = None
         client.ctx.rewritten = False
-        run.greenlet = greenlet.greenlet(_body)
+        run.greenlet = self._workers.pop() if self._workers else greenlet.greenlet(_work)
         _RUNS[run.greenlet] = run
         out = self._switch(run, first=True)
         if out is not _YIELDED:
@@ -197,10 +208,10 @@ class Slices:
         finally:
             took = perf_counter_ns() - start
             run.ns += took
-            if took > 30e6 and __import__("os").environ.get("PION_SLICE_DEBUG"):
-                import traceback
-                log.warning("long slice %.1f ms (%s) ended at: %s", took / 1e6, "yield" if out is _YIELDED else "end",
-                            "".join(traceback.format_stack(run.greenlet.gr_frame, limit=12)) if run.greenlet.gr_frame else "-")
+            if took > LONG_SLICE_NS and log.isEnabledFor(logging.DEBUG):  # where a slice ran long
+                frame = run.greenlet.gr_frame
+                log.debug("a slice of %s held the loop %.1f ms, until: %s", run.spec.full_name, took / 1e6,
+                          "".join(traceback.format_stack(frame, limit=12)) if frame is not None else "its end")
             if (out is _YIELDED or not first) and took // 1000 > self.stats["longest_query_slice_usec"]:
                 self.stats["longest_query_slice_usec"] = took // 1000
             run.slices += 1
@@ -236,25 +247,32 @@ class Slices:
             elif reply is not BLOCKED and client.conn is not None:  # BLOCKED: a Deferred took over
                 client.conn.undefer(reply)
         finally:
-            self._end(run)  # then what waited for it runs
+            if not run.held:
+                self._end(run)  # then what waited for it runs
 
     def _conclude(self, run: SlicedRun, out: Any) -> Any:
         """The handler ended: the dispatcher's bookkeeping, as for any command."""
         dispatcher = self.server.dispatcher
-        _RUNS.pop(run.greenlet, None)
+        self._recycle(run)
         dispatcher.pending.extend(run.effects)
         self.server.blocking.ready.extend(run.ready)
         kind, value = out
         if kind == "crash":
             value = dispatcher.internal_error(run.spec.full_name, value)
+        elif value.__class__ is Deferred and run.answer is None:  # its KNN goes to the pool: keep
+            run.held = True                                       # the read lock until it answers
+            value.hold = run
+            if run not in self.active:
+                self._begin(run, sliced=False)
         return dispatcher.finish_sliced(run.client, run.spec, run.argv, value, kind != "ok", kind == "crash",
                                         run.ns, run.db_index, counted=run.answer is None)
 
     # -- isolation ------------------------------------------------------------------------
 
-    def _begin(self, run: SlicedRun) -> None:
-        """Past its first slice: freeze what it reads."""
-        self.stats["sliced_queries"] += 1
+    def _begin(self, run: SlicedRun, sliced: bool = True) -> None:
+        """Past its first slice (or into the worker pool): freeze what it reads."""
+        if sliced:
+            self.stats["sliced_queries"] += 1
         name = run.spec.full_name
         position = _INDEX_ARG.get(name)
         if position is not None:
@@ -276,9 +294,23 @@ class Slices:
             self._idle.clear()
         self.active.append(run)
 
+    def release(self, run: SlicedRun) -> None:
+        """The Deferred a query returned answered: its read lock ends (``deferred.answer``)."""
+        run.held = False
+        self._end(run)
+
+    def _recycle(self, run: SlicedRun) -> None:
+        """The run's greenlet is free again: back to the idle workers (unless it died)."""
+        worker = run.greenlet
+        if _RUNS.get(worker) is run:
+            del _RUNS[worker]
+            if not worker.dead and len(self._workers) < _IDLE_WORKERS:
+                self._workers.append(worker)
+
     def _end(self, run: SlicedRun) -> None:
         """The query ended (or its client left): thaw, and run what waited once none is left."""
-        _RUNS.pop(run.greenlet, None)
+        if _RUNS.get(run.greenlet) is run:
+            del _RUNS[run.greenlet]  # stopped in mid-run: its greenlet died, not recycled
         if run not in self.active:
             return
         self.active.remove(run)
@@ -379,6 +411,13 @@ def _specs(table: CommandTable) -> list[CommandSpec]:
         out.append(spec)
         out.extend(spec.subcommands.values())
     return out
+
+
+def _work(run: SlicedRun) -> None:
+    """A worker greenlet: run each query it is switched to, hand its outcome to the loop (its
+    parent), wait there for the next."""
+    while True:
+        run = greenlet.getcurrent().parent.switch(_body(run))
 
 
 def _body(run: SlicedRun) -> tuple[str, Any]:
