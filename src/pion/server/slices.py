@@ -142,7 +142,8 @@ class Slices:
         #: the queries in flight (past their first slice)
         self.active: list[SlicedRun] = []
         #: client id -> (client, argv) parked until no query is in flight, in arrival order
-        self.parked: OrderedDict[int, tuple[Client, list[bytes]]] = OrderedDict()
+        #: (and the keys it may write, None: any; a new query that reads one of them waits behind it)
+        self.parked: OrderedDict[int, tuple[Client, list[bytes], frozenset[bytes] | None]] = OrderedDict()
         #: (db id, key) slots whose blocked clients were not retried while a query ran
         self.held_ready: list[tuple[int, bytes]] = []
         self._idle: asyncio.Event | None = None
@@ -172,7 +173,11 @@ class Slices:
         run = SlicedRun(client, spec, argv, job, answer)
         client.ctx.effects = None
         client.ctx.rewritten = False
-        run.greenlet = self._workers.pop() if self._workers else greenlet.greenlet(_work)
+        here = greenlet.getcurrent()
+        workers = self._workers
+        while workers and (workers[-1].dead or workers[-1].parent is not here):  # another thread's
+            workers.pop()
+        run.greenlet = workers.pop() if workers else greenlet.greenlet(_work)
         _RUNS[run.greenlet] = run
         out = self._switch(run, first=True)
         if out is not _YIELDED:
@@ -273,8 +278,17 @@ class Slices:
         """Past its first slice (or into the worker pool): freeze what it reads."""
         if sliced:
             self.stats["sliced_queries"] += 1
-        name = run.spec.full_name
-        position = _INDEX_ARG.get(name)
+        self._read_set(run)
+        if run.index is not None:
+            self.server.parts.search.freeze(run.index)  # type: ignore[union-attr]
+        if not self.active and self._idle is not None:
+            self._idle.clear()
+        self.active.append(run)
+
+    def _read_set(self, run: SlicedRun) -> None:
+        """What the query reads: the index it names (an FT.* query), else its keys; unknown:
+        everything."""
+        position = _INDEX_ARG.get(run.spec.full_name)
         if position is not None:
             search = self.server.parts.search
             index = None
@@ -285,14 +299,10 @@ class Slices:
                 run.everything = True
             else:
                 run.index = index
-                search.freeze(index)
         else:
             run.keys = frozenset(run.argv[i] for i in run.spec.key_positions(run.argv) if i < len(run.argv))
             if not run.keys:
                 run.everything = True
-        if not self.active and self._idle is not None:
-            self._idle.clear()
-        self.active.append(run)
 
     def release(self, run: SlicedRun) -> None:
         """The Deferred a query returned answered: its read lock ends (``deferred.answer``)."""
@@ -329,11 +339,42 @@ class Slices:
         not empty: the dispatcher asks only then.)"""
         if client.conn is None or spec.name == "quit":
             return False
+        if spec.sliced:  # a new query waits only behind a waiting command that writes what it reads
+            return bool(self.parked) and client.multi is None and self._behind_parked(client, spec, argv)
         if spec.name == "exec":
             return bool(client.multi) and any(self.conflicts(queued, args) for queued, args in client.multi)
         if client.multi is not None:
             return False  # queued (or MULTI/WATCH/DISCARD): EXEC decides
         return self.conflicts(spec, argv)
+
+    def _behind_parked(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> bool:
+        """Does a waiting command write what this new query would read? Then the query waits
+        behind it (in order: no writer starves behind a stream of overlapping queries)."""
+        probe = SlicedRun(client, spec, argv)
+        self._read_set(probe)
+        for _, _, touched in self.parked.values():
+            if touched is None or any(probe.reads(key) for key in touched):
+                return True
+        return False
+
+    def _touches(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> frozenset[bytes] | None:
+        """The keys a waiting command may write (None: any; a waiting query: none)."""
+        if spec.sliced:
+            return frozenset()
+        if spec.name == "exec":
+            keys: set[bytes] = set()
+            for queued, args in client.multi or ():
+                if queued.sliced or not ("write" in queued.flags or "may_replicate" in queued.flags):
+                    continue
+                touched = self._touches(client, queued, args)
+                if touched is None:
+                    return None
+                keys |= touched
+            return frozenset(keys)
+        if spec.full_name in _ALWAYS_HELD or spec.group == "search":
+            return None
+        positions = spec.key_positions(argv)
+        return frozenset(argv[i] for i in positions if i < len(argv)) if positions else None
 
     def conflicts(self, spec: CommandSpec, argv: list[bytes]) -> bool:
         """Could this command change what a query in flight reads?"""
@@ -364,8 +405,10 @@ class Slices:
         from pion.server.dispatch import BLOCKED
 
         self.stats["commands_parked_by_queries"] += 1
+        spec = self.server.dispatcher.lookup(argv)
+        touched = None if isinstance(spec, ReplyError) else self._touches(client, spec, argv)
         self.server.blocking.block(client, BlockRequest([], 0, _never_ready, argv=argv))
-        self.parked[client.id] = (client, argv)
+        self.parked[client.id] = (client, argv, touched)
         return BLOCKED
 
     def holds_retry(self, db_id: int, key: bytes, argv: list[bytes]) -> bool:
@@ -392,7 +435,7 @@ class Slices:
         if self._idle is not None:
             self._idle.set()
         parked, self.parked = self.parked, OrderedDict()
-        for client, argv in parked.values():
+        for client, argv, _ in parked.values():
             if client.closing or client.conn is None or client.blocked is None:
                 continue
             server.blocking.disconnect(client)  # forget the parking request, no reply

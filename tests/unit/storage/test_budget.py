@@ -41,3 +41,30 @@ def test_timeout_ms_from_config():
     assert timeout_ms({"TIMEOUT": "0"}) == 0
     assert timeout_ms({"TIMEOUT": "42"}) == 42
     assert timeout_ms({"TIMEOUT": "x"}) == 500
+
+
+def test_pause_hook_runs_at_each_clock_read_and_the_turn_counts(monkeypatch):
+    """The server's pause hook (``set_pause``) is called at every clock read of a budget made
+    after it was set, also without a deadline; a turn it gave away counts against the deadline."""
+    calls = []
+
+    def pause() -> bool:
+        calls.append(1)
+        time.sleep(0.005)  # the loop served others meanwhile
+        return True
+
+    monkeypatch.setattr(budget, "_pause", None)
+    budget.set_pause(pause)
+    try:
+        free = Budget(0)
+        for _ in range(3 * budget.EVERY):
+            free.tick()
+        assert len(calls) == 3 and not free.expired  # no deadline: paused, never raises
+        tight = Budget(2)
+        with pytest.raises(QueryTimeout):
+            tight.tick(budget.EVERY)  # before the pause the deadline had not passed; after it, it has
+        assert tight.expired
+        assert UNLIMITED.pause is None  # replay's budget never pauses
+    finally:
+        budget.set_pause(None)
+    assert Budget(0).pause is None
