@@ -77,6 +77,15 @@ class Budget:
                 self.count = 0
                 self.check()
 
+    def breathe(self, items: int = 1) -> None:
+        """Count ``items`` of work that must not end the query (it is checked after): every
+        ``EVERY`` of them only the pause hook runs, never the deadline."""
+        if self.pause is not None:
+            self.count += items
+            if self.count >= EVERY:
+                self.count = 0
+                self.pause()
+
     def check(self) -> None:
         """Raise ``QueryTimeout`` if the deadline has passed; else maybe pause for a loop turn
         (and check again after it: the turn counts)."""

@@ -68,3 +68,17 @@ def test_pause_hook_runs_at_each_clock_read_and_the_turn_counts(monkeypatch):
     finally:
         budget.set_pause(None)
     assert Budget(0).pause is None
+
+
+def test_breathe_pauses_but_never_raises(monkeypatch):
+    calls = []
+    monkeypatch.setattr(budget, "_pause", None)
+    budget.set_pause(lambda: calls.append(1) or True)
+    try:
+        b = Budget(1)
+        time.sleep(0.005)
+        for _ in range(2 * budget.EVERY):
+            b.breathe()  # past the deadline, yet no QueryTimeout: the caller checks later
+        assert len(calls) == 2 and not b.expired
+    finally:
+        budget.set_pause(None)

@@ -68,6 +68,7 @@ def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector
     fused = hybrid.fuse(req, text_ranked, vector_ranked)
     rows: list[dict[str, Any]] = []
     for doc, combined, text_score, _distance, vector_score in fused:
+        budget.breathe()  # may give the loop a turn (server/slices.py); the pipeline checks the deadline
         key = index.docs[doc]
         row: dict[str, Any] = {"\0key": key, "__key": key.decode("utf-8", "replace")}
         if req.combined_alias:
