@@ -23,9 +23,9 @@ import hiredis
 import numpy as np
 import pytest
 import redis
-from tests.server.test_query_slices import Conn
 from tests.support.canary import command, watch
 from tests.support.servers import ProcessServer
+from tests.support.stamped import Conn
 
 #: the canary's longest wait allowed (seconds); PION_CANARY_BOUND overrides it
 BOUND = float(os.environ.get("PION_CANARY_BOUND", "1.0"))
