@@ -54,7 +54,10 @@ class Lexer:
         chars: list[str] = []
         while i < len(text):
             ch = text[i]
-            if ch == "\\" and i + 1 < len(text):
+            if ch == "\\":
+                if i + 1 == len(text):  # a backslash that ends the query escapes nothing: dropped
+                    i += 1
+                    break
                 chars.append(text[i + 1])
                 i += 2
             elif is_term_char(ch):
@@ -69,6 +72,8 @@ class Lexer:
         n = len(text)
         while self.pos < n and text[self.pos].isspace():
             self.pos += 1
+        if self.pos == n - 1 and text[self.pos] == "\\":  # as RediSearch: a trailing lone backslash is nothing
+            self.pos = n
         if self.pos >= n:
             return Token("EOF", "", self.pos)
         start = self.pos
