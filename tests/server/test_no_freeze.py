@@ -194,3 +194,36 @@ def test_random_with_scores(port):
 def test_lrange_million(port):
     reply = _run(port, "LRANGE l 0 -1 (1,000,000 elements)", "LRANGE", "l", "0", "-1")
     assert len(reply) == 1_000_000 and reply[0] == b"0" and reply[-1] == b"999999"
+
+
+# -- long chains: parsing and compiling them is not bounded by the query budget (it runs before
+# the query does), so each parser must be linear and cheap: 20,000 terms (issue 27) -------------
+
+CHAIN = 20_000
+
+
+@pytest.mark.parametrize(("name", "args", "expected"), [
+    ("FT.AGGREGATE APPLY @n+@n+... (20,000 terms)",
+     ("FT.AGGREGATE", "idx", "@n:[-2 -1]", "LOAD", "1", "@n", "APPLY", "+".join(["@n"] * CHAIN), "AS", "s"), [0]),
+    ("FT.SEARCH zz|zz|... (20,000 terms)", ("FT.SEARCH", "idx", "|".join(["zz"] * CHAIN)), [0]),
+    ("FT.SEARCH zz|zz|... DIALECT 2 (20,000 terms)",
+     ("FT.SEARCH", "idx", "|".join(["zz"] * CHAIN), "DIALECT", "2"), [0]),
+    ("FT.SEARCH @n:[-2 -1]|... (20,000 ranges)", ("FT.SEARCH", "idx", "|".join(["@n:[-2 -1]"] * CHAIN)), [0]),
+])
+def test_long_query_chains(port, name, args, expected):
+    assert _run(port, name, *args) == expected
+
+
+def test_long_vsim_filter_chain(port):
+    r = redis.Redis(port=port)
+    r.execute_command("VADD", "vs-chain", "VALUES", "2", "1", "0", "e", "SETATTR", json.dumps({"n": 1}))
+    expr = " && ".join([".n == 2"] * CHAIN)
+    reply = _run(port, "VSIM FILTER .n == 2 && ... (20,000 terms)", "VSIM", "vs-chain", "VALUES", "2", "1", "0",
+                 "FILTER", expr)
+    assert reply == []
+
+
+def test_long_json_filter_chain(port):
+    redis.Redis(port=port).execute_command("JSON.SET", "j-chain", "$", json.dumps([{"a": 1}, {"a": 2}]))
+    path = "$[?(" + " && ".join(["@.a==3"] * CHAIN) + ")]"
+    assert _run(port, "JSON.GET $[?(@.a==3 && ...)] (20,000 terms)", "JSON.GET", "j-chain", path) == b"[]"

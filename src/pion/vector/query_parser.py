@@ -21,97 +21,31 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Any
 
 from pion.protocol.errors import ReplyError
+from pion.storage.gc_pause import gc_paused
 from pion.vector.fields import UNITS
+from pion.vector.query_ast import Node, Query
+from pion.vector.query_knn import KnnClause, parse_attributes, parse_knn, split_knn
 from pion.vector.query_lexer import Lexer, Token, syntax_error
 
 #: how deeply a query may nest (RediSearch's DIALECT 2 parser holds about 250 parentheses, DIALECT 1 97)
 MAX_NESTING = 128
 TOO_DEEP = "Parser stack overflow. Try moving nested parentheses more to the left"
 
-
-@dataclass
-class Node:
-    kind: str
-    value: Any = None
-    children: list[Node] = field(default_factory=list)
-    fields: list[str] | None = None  # TEXT restriction (@a|b:...)
-    attrs: dict[str, Any] = field(default_factory=dict)
+__all__ = ["MAX_NESTING", "TOO_DEEP", "KnnClause", "Node", "Query", "parse_attributes", "parse_query"]
 
 
-@dataclass
-class KnnClause:
-    k: int
-    field: str
-    blob: bytes
-    ef: int | None = None
-    policy: str | None = None
-    batch_size: int | None = None
-    alias: str | None = None
-    epsilon: float | None = None
-    shard_ratio: float | None = None
-
-
-@dataclass
-class Query:
-    root: Node
-    knn: KnnClause | None = None
-    text: str = ""
-
-
+@gc_paused
 def parse_query(text: str, dialect: int = 2, params: dict[str, bytes] | None = None) -> Query:
     params = params or {}
-    head, knn_text, knn_pos = _split_knn(text)
+    head, knn_text, knn_pos = split_knn(text)
     parser = _Parser(head, dialect, params)
     root = parser.parse()
-    knn = _parse_knn(knn_text, knn_pos, text, params) if knn_text is not None else None
+    knn = parse_knn(knn_text, knn_pos, text, params) if knn_text is not None else None
     if knn is not None and dialect < 2:
         raise ReplyError("Syntax error: vector similarity (KNN) queries need DIALECT 2 or greater")
     return Query(root=root, knn=knn, text=text)
-
-
-def _split_knn(text: str) -> tuple[str, str | None, int]:
-    """Split ``filter=>[KNN ...]...`` at the top-level arrow that opens a vector clause.
-
-    Inside a numeric range ``[...]`` or a tag set ``{...}`` only its own closer counts: the ``(`` of
-    an exclusive bound (``@price:[(10 +inf]``, what RedisVL's and LangChain's ``Num(f) > x`` send)
-    opens no group."""
-    opened: list[str] = []
-    closer = {"(": ")", "[": "]", "{": "}"}
-    quote = None
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch == "\\":
-            i += 2
-            continue
-        elif ch in "\"":
-            quote = ch
-        elif opened and opened[-1] in "[{":
-            if ch == closer[opened[-1]]:
-                opened.pop()
-        elif ch in "([{":
-            opened.append(ch)
-        elif ch == ")":
-            if opened:
-                opened.pop()
-        elif text.startswith("=>", i) and not opened:
-            j = i + 2
-            while j < len(text) and text[j].isspace():
-                j += 1
-            if j < len(text) and text[j] == "[":
-                return text[:i], text[j:], j
-        i += 1
-    return text, None, 0
 
 
 class _Parser:
@@ -375,6 +309,13 @@ class _Parser:
     def _raw_section(self, open_ch: str, close_ch: str) -> tuple[str, int]:
         start = self.tok.pos
         text = self.text
+        i = text.find(close_ch, start + 1)
+        if i > 0:  # the first closer is the one unless an escape or a quote comes before it
+            body = text[start + 1:i]
+            if "\\" not in body and (open_ch != "{" or '"' not in body):
+                self.lexer.seek(i + 1)
+                self.tok = self.lexer.next()
+                return body, start + 1
         i = start + 1
         while i < len(text):
             ch = text[i]
@@ -392,7 +333,7 @@ class _Parser:
             i += 1
         else:
             raise syntax_error(len(text), "<end of query>")
-        self.lexer.pos = i + 1
+        self.lexer.seek(i + 1)
         self.tok = self.lexer.next()
         return text[start + 1:i], start + 1
 
@@ -488,132 +429,9 @@ class _Parser:
         return node
 
 
-def parse_attributes(body: str, pos: int, params: dict[str, bytes]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in body.split(";"):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, value = item.partition(":")
-        name, value = name.strip(), value.strip()
-        if not sep or not name.startswith("$"):
-            raise syntax_error(pos, item)
-        if value.startswith("$"):
-            if value[1:] not in params:
-                raise ReplyError(f"No such parameter `{value[1:]}`")
-            value = params[value[1:]].decode("utf-8", "replace")
-        key = name[1:].lower()
-        if key in ("weight", "epsilon", "shard_k_ratio"):
-            try:
-                out[key] = float(value)
-            except ValueError:
-                raise ReplyError(f"Invalid value ({value}) for `{name[1:]}`") from None
-        elif key in ("slop", "ef_runtime", "batch_size"):
-            try:
-                out[key] = int(value)
-            except ValueError:
-                raise ReplyError(f"Invalid value ({value}) for `{name[1:]}`") from None
-        elif key == "inorder":
-            out[key] = value.lower() in ("true", "1")
-        elif key in ("yield_distance_as", "hybrid_policy", "phonetic"):
-            out[key] = value
-        else:
-            raise ReplyError(f"Invalid attribute {name[1:]}")
-    return out
-
-
-def _parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> KnnClause:
-    end = _matching_bracket(clause)
-    if end < 0:
-        raise syntax_error(pos + len(clause), "<end of query>")
-    inside = clause[1:end].split()
-    rest = clause[end + 1:].strip()
-    if len(inside) < 4 or inside[0].upper() != "KNN":
-        raise syntax_error(pos + 1, clause[1:end][:20] or "]")
-    k_raw = inside[1]
-    if k_raw.startswith("$"):
-        k_raw = _param(params, k_raw[1:])
-    try:
-        k = int(k_raw)
-    except ValueError:
-        raise syntax_error(pos + 1, k_raw) from None
-    if k < 0:
-        raise syntax_error(pos + 1, k_raw)
-    if not inside[2].startswith("@"):
-        raise syntax_error(pos + 1, inside[2])
-    if not inside[3].startswith("$"):
-        raise syntax_error(pos + 1, inside[3])
-    blob_name = inside[3][1:]
-    if blob_name not in params:
-        raise ReplyError(f"No such parameter `{blob_name}`")
-    knn = KnnClause(k=k, field=inside[2][1:], blob=params[blob_name])
-    i = 4
-    while i < len(inside):
-        word = inside[i].upper()
-        if word == "AS" and i + 1 < len(inside):
-            knn.alias = inside[i + 1]
-            i += 2
-            continue
-        if i + 1 >= len(inside):
-            raise syntax_error(pos + 1, inside[i])
-        value = inside[i + 1]
-        if value.startswith("$"):
-            value = _param(params, value[1:])
-        try:
-            if word == "EF_RUNTIME":
-                knn.ef = int(value)
-            elif word == "HYBRID_POLICY":
-                knn.policy = value.upper()
-            elif word == "BATCH_SIZE":
-                knn.batch_size = int(value)
-            elif word == "EPSILON":
-                knn.epsilon = float(value)
-            elif word == "SHARD_K_RATIO":
-                knn.shard_ratio = float(value)
-            else:
-                raise ReplyError(f"Invalid attribute {inside[i]}")
-        except ValueError:
-            raise ReplyError(f"Invalid value ({value}) for `{inside[i]}`") from None
-        i += 2
-    if rest:
-        if not rest.startswith("=>"):
-            raise syntax_error(pos + end + 1, rest[:10])
-        body = rest[2:].strip()
-        if not (body.startswith("{") and body.endswith("}")):
-            raise syntax_error(pos + end + 3, body[:10])
-        attrs = parse_attributes(body[1:-1], pos + end + 3, params)
-        knn.alias = attrs.get("yield_distance_as", knn.alias)
-        knn.ef = attrs.get("ef_runtime", knn.ef)
-        if "hybrid_policy" in attrs:
-            knn.policy = str(attrs["hybrid_policy"]).upper()
-        knn.batch_size = attrs.get("batch_size", knn.batch_size)
-        knn.shard_ratio = attrs.get("shard_k_ratio", knn.shard_ratio)
-    if knn.policy not in (None, "BATCHES", "ADHOC_BF"):
-        raise ReplyError("invalid hybrid policy was given")
-    if knn.ef is not None and knn.ef <= 0:
-        raise ReplyError("Invalid value for EF_RUNTIME")
-    return knn
-
-
-def _param(params: dict[str, bytes], name: str) -> str:
-    if name not in params:
-        raise ReplyError(f"No such parameter `{name}`")
-    return params[name].decode("utf-8", "replace")
-
-
-def _matching_bracket(clause: str) -> int:
-    depth = 0
-    for i, ch in enumerate(clause):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 def _split_unescaped(body: str, sep: str) -> list[str]:
+    if "\\" not in body and '"' not in body:
+        return body.split(sep)
     out, current, i = [], [], 0
     quoted = False
     while i < len(body):
@@ -635,6 +453,8 @@ def _split_unescaped(body: str, sep: str) -> list[str]:
 
 
 def _unescape(raw: str) -> str:
+    if "\\" not in raw:
+        return raw
     return re.sub(r"\\(.)", r"\1", raw)
 
 
