@@ -71,6 +71,7 @@ FAMILIES = (
     "search_aggregate",
     "search_hybrid",
     "search_misc",
+    "search_suggest",
     "ai_embed",
     "ai_cache",
     "ai_memory",
