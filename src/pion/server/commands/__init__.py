@@ -72,6 +72,7 @@ FAMILIES = (
     "search_hybrid",
     "search_misc",
     "search_suggest",
+    "search_config",
     "ai_embed",
     "ai_cache",
     "ai_memory",
