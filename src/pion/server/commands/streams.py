@@ -364,16 +364,29 @@ def streams_keys(argv: list[bytes]) -> list[int]:
     return []
 
 
-def parse_read_options(argv: list[bytes], start: int, group: bool,
-                       in_script: bool = False) -> tuple[int | None, float | None, bool, list[bytes], list[bytes]]:
-    """[COUNT n] [BLOCK ms] [NOACK] STREAMS keys... ids...; BLOCK is refused inside scripts."""
-    count = block = None
-    noack = False
+class ReadOptions:
+    """XREAD's and XREADGROUP's options: COUNT, BLOCK (seconds), NOACK, CLAIM (ms), the keys and IDs."""
+
+    __slots__ = ("count", "block", "noack", "claim", "keys", "ids")
+
+    def __init__(self) -> None:
+        self.count: int | None = None
+        self.block: float | None = None
+        self.noack = False
+        self.claim: int | None = None
+        self.keys: list[bytes] = []
+        self.ids: list[bytes] = []
+
+
+def parse_read_options(argv: list[bytes], start: int, group: bool, in_script: bool = False) -> ReadOptions:
+    """[COUNT n] [BLOCK ms] [CLAIM min-idle-time] [NOACK] STREAMS keys... ids...; BLOCK is
+    refused inside scripts, NOACK and CLAIM (Redis 8.4) outside XREADGROUP."""
+    opts = ReadOptions()
     i = start
     while i < len(argv):
         option = argv[i].upper()
         if option == b"COUNT" and i + 1 < len(argv):
-            count = max(parse_int(argv[i + 1]), 0) or None
+            opts.count = max(parse_int(argv[i + 1]), 0) or None
             i += 2
         elif option == b"BLOCK" and i + 1 < len(argv):
             if in_script:
@@ -382,9 +395,17 @@ def parse_read_options(argv: list[bytes], start: int, group: bool,
             block = parse_int(argv[i + 1], "ERR timeout is not an integer or out of range")
             if block < 0:
                 raise ReplyError("ERR timeout is negative")
+            opts.block = block / 1000.0
             i += 2
-        elif option == b"NOACK" and group:
-            noack, i = True, i + 1
+        elif option == b"NOACK":
+            if not group:
+                raise ReplyError("ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
+            opts.noack, i = True, i + 1
+        elif option == b"CLAIM" and i + 1 < len(argv):
+            if not group:
+                raise ReplyError("ERR The CLAIM option is only supported by XREADGROUP. You called XREAD instead.")
+            opts.claim = max(parse_int(argv[i + 1], "ERR Invalid min-idle-time argument for XREADGROUP"), 0)
+            i += 2
         elif option == b"STREAMS":
             rest = argv[i + 1 :]
             if not rest or len(rest) % 2:
@@ -392,7 +413,8 @@ def parse_read_options(argv: list[bytes], start: int, group: bool,
                 what = "an ID or '>'" if group else "an ID"
                 raise ReplyError(f"ERR Unbalanced '{name}' list of streams: for each stream key {what} must be specified.")
             half = len(rest) // 2
-            return count, (block / 1000.0 if block is not None else None), noack, rest[:half], rest[half:]
+            opts.keys, opts.ids = rest[:half], rest[half:]
+            return opts
         else:
             raise ReplyError(errors.SYNTAX)
     raise ReplyError(errors.SYNTAX)
@@ -401,7 +423,8 @@ def parse_read_options(argv: list[bytes], start: int, group: bool,
 @command("XREAD", -4, "readonly blocking movablekeys", categories="@read @stream @slow @blocking", group=_GROUP, since="5.0.0", key_finder=streams_keys)
 def xread(ctx: Ctx, argv: list[bytes]):
     """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
-    count, block, _, keys, raw_ids = parse_read_options(argv, 1, group=False, in_script=ctx.client.in_script)
+    opts = parse_read_options(argv, 1, group=False, in_script=ctx.client.in_script)
+    count, block, keys, raw_ids = opts.count, opts.block, opts.keys, opts.ids
     after: list[StreamID] = []
     for key, raw in zip(keys, raw_ids, strict=True):
         if raw == b">":
