@@ -22,6 +22,8 @@ SCRIPTS = [
     "local a = {} for i=1,7999 do a[i] = i end return #redis.call('hmget', KEYS[1], unpack(a))",
     "local a = {} for i=1,7999 do a[i] = 1 end a[5000] = {} return redis.call('lpush', KEYS[1], unpack(a))",
     "local a = {} for i=1,7999 do a[i] = 1 end return redis.call('nosuch', unpack(a))",
+    "local a = {} for i=1,7999 do a[i] = 1 end return redis.acl_check_cmd('lpush', KEYS[1], unpack(a))",
+    "local a = {} for i=1,7999 do a[i] = 1 end a[7000] = nil return redis.call('lpush', KEYS[1], unpack(a, 1, 7999))",
     # the error lines that a Lua wrapper reached by a tail call would lose
     "local x = 1\nreturn redis.call('incr', 'alist')",
     "local function f() return redis.call('incr', 'alist') end\nlocal y = 2\nreturn f()",
