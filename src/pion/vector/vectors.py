@@ -333,22 +333,26 @@ class VectorField:
         if len(cand) == 0 or k <= 0:
             return _EMPTY_IDS, _EMPTY_DISTS
         lo, hi = int(cand[0]), int(cand[-1]) + 1
+        single = len(self.doc_slots) == self.count  # one vector per document: no per-doc merge
         if hi - lo == len(cand):  # every slot in a run (a scan of all): views, not a copy of the rows
             dists = self._distances(rows[lo:hi], norms[lo:hi], query)
-            return _best_per_doc(slot_doc[lo:hi], dists, k)
+            return _best_per_doc(slot_doc[lo:hi], dists, k, single)
         dists = self._distances(rows[cand], norms[cand], query)
         docs = slot_doc[cand]
-        return _best_per_doc(docs, dists, k)
+        return _best_per_doc(docs, dists, k, single)
 
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 _EMPTY_DISTS = np.zeros(0, dtype=np.float32)
 
 
-def _best_per_doc(docs: np.ndarray, dists: np.ndarray, k: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest first, one entry per document (its nearest vector), at most k; dead slots dropped."""
+def _best_per_doc(docs: np.ndarray, dists: np.ndarray, k: int | None,
+                  single: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest first (ties by doc id), one entry per document (its nearest vector), at most k;
+    dead slots dropped. ``single``: every document has one vector (no merge needed)."""
     live = docs >= 0
-    docs, dists = docs[live], dists[live]
+    if not live.all():
+        docs, dists = docs[live], dists[live]
     if len(docs) == 0:
         return _EMPTY_IDS, _EMPTY_DISTS
     if k is not None and len(docs) > 4 * k:
@@ -356,6 +360,10 @@ def _best_per_doc(docs: np.ndarray, dists: np.ndarray, k: int | None) -> tuple[n
         docs, dists = docs[part], dists[part]
     order = np.lexsort((docs, dists))
     docs, dists = docs[order], dists[order]
+    if single:
+        if k is not None:
+            docs, dists = docs[:k], dists[:k]
+        return docs, dists.astype(np.float32, copy=False)
     _, first = np.unique(docs, return_index=True)
     first.sort()
     docs, dists = docs[first], dists[first]
