@@ -137,6 +137,12 @@ def _worker(port: int, part: int, queries: np.ndarray, k: int, ef: int, flt: str
 
 def run_queries(port: int, queries: np.ndarray, k: int, ef: int, clients: int, flt: str = "*"):
     """(result ids per query, in query order; qps; p50 ms; p99 ms) with ``clients`` processes."""
+    ids, wall, ms = run_queries_raw(port, queries, k, ef, clients, flt)
+    return ids, len(queries) / wall, float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+
+
+def run_queries_raw(port: int, queries: np.ndarray, k: int, ef: int, clients: int, flt: str = "*"):
+    """(result ids per query, in query order; wall seconds; latencies in ms) with ``clients`` processes."""
     parts = np.array_split(np.arange(len(queries)), clients)
     ctx = mp.get_context("fork")
     out = ctx.Queue()
@@ -156,8 +162,7 @@ def run_queries(port: int, queries: np.ndarray, k: int, ef: int, clients: int, f
         for q, got in zip(parts[part].tolist(), part_ids, strict=True):
             ids[q] = got
         lat += part_lat
-    ms = np.array(lat) * 1000.0
-    return ids, len(queries) / wall, float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+    return ids, wall, np.array(lat) * 1000.0
 
 
 def recall(truth: np.ndarray, ids: list, k: int) -> tuple[float, float]:
@@ -218,6 +223,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--peer", choices=("redis-stack",), help="the side-by-side run against Redis Stack")
     parser.add_argument("--clusters", type=int, default=None, help="mixture components (peer run: 50)")
+    parser.add_argument("--rounds", type=int, default=8, help="peer run: alternating rounds per load")
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=2000)
@@ -336,6 +342,8 @@ def peer_main(args) -> int:
     if why is not None:
         print(f"--peer redis-stack: {why}")
         return 2
+    if args.smoke:
+        args.rounds = 2
     n, dim, nq = (2000, 32, 200) if args.smoke else (args.n if args.n != 100_000 else 20_000,
                                                      args.dim if args.dim != 384 else 128, args.queries)
     clusters = args.clusters or (10 if args.smoke else 50)
@@ -366,16 +374,28 @@ def peer_main(args) -> int:
                       f"({n / built:,.0f} vectors/s)", flush=True)
             for name in ports:  # warm both (first-query allocations, page cache)
                 run_queries(ports[name], queries[:50], k, ef, 1)
+            # each load runs in rounds, Pion and the peer alternating (the order flipping each round),
+            # so that a burst of other work on the machine falls on both sides alike
+            chunks = np.array_split(np.arange(nq), args.rounds)
             turn = 0
             for label, flt, _ in PEER_FILTERS:
                 for clients in (1, 8):
-                    order = ("pion", "redis-stack") if turn % 2 == 0 else ("redis-stack", "pion")
-                    turn += 1
+                    acc = {name: {"ids": [None] * nq, "wall": 0.0, "lat": []} for name in ports}
+                    for chunk in chunks:
+                        order = ("pion", "redis-stack") if turn % 2 == 0 else ("redis-stack", "pion")
+                        turn += 1
+                        for name in order:
+                            ids, wall, ms = run_queries_raw(ports[name], queries[chunk], k, ef, clients, flt)
+                            for q, found in zip(chunk.tolist(), ids, strict=True):
+                                acc[name]["ids"][q] = found
+                            acc[name]["wall"] += wall
+                            acc[name]["lat"].append(ms)
                     got = {}
-                    for name in order:
-                        ids, qps, p50, p99 = run_queries(ports[name], queries, k, ef, clients, flt)
-                        rec, full = recall(truths[label], ids, k)
-                        got[name] = {"recall": rec, "all_k": full, "qps": qps, "p50_ms": p50, "p99_ms": p99}
+                    for name, a in acc.items():
+                        rec, full = recall(truths[label], a["ids"], k)
+                        ms = np.concatenate(a["lat"])
+                        got[name] = {"recall": rec, "all_k": full, "qps": nq / a["wall"],
+                                     "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
                     row = {"filter": label, "clients": clients, "load": os.getloadavg()[0], **{
                         f"{name}_{key}": value for name, res in got.items() for key, value in res.items()}}
                     row["ratio"] = row["pion_qps"] / row["redis-stack_qps"]
