@@ -258,7 +258,7 @@ class VectorField:
         scanned = (len(slots) if slots is not None else live_count) if brute else 0
 
         def job() -> tuple[np.ndarray, np.ndarray]:
-            started = time.thread_time()  # CPU time: what the search costs, not how long others held the core
+            started = time.perf_counter()
             try:
                 if brute:
                     cand = slots if slots is not None else np.nonzero(slot_ver[:high] > 0)[0]
@@ -271,21 +271,23 @@ class VectorField:
                                     rows, norms, slot_doc, slot_ver, live_count, self, batch_size)
             finally:
                 self._exit()
-                self._measured(brute, scanned, time.thread_time() - started)
+                self._measured(brute, scanned, time.perf_counter() - started)
 
         job.expected_s = self._row_cost * scanned if brute else self._graph_cost  # type: ignore[attr-defined]
         return job
 
     def _measured(self, brute: bool, scanned: int, seconds: float) -> None:
-        """Keep the running cost of this field's searches (what ``expected_s`` predicts), in CPU
-        seconds of the thread that ran it (on a loaded machine wall time would grow with other
-        processes' work and send cheap searches to the pool, where the hand-off costs the most): a
-        cheap one is not worth a thread hand-off (the hand-off costs the loop more than it saves)."""
+        """Keep the running cost of this field's searches (what ``expected_s`` predicts): a
+        cheap one is not worth a thread hand-off (the hand-off costs the loop more than it saves).
+        A sample counts at most twice the estimate: on a loaded machine a search preempted by other
+        processes must not send every later one to the pool, where the hand-off costs the most.
+        (Not CPU time: a thread's CPU clock is a system call, slower than the search here.)"""
         if brute:
             if scanned >= 256:
-                self._row_cost += 0.2 * (seconds / scanned - self._row_cost)
+                per_row = min(seconds / scanned, 2.0 * self._row_cost)
+                self._row_cost += 0.2 * (per_row - self._row_cost)
         else:
-            self._graph_cost += 0.2 * (seconds - self._graph_cost)
+            self._graph_cost += 0.2 * (min(seconds, 2.0 * self._graph_cost) - self._graph_cost)
 
     def plan_range(self, query: np.ndarray, radius: float, allowed: np.ndarray | None
                    ) -> Callable[[], tuple[np.ndarray, np.ndarray]]:

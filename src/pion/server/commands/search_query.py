@@ -24,7 +24,7 @@ _CATS = "@search"
 DEFER_MIN_VECTORS = 4096
 #: a cached KNN plan goes to the worker pool when its search is expected to take this long (the
 #: field's running cost): a shorter one costs the loop less inline than the thread hand-off does
-DEFER_MIN_SECONDS = 0.0003
+DEFER_MIN_SECONDS = 0.001
 
 
 def default_dialect(ctx: Ctx) -> int:
