@@ -81,7 +81,7 @@ class LoadedGraph:
 
     index: Any  # usearch.index.Index
     claims: dict[bytes, list[int]]  # key -> its slots
-    vectors: np.ndarray  # float32 (n, dim): the loaded graph's vector of each slot, by position
+    vectors: tuple  # float32 (dim,) arrays: the loaded graph's vector of each slot, by position
     position: np.ndarray  # int64 slot -> row of ``vectors`` (-1: not in the graph)
     high: int  # 1 + the largest slot in the graph
 
@@ -207,6 +207,6 @@ def read(directory: str, db_id: int, index: str, field: str, params: Any) -> Loa
     high = int(keys.max()) + 1 if len(keys) else 0
     position = np.full(high, -1, dtype=np.int64)
     position[keys] = np.arange(len(keys), dtype=np.int64)
-    vectors = np.asarray(graph.vectors, dtype=np.float32).reshape(len(keys), params.dim) if len(keys) else \
-        np.zeros((0, params.dim), dtype=np.float32)
+    # one array per entry, not stacked: ``Index.vectors`` stacks them, which costs twice the lookup
+    vectors = tuple(graph.get(keys.astype(np.uint64))) if len(keys) else ()
     return LoadedGraph(graph, claims, vectors, position, high)
