@@ -582,6 +582,11 @@ class _Graph:
                 found_docs, found_dists = _best_per_doc(slot_doc[keys], dists.astype(np.float32), None)
                 if len(found_docs) >= want or count >= graph_size:
                     break
+                if allowed_mask is None and owner.restoring():
+                    # a loaded graph's entries not claimed yet are documents the rebuild scan has
+                    # not reached: the index answers over what it holds so far, as any scan does,
+                    # rather than paging the whole graph for them
+                    break
                 count = min(graph_size, count * 4)
             if allowed_mask is not None and len(found_docs) < want and count >= graph_size:
                 cand = np.nonzero(allowed_mask)[0]  # the graph ran out: finish exactly
