@@ -16,6 +16,7 @@ import pytest
 
 from pion.config import settings_from_pairs
 from pion.server import fastlane
+from pion.server.admin.latency import MAX_NS, Histogram
 from pion.server.net.connection import Connection
 from pion.server.run import make_server
 
@@ -154,6 +155,35 @@ BATCHES = [
     """,
 ]
 
+#: scripts (EVAL, EVALSHA, FCALL take the lane): replies, errors raised and returned, the calls inside
+SCRIPTS = [
+    [b"EVAL", b"return redis.call('incr', KEYS[1])", b"1", b"n"],
+    [b"EVAL", b"return redis.call('get', KEYS[1])", b"1", b"k"],
+    [b"EVAL", b"return redis.call('lpush', KEYS[1], ARGV[1])", b"1", b"h", b"x"],
+    [b"EVAL", b"return redis.pcall('incr', KEYS[1])", b"1", b"h"],
+    [b"EVAL", b"return {1, 'two', {3}}", b"0"],
+    [b"EVAL", b"syntax error here", b"0"],
+    [b"EVAL", b"return 1", b"-1"],
+    [b"EVALSHA", b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db", b"0"],
+    [b"SCRIPT", b"LOAD", b"return ARGV[1]"],
+    [b"EVALSHA", b"2a1e6d1d7c6b5b5bc6c1d6f7bb3a5fbc37e2a2d2", b"0", b"x"],
+    [b"EVAL_RO", b"return redis.call('set', 'k', 'v')", b"0"],
+    [b"FUNCTION", b"LOAD", b"#!lua name=lib\nredis.register_function('f', function(k, a) return redis.call('incr', k[1]) end)"],
+    [b"FCALL", b"f", b"1", b"n"],
+    [b"FCALL", b"nope", b"0"],
+]
+
+#: replies the connection streams (a list past STREAM_MIN) and a batch whose replies pass the
+#: connection's high-water mark (flushed in the middle of the batch)
+BIG = [
+    [b"RPUSH", b"big", *(b"%d" % i for i in range(40_000))],
+    [b"LRANGE", b"big", b"0", b"-1"],
+    [b"LLEN", b"big"],
+    [b"SET", b"blob", b"x" * 300_000],
+    *([b"GET", b"blob"] for _ in range(8)),
+    [b"DEL", b"big", b"blob"],
+]
+
 #: what INFO and the slow log say after the batches (times left out: they differ from run to run)
 FINAL = _cmds("""
 HELLO 2
@@ -184,34 +214,49 @@ async def _session(tmp_path, lane: str) -> tuple[bytes, dict, int]:
         else:
             cls = fastlane.FastLane if lane == "pure" else _compiled_class()
             server.lane = cls(server)
-        taken = 0
-        execute = server.lane.execute
+        generic = 0  # commands that went through Dispatcher.execute
+        execute = server.dispatcher.execute
 
-        def counting(client, spec, argv):
-            nonlocal taken
-            taken += 1
-            return execute(client, spec, argv)
+        def counting(client, argv):
+            nonlocal generic
+            generic += 1
+            return execute(client, argv)
 
-        server.lane.execute = counting
+        server.dispatcher.execute = counting
         conn = Connection(server)
         transport = _Transport()
         conn.connection_made(transport)
-        for batch in [*BATCHES, FINAL]:
+        for batch in [*BATCHES, SCRIPTS, BIG, FINAL]:
             conn.data_received(_frames(_cmds(batch) if isinstance(batch, str) else batch))
-            await asyncio.sleep(0)
-        conn.connection_lost(None)
-        return bytes(transport.data), _stats(server), taken
+            for _ in range(50):  # a streamed reply is written one piece per loop turn
+                await asyncio.sleep(0)
+        return bytes(transport.data), _stats(server), generic
     finally:
         await server.stop()
 
 
 def test_the_lane_answers_and_counts_as_the_dispatcher(tmp_path):
-    replies, stats, taken = asyncio.run(_session(tmp_path, "closed"))
-    lane_replies, lane_stats, lane_taken = asyncio.run(_session(tmp_path, "pure"))
-    assert taken == 0 and lane_taken > 40  # the lane ran (and the closed one did not)
+    replies, stats, generic = asyncio.run(_session(tmp_path, "closed"))
+    lane_replies, lane_stats, lane_generic = asyncio.run(_session(tmp_path, "pure"))
+    sent = sum(len(_cmds(batch)) for batch in BATCHES) + len(SCRIPTS) + len(BIG) + len(FINAL)
+    assert generic == sent  # closed: every command went the generic way
+    assert generic - lane_generic > 40  # open: the lane ran most of them
     assert lane_replies == replies
     assert lane_stats == stats
     assert b"NOPERM" not in replies and b"WRONGTYPE" in replies and b"-ERR unknown command 'NOSUCH'" in replies
+
+
+def test_the_lanes_histogram_buckets_are_the_histograms():
+    """The lane fills a command's latency histogram inline: the same buckets as Histogram.record."""
+    assert fastlane.MAX_NS == MAX_NS
+    values = [0, 1, 2, 15, 16, 17, 31, 32, 33, 1000, 4095, 4096, 123_456, 999_999_999, MAX_NS, MAX_NS + 1, 5 * MAX_NS]
+    for ns in values:
+        reference, inline = Histogram(), Histogram()
+        reference.record(ns)
+        inline.sum_ns += ns
+        inline.counts[fastlane.bucket(ns)] += 1
+        inline.total += 1
+        assert (inline.counts, inline.total, inline.sum_ns) == (reference.counts, reference.total, reference.sum_ns), ns
 
 
 def _compiled_class():
@@ -227,9 +272,12 @@ def _compiled_class():
 
 def test_the_compiled_lane_is_the_pure_one(tmp_path):
     assert _compiled_class() is not fastlane.FastLane
+    from pion.server import _fastlane  # the sentinels the connection compares are the pure module's
+
+    assert _fastlane.REPLY is fastlane.REPLY and _fastlane.FULL is fastlane.FULL
     pure = asyncio.run(_session(tmp_path, "pure"))
     compiled = asyncio.run(_session(tmp_path, "compiled"))
-    assert compiled[0] == pure[0] and compiled[1] == pure[1] and compiled[2] == pure[2] > 40
+    assert compiled == pure
 
 
 def test_lane_class_follows_pion_pure(monkeypatch):
