@@ -43,6 +43,8 @@ from pion.protocol.resp import (
 from pion.protocol.streamed import STREAM_MIN, pieces_of
 from pion.server.context import Ctx
 from pion.server.dispatch import BLOCKED
+from pion.server.fastlane import FULL as LANE_FULL
+from pion.server.fastlane import REPLY as LANE_REPLY
 from pion.server.net.client import Client
 from pion.server.net.conn_errors import note_broken, note_preauth_error
 from pion.server.net.flow_control import HELD, READ_AHEAD, WRITES, FlowControl
@@ -215,12 +217,14 @@ class Connection(asyncio.BufferedProtocol):
         tracking = server.tracking
         reader = self.reader
         out = self.out
+        lane = server.lane  # the hot commands' path (pion.server.fastlane), asked once per batch
+        hot = client is not None and lane.admits(client)
         while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until \
                 and self.streaming is None:
             try:
                 if reader.strict is client.authenticated:  # pre-auth caps until AUTH, again after RESET
                     reader.set_strict(not client.authenticated)
-                argv = reader.next_command()
+                argv = lane.run(self, client, reader, HIGH_WATER) if hot else reader.next_command()
             except ProtocolError as exc:
                 out.append(encode_error(f"ERR Protocol error: {exc}"))
                 self.close_after_flush = True
@@ -230,9 +234,19 @@ class Connection(asyncio.BufferedProtocol):
                 break
             if argv is None:
                 break
-            if not argv:
+            if argv is LANE_FULL:
+                self.flush()
+                if self.flow.is_paused(WRITES) or self.waiting_durable:
+                    self.stalled = True  # bounded memory: leave the rest unread until replies drain
+                    break
                 continue
-            reply = dispatcher.execute(client, argv)
+            if argv is LANE_REPLY:  # a hot command's reply that may be streamed: delivered below
+                reply, lane.reply = lane.reply, None
+            elif not argv:
+                continue
+            else:
+                reply = dispatcher.execute(client, argv)
+                hot = lane.admits(client)  # the command may have changed the answer
             seq = server.journal.seq
             if seq > self.pending_seq:  # a reply may show writes not durable yet: it waits for them
                 self.pending_seq = seq

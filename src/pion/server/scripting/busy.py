@@ -81,6 +81,9 @@ class ScriptRun:
         self.stay = False
         self.effects: list[tuple[int, list[bytes]]] = []
         self.ready: list[tuple[int, bytes]] = []
+        #: whether no refusal but -MISCONF can apply to its calls (``FastLane.script_admits``),
+        #: asked at its first ``redis.call``
+        self.plain: bool | None = None
         self.db_index = client.db_index
         self.runner: Runner | None = None
         #: the greenlet running the script; ``done`` once its reply is known
@@ -243,7 +246,13 @@ class Runner:
         client = run.client
         client.in_script = True  # ACL refusals, the ACL LOG and the command itself: it came from a script
         try:
-            refusal = server.admission.command_refusal(client, spec, argv)  # type: ignore[arg-type]
+            if run.plain is None:  # asked once per run: nothing a script may call changes the answer
+                run.plain = server.lane.script_admits(client)
+            if run.plain:  # only -MISCONF can refuse (the log's state may change meanwhile)
+                durability = server.admission.durability
+                refusal = durability.write_refusal(spec.name, flags) if durability is not None else None  # type: ignore[union-attr]
+            else:
+                refusal = server.admission.command_refusal(client, spec, argv)  # type: ignore[arg-type]
             if refusal is not None and not (refusal.message.startswith("OOM") and (run.allow_oom or run.wrote)):
                 return _rejected(dispatcher, spec, refusal.message)
             if spec.is_write:  # type: ignore[union-attr]
