@@ -174,7 +174,8 @@ def serve_hits(prompt_cache, prompt_for) -> None:
     for line in sys.stdin:
         row = timed_hit(prompt_cache, *prompt_for(line.strip()))
         stats = prompt_cache.stats()  # the fingerprint's cost and what the first hits waited of it
-        row.update(fingerprint_ms=stats["fingerprint_ms"], fingerprint_wait_ms=stats["fingerprint_wait_ms"],
+        row.update(fingerprint_ms=stats["fingerprint_ms"], fingerprint_cpu_ms=stats.get("fingerprint_cpu_ms", 0.0),
+                   fingerprint_wait_ms=stats["fingerprint_wait_ms"],
                    warmed_bytes=getattr(prompt_cache, "warmed_bytes", 0))
         print(json.dumps(row), flush=True)
 

@@ -303,6 +303,7 @@ class PionPromptCache:
             "hit_rate": hits / lookups if lookups else 0.0,
             **{key: round(value, 3) for key, value in self._ms.items()},
             "fingerprint_ms": round(self._identity.ms, 3),
+            "fingerprint_cpu_ms": round(self._identity.cpu_ms, 3),
             "fingerprint_wait_ms": round(self._identity.waited_ms, 3),
             "bytes_fetched": self._bytes_fetched,
             "admission_threshold": self.admission_threshold,
