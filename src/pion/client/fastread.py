@@ -58,11 +58,12 @@ class RespReader:
                 return line
             self._fill()
 
-    def _bulk(self, size: int):
+    def _bulk(self, size: int, out=None):
         # large payloads land in uninitialised numpy memory: no zero-fill pass over megabytes
-        out = np.empty(size, np.uint8) if size >= _LARGE else bytearray(size)
+        if out is None:
+            out = np.empty(size, np.uint8) if size >= _LARGE else bytearray(size)
         have = min(size, len(self.buf) - self.pos)
-        out[:have] = np.frombuffer(self.buf, np.uint8, have, self.pos) if have and size >= _LARGE else \
+        out[:have] = np.frombuffer(self.buf, np.uint8, have, self.pos) if have and isinstance(out, np.ndarray) else \
             self.buf[self.pos:self.pos + have]
         self.pos += have
         view = memoryview(out)
@@ -78,12 +79,17 @@ class RespReader:
         self.pos += 2
         return out
 
-    def read(self):
-        """One reply; an error reply is returned as a Pion exception instance (not raised)."""
+    def read(self, into: np.ndarray | None = None):
+        """One reply; an error reply is returned as a Pion exception instance (not raised).
+
+        ``into``: a preallocated uint8 array; a bulk string of exactly its size is received into
+        it and it is returned (any other reply is read as usual, so the caller sees the difference)."""
         line = self._line()
         kind, rest = line[:1], line[1:]
         if kind == b"$":
             size = int(rest)
+            if into is not None and size == len(into):
+                return self._bulk(size, into)
             return None if size < 0 else self._bulk(size)
         if kind == b"*":
             count = int(rest)

@@ -185,6 +185,38 @@ class TransformersAdapter:
         dtype and device allow: the first forward's concatenation makes the cache's own copy)."""
         return self._fill([(from_numpy(self.torch, k), from_numpy(self.torch, v)) for k, v in kv], states)
 
+    def streamed_cache(self, layer_rows, n_tokens: int, schema: dict):
+        """A ``DynamicCache`` whose layer i, when the forward first updates it, waits for
+        ``layer_rows(i)`` (that layer's K and V rows as received, ``FMT RAW`` bytes) and writes
+        them, with the new tokens' K/V, into the layer's tensors in one pass (``pion.client.streamed``).
+
+        Until then each layer reports ``n_tokens`` as its length, so the model builds its
+        positions and masks before any row is in. After its update a layer is a plain
+        ``DynamicLayer`` (its class is put back): the cache is then the one ``build`` gives."""
+        from pion.client.rows import decode_rows, native_dtype
+
+        torch, cache = self.torch, self.new_cache()
+        dtype = self._torch_dtype(self.layout.dtype)
+        streamed = _streamed_layer(self.cu)
+        names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+        def rows(raw: np.ndarray, codec: str, heads: int, dim: int):
+            if native_dtype(codec) is not None:  # a view of the received bytes
+                flat = torch.from_numpy(raw).view(names[codec])
+            else:
+                flat = torch.from_numpy(decode_rows(raw, codec, n_tokens, heads * dim))
+            return flat.view(n_tokens, heads, dim).permute(1, 0, 2).unsqueeze(0)
+
+        for index, (slot, (heads, k_dim, v_dim)) in enumerate(zip(self.layout.attn, self.layout.heads, strict=True)):
+            def pending(index=index, heads=heads, k_dim=k_dim, v_dim=v_dim):
+                k_raw, v_raw = layer_rows(index)
+                return (rows(k_raw, schema["k"][index], heads, k_dim), rows(v_raw, schema["v"][index], heads, v_dim))
+
+            layer = cache.layers[slot]
+            layer.__class__ = streamed
+            layer.pending, layer.pending_tokens, layer.pending_dtype = pending, n_tokens, dtype
+        return cache
+
     def _heads_major(self, rows: np.ndarray, heads: int, dim: int):
         return from_numpy(self.torch, rows).view(rows.shape[0], heads, dim).permute(1, 0, 2).unsqueeze(0)
 
@@ -226,6 +258,69 @@ class TransformersAdapter:
         import copy
 
         return copy.deepcopy(cache)
+
+
+_STREAMED: dict = {}
+
+
+def _streamed_layer(cu):
+    """The ``DynamicLayer`` subclass of a streamed cache's layers (made once: it needs transformers)."""
+    if "class" in _STREAMED:
+        return _STREAMED["class"]
+    import torch
+
+    class StreamedLayer(cu.DynamicLayer):
+        """A layer whose prefix rows are still on their way: its first update waits for them."""
+
+        pending = None
+        pending_tokens = 0
+        pending_dtype = None
+
+        def _land(self, key_states=None, value_states=None):
+            """The prefix (and the new tokens) in the layer's own tensors; then a plain DynamicLayer."""
+            k_rows, v_rows = self.pending()
+            n = self.pending_tokens
+            extra = 0 if key_states is None else key_states.shape[-2]
+            device = key_states.device if key_states is not None else k_rows.device
+            out = []
+            for rows, new in ((k_rows, key_states), (v_rows, value_states)):
+                dest = torch.empty((1, rows.shape[1], n + extra, rows.shape[3]), dtype=self.pending_dtype, device=device)
+                dest[:, :, :n].copy_(rows)  # the one pass: transposed to heads-major, widened to the model dtype
+                if new is not None:
+                    dest[:, :, n:].copy_(new)
+                out.append(dest)
+            self.keys, self.values = out
+            self.device, self.is_initialized = device, True
+            self.pending = None
+            self.__class__ = cu.DynamicLayer
+            return self.keys, self.values
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if self.pending is None:
+                return super().update(key_states, value_states, *args, **kwargs)
+            return self._land(key_states, value_states)
+
+        def get_seq_length(self) -> int:
+            return self.pending_tokens if self.pending is not None else super().get_seq_length()
+
+        def materialize(self) -> None:
+            if self.pending is not None:
+                self._land()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            self.materialize()
+            self.__class__.crop(self, tokens_to_remove)
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self.materialize()
+            self.__class__.batch_repeat_interleave(self, repeats)
+
+        def batch_select_indices(self, indices) -> None:
+            self.materialize()
+            self.__class__.batch_select_indices(self, indices)
+
+    _STREAMED["class"] = StreamedLayer
+    return StreamedLayer
 
 
 def tensor_bytes(torch, tensor) -> np.ndarray:
