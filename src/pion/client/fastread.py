@@ -35,10 +35,13 @@ class Status(str):
 class RespReader:
     """RESP2/RESP3 replies from a socket; error replies come back as exception instances."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, waitall: bool = False) -> None:
         self.sock = sock
         self.buf = bytearray()
         self.pos = 0
+        #: receive each large payload with one ``MSG_WAITALL`` call (the socket must be blocking):
+        #: a reader thread then takes the GIL once per payload, not once per chunk
+        self.flags = socket.MSG_WAITALL if waitall and hasattr(socket, "MSG_WAITALL") else 0
 
     def _fill(self) -> None:
         if self.pos:
@@ -68,7 +71,7 @@ class RespReader:
         self.pos += have
         view = memoryview(out)
         while have < size:
-            got = self.sock.recv_into(view[have:], size - have)
+            got = self.sock.recv_into(view[have:], size - have, self.flags)
             if not got:
                 raise PionConnectionError("the server closed the connection mid-reply")
             have += got

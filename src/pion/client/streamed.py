@@ -88,8 +88,20 @@ class StreamedFetch:
     def _read_all(self) -> None:
         import redis
 
-        reader = RespReader(self._conn._sock)
+        sock = self._conn._sock
+        timeout = sock.gettimeout()
+        reader = RespReader(sock, waitall=True)
         try:
+            # blocking, with the timeout kept by the kernel (SO_RCVTIMEO): each layer's payload is
+            # then one MSG_WAITALL recv, which holds no GIL while the forward runs in the caller
+            sock.settimeout(None)
+            if timeout:
+                import socket as sockets
+                import struct
+
+                seconds = int(timeout)
+                sock.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVTIMEO,
+                                struct.pack("ll", seconds, int((timeout - seconds) * 1e6)))
             for index in range(len(self.commands)):
                 row = index - 3
                 into = self.buffers[row // 2][row % 2] if 0 <= row < 2 * self.n_layers else None
@@ -99,11 +111,12 @@ class StreamedFetch:
                     self._ready.notify_all()
             if reader.leftover:
                 raise CorruptReply(f"{reader.leftover} bytes after the last reply")
+            self._restore(sock, timeout)
             self._pool.release(self._conn)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
             self._conn.disconnect()
             self._pool.release(self._conn)
-            if isinstance(exc, TimeoutError | redis.exceptions.TimeoutError):
+            if isinstance(exc, TimeoutError | BlockingIOError | redis.exceptions.TimeoutError):  # SO_RCVTIMEO: EAGAIN
                 exc = PionTimeoutError(f"timeout reading a streamed reply: {exc}")
             elif isinstance(exc, OSError | redis.exceptions.ConnectionError):
                 exc = PionConnectionError(f"connection lost reading a streamed reply: {exc}")
@@ -114,6 +127,15 @@ class StreamedFetch:
             with self._ready:
                 self._done = True
                 self._ready.notify_all()
+
+    @staticmethod
+    def _restore(sock, timeout) -> None:
+        """The socket as redis-py set it (its own timeout; no kernel receive timeout)."""
+        import socket as sockets
+        import struct
+
+        sock.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+        sock.settimeout(timeout)
 
     def _wait(self, count: int) -> list:
         """The first ``count`` replies, waiting for them; raises what broke the stream."""
