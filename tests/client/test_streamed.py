@@ -151,3 +151,23 @@ def test_the_local_lane_forward_is_a_local_hit(url):
     _, logits = pc.forward(ids, suffix)
     assert pc.stats()["local_hits"] == 1 and pc.stats()["streamed_hits"] == 0
     assert np.array_equal(logits, reference(pc.adapter, ids, suffix)[1])
+
+
+def test_a_streamed_hit_over_tls(make_server, tmp_path):
+    """TLS sockets take no receive flags: the stream receives in chunks there, with the same answer."""
+    from pion.client import PionClient
+    from tests.client.test_client_commands import _self_signed
+    from tests.support.servers import free_port
+
+    cert, key = _self_signed(tmp_path)
+    tls_port = free_port()
+    make_server(tls_port=tls_port, tls_cert_file=str(cert), tls_key_file=str(key), tls_auth_clients="no")
+    client = PionClient(f"pions://127.0.0.1:{tls_port}", ssl_ca_certs=str(cert))
+    pc = PionPromptCache(hf_llama(), client=client, local_lane=False)
+    ids, suffix = prompt(40), [7, 8]
+    pc.forward(ids, suffix)
+    cache, logits = pc.forward(ids, suffix)
+    assert pc.stats()["streamed_hits"] == 1 and pc.stats()["errors"] == 0
+    cold_cache, cold = reference(pc.adapter, ids, suffix)
+    assert np.array_equal(logits, cold) and same_cache(cache, cold_cache)
+    client.close()

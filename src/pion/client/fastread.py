@@ -71,7 +71,8 @@ class RespReader:
         self.pos += have
         view = memoryview(out)
         while have < size:
-            got = self.sock.recv_into(view[have:], size - have, self.flags)
+            got = self.sock.recv_into(view[have:], size - have, self.flags) if self.flags else \
+                self.sock.recv_into(view[have:], size - have)
             if not got:
                 raise PionConnectionError("the server closed the connection mid-reply")
             have += got

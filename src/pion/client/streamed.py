@@ -20,6 +20,7 @@ from two prefixes.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Sequence
 
@@ -90,17 +91,18 @@ class StreamedFetch:
 
         sock = self._conn._sock
         timeout = sock.gettimeout()
-        reader = RespReader(sock, waitall=True)
+        plain = type(sock) is socket.socket  # TLS sockets take no recv flags: chunked receives there
+        reader = RespReader(sock, waitall=plain)
         try:
             # blocking, with the timeout kept by the kernel (SO_RCVTIMEO): each layer's payload is
             # then one MSG_WAITALL recv, which holds no GIL while the forward runs in the caller
-            sock.settimeout(None)
-            if timeout:
-                import socket as sockets
+            if plain:
+                sock.settimeout(None)
+            if plain and timeout:
                 import struct
 
                 seconds = int(timeout)
-                sock.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVTIMEO,
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
                                 struct.pack("ll", seconds, int((timeout - seconds) * 1e6)))
             for index in range(len(self.commands)):
                 row = index - 3
@@ -111,7 +113,8 @@ class StreamedFetch:
                     self._ready.notify_all()
             if reader.leftover:
                 raise CorruptReply(f"{reader.leftover} bytes after the last reply")
-            self._restore(sock, timeout)
+            if plain:
+                self._restore(sock, timeout)
             self._pool.release(self._conn)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
             self._conn.disconnect()
@@ -131,10 +134,9 @@ class StreamedFetch:
     @staticmethod
     def _restore(sock, timeout) -> None:
         """The socket as redis-py set it (its own timeout; no kernel receive timeout)."""
-        import socket as sockets
         import struct
 
-        sock.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
         sock.settimeout(timeout)
 
     def _wait(self, count: int) -> list:
