@@ -280,6 +280,9 @@ class FastLane:
                 or client.reply_mode != "on" or client.in_script or client.executing or server.monitors or server.paused_until
                 or server.loading or self.dispatcher.busy is not None or self.dispatcher.depth):
             return False
+        slices = server.slices
+        if slices.active or slices.parked:  # a query in slices holds a read lock: the dispatcher parks writers
+            return False
         if client.proto == 2 and client.subscription_count:
             return False
         admission = server.admission

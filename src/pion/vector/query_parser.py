@@ -25,9 +25,9 @@ import re
 from pion.protocol.errors import ReplyError
 from pion.storage.gc_pause import gc_paused
 from pion.vector.fields import UNITS
+from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_ast import Node, Query
 from pion.vector.query_knn import KnnClause, parse_attributes, parse_knn, split_knn
-from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_lexer import Lexer, Token, syntax_error
 
 #: how deeply a query may nest (RediSearch's DIALECT 2 parser holds about 250 parentheses, DIALECT 1 97)
