@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pion.server.commands.sort import strtod
+from pion.server.commands.core.sort import strtod
 from tests.compat.test_keys import err, needs, record_journal
 
 
@@ -138,7 +138,7 @@ def test_sort_store_is_logged_and_key_positions(server, r):
     records = record_journal(server)
     r.sort("l", store="dst")
     assert records[0][0][1][:2] == [b"SORT", b"l"]
-    from pion.server.commands.sort import _sort_keys
+    from pion.server.commands.core.sort import _sort_keys
 
     assert _sort_keys([b"SORT", b"l", b"LIMIT", b"0", b"1", b"GET", b"store", b"STORE", b"d"]) == [1, 8]
     assert _sort_keys([b"SORT", b"l", b"BY", b"store"]) == [1]

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from pion.server.commands import search_query
+from pion.server.commands.search import query as search_query
 from pion.vector import vectors
 
 DIM = 16

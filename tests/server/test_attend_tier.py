@@ -12,7 +12,7 @@ from tests.support.servers import ThreadServer, free_port, make_settings
 from tests.unit.attention import reference as ref
 
 from pion.attention.dense import grouped_map
-from pion.server.commands import attend_prefix
+from pion.server.commands.attention import prefix as attend_prefix
 
 
 def query(r, sid, q, n, *extra):

@@ -12,7 +12,7 @@ import redis
 from tests.unit.vector.conftest import check_graph, clustered
 
 from pion.server import deferred
-from pion.server.commands import vsets_read
+from pion.server.commands.vsets import read as vsets_read
 from pion.vector.vset import build, kernel, vectorset
 
 

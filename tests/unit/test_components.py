@@ -43,7 +43,7 @@ def test_parts_start_in_order_and_stop_in_reverse(tmp_path):
 
 
 def test_config_changed_runs_in_order_and_stops_at_a_refusal(tmp_path):
-    from pion.server.commands.config_cmds import config_set
+    from pion.server.commands.control.config import config_set
     from pion.server.context import Ctx
     from pion.server.net.client import Client
 

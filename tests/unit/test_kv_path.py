@@ -25,7 +25,7 @@ def test_the_kv_paths_are_at_most_six_modules_one_way():
     by_command = {row["command"].split(" (")[0]: row for row in rows}
     assert len(rows) == 5, rows
     store = by_command["V.STOREBATCH FMT RAW"]
-    assert store["sinks"]["storage.arena"] == ["server.net.connection", "server.dispatch", "server.commands.kv_vstore",
+    assert store["sinks"]["storage.arena"] == ["server.net.connection", "server.dispatch", "server.commands.kv.vstore",
                                                "kvcache.rows", "storage.arena"]
     assert store["sinks"]["kvcache.layer"][-3:] == ["kvcache.rows", "kvcache.vstore", "kvcache.layer"]
     assert by_command["V.STOREBATCH F32"]["sinks"]["storage.arena"][-2:] == ["kvcache.rows", "storage.arena"]

@@ -10,7 +10,7 @@ import pytest
 from pion.cli.server_main import build_settings
 from pion.config import PARAMETERS, REDIS_TYPED, ConfigError, Settings
 from pion.server.admin import config_table as table
-from pion.server.commands.config_cmds import _build_settings, current_value
+from pion.server.commands.control.config import _build_settings, current_value
 
 FIELDS = {f.name for f in fields(Settings)}
 

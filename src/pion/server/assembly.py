@@ -29,7 +29,11 @@ from pion.server.context import kv_engine
 def make_server(settings: Settings) -> Server:
     """A server with every part wired, not yet started (``await server.start()``)."""
     from pion.server import cluster, dashboard, metrics, replication
-    from pion.server.commands import ai_embed, ai_memory, moe_experts, search_admin, search_embed
+    from pion.server.commands.ai import embed as ai_embed
+    from pion.server.commands.ai import memory as ai_memory
+    from pion.server.commands.moe import experts as moe_experts
+    from pion.server.commands.search import admin as search_admin
+    from pion.server.commands.search import embed as search_embed
     from pion.server.durability import persistence
     from pion.server.durability.persistence_hooks import FinalSave
     from pion.server.scripting import engine as scripting
@@ -58,9 +62,9 @@ def install_kvcache(server: Server) -> KVEngine:
     """The K/V engine: INFO ``# Pion``, CONFIG RESETSTAT, stale export clean-up, idle staged
     stores, arena crc checks of mapped rows, and its snapshot extension."""
     from pion.kvcache import persist
-    from pion.server.commands.kv_export import clean_stale_exports
-    from pion.server.commands.kv_stage import abort_idle
-    from pion.server.commands.kv_substrates import info_section
+    from pion.server.commands.kv.export import clean_stale_exports
+    from pion.server.commands.kv.stage import abort_idle
+    from pion.server.commands.kv.substrates import info_section
     from pion.server.durability.persistence import SnapshotExtension
 
     kv = kv_engine(server)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pion.kvcache import KVEngine
     from pion.moe import ExpertTier
     from pion.server.cluster import ClusterEngine
-    from pion.server.commands.search_embed import AutoEmbedder
+    from pion.server.commands.search.embed import AutoEmbedder
     from pion.server.dashboard.part import Dashboard
     from pion.server.durability.memory_guard import MemoryManager
     from pion.server.durability.persistence import Persistence

@@ -189,7 +189,7 @@ def stats_section(server: Server) -> dict[str, Any]:
         "evicted_keys": server.stat_evicted, "keyspace_hits": server.stat_keyspace_hits,
         "keyspace_misses": server.stat_keyspace_misses, "pubsub_channels": len(hub.channels),
         "pubsub_patterns": len(hub.patterns), "pubsubshard_channels": len(hub.shard_channels),
-        "migrate_cached_sockets": 0,  # MIGRATE opens a connection per call (commands/migrate.py)
+        "migrate_cached_sockets": 0,  # MIGRATE opens a connection per call (commands/core/migrate.py)
         **{k: v for k, v in server.tracking.info().items() if k != "tracking_clients"},  # that one is in clients
         "total_error_replies": sum(server.error_stats.values()),
         **{f"pion_{k}": v for k, v in server.slices.stats.items()},  # queries in slices (server/slices.py)

@@ -125,7 +125,7 @@ def _memory(server: Server, viewer: Viewer) -> dict[str, Any]:
 
 def search(server: Server, viewer: Viewer) -> dict[str, Any]:
     """The search indexes the viewer's databases hold: FT.INFO's docs, vectors and progress."""
-    from pion.server.commands.search_admin import percent_indexed
+    from pion.server.commands.search.admin import percent_indexed
 
     engine = server.parts.search
     if engine is None:

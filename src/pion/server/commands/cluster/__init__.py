@@ -1,0 +1,2 @@
+"""Redis Cluster's protocol on a Pion node: ``CLUSTER *``, ``ASKING``, ``READONLY``.
+"""

@@ -1,0 +1,2 @@
+"""Replication on Redis's protocol: ``REPLICAOF``, ``PSYNC``, ``REPLCONF``, ``WAIT``, ``ROLE``.
+"""

@@ -1,0 +1,2 @@
+"""Lua scripting: ``EVAL``/``SCRIPT`` and ``FUNCTION``/``FCALL``; the engine is ``pion.server.scripting``.
+"""
