@@ -1,5 +1,6 @@
 """FT.SEARCH KNN's fast path (``pion.vector.knn_fast``): the plan cache and its invalidation, the
-hybrid policies against the exact answer, and KNN in the worker pool under concurrent writes.
+hybrid policies against the exact answer, and KNN in the worker pool under concurrent writes (the
+read lock it holds there, a key that expires meanwhile).
 
 The general path is reached with ``INORDER`` (the fast path does not take it, and it changes
 nothing for a TAG/NUMERIC filter), so each answer is compared with the general evaluator's."""
@@ -268,3 +269,92 @@ def test_deferred_knn_under_concurrent_writes_never_answers_a_deleted_key(monkey
         reader.close()
         setup.close()
     assert not errors
+
+
+def _gate_jobs(monkeypatch):
+    """Hold every fast-path KNN job in the worker pool until ``go`` is set (``entered``: one is there)."""
+    from pion.vector import knn_fast
+
+    entered, go = threading.Event(), threading.Event()
+    real = knn_fast.job
+
+    def job(*args, **kwargs):
+        inner = real(*args, **kwargs)
+
+        def gated():
+            entered.set()
+            go.wait(10)
+            return inner()
+        gated.expected_s = 1.0  # type: ignore[attr-defined]
+        return gated
+
+    monkeypatch.setattr(knn_fast, "job", job)
+    return entered, go
+
+
+def _async(fn, *args):
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.setdefault("reply", fn(*args)))
+    thread.start()
+    return thread, out
+
+
+def test_fast_knn_in_the_pool_holds_the_read_lock(monkeypatch, server, data):
+    """While a fast-path KNN is in the worker pool, a write to a key its index covers is parked
+    (the query answers the state it started on, k results); an unrelated write goes on."""
+    import redis
+
+    rows, queries = data
+    setup = redis.Redis(port=server.port, protocol=2)
+    _create(setup, "FLAT")  # exact: the answer is known
+    _load(setup, rows)
+    q = queries[0]
+    nearest = _exact(rows, q, np.ones(len(rows), dtype=bool), 11)
+    expected = nearest[:10]
+    entered, go = _gate_jobs(monkeypatch)
+    reader, writer, other = (redis.Redis(port=server.port, protocol=2) for _ in range(3))
+    try:
+        query, answered = _async(_knn, reader, q)
+        assert entered.wait(10)
+        delete, deleted = _async(writer.delete, f"d:{expected[0]}")
+        assert other.set("elsewhere", 1) is True  # not covered by the index: not held
+        time.sleep(0.2)
+        assert delete.is_alive() and "reply" not in deleted  # parked behind the query
+        go.set()
+        query.join(10)
+        delete.join(10)
+        assert _ids(answered["reply"]) == expected  # the state the query started on
+        assert deleted["reply"] == 1
+        assert _ids(_knn(setup, q)) == nearest[1:]  # then the write ran
+    finally:
+        go.set()
+        for c in (setup, reader, writer, other):
+            c.close()
+
+
+def test_fast_knn_answers_k_live_keys_when_one_expires_meanwhile(monkeypatch, server, data):
+    """A result key that expires while its KNN is in the pool (the index is frozen, so it still
+    lists the document) is left out and the search made again: k live keys come back."""
+    import redis
+
+    rows, queries = data
+    setup = redis.Redis(port=server.port, protocol=2)
+    _create(setup, "FLAT")  # exact: the answer is known
+    _load(setup, rows)
+    q = queries[1]
+    expected = _exact(rows, q, np.ones(len(rows), dtype=bool), 11)
+    setup.pexpire(f"d:{expected[0]}", 300)
+    entered, go = _gate_jobs(monkeypatch)
+    reader = redis.Redis(port=server.port, protocol=2)
+    try:
+        query, answered = _async(_knn, reader, q)
+        assert entered.wait(10)
+        time.sleep(0.5)  # the key expires while the search is in the pool
+        go.set()
+        query.join(10)
+        assert _ids(answered["reply"]) == expected[1:]
+        assert answered["reply"][0] == 10
+    finally:
+        go.set()
+        reader.close()
+        setup.close()

@@ -149,10 +149,11 @@ def allowed_ids(index: SearchIndex, plan: KnnPlan) -> np.ndarray | None:
     return result
 
 
-def job(index: SearchIndex, plan: KnnPlan, blob: bytes, count: bool = True
+def job(index: SearchIndex, plan: KnnPlan, blob: bytes, count: bool = True, extra: int = 0
         ) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
     """On the loop: count the use, decode the blob (a view, no copy for FLOAT32), capture what the
-    search needs; the returned job may run in a worker thread."""
+    search needs; the returned job may run in a worker thread. ``extra``: that many more
+    neighbours than K (a search made again past results that are gone, ``page``)."""
     if count:
         index.uses += 1
         index.touched = time.monotonic()
@@ -160,19 +161,25 @@ def job(index: SearchIndex, plan: KnnPlan, blob: bytes, count: bool = True
     knn = plan.knn
     vec = index.vectors[knn.field]
     query = vec.prepare_query(blob)
-    return vec.plan_knn(query, knn.k, allowed_ids(index, plan), knn.ef, knn.policy, knn.batch_size)
+    return vec.plan_knn(query, knn.k + extra, allowed_ids(index, plan), knn.ef, knn.policy, knn.batch_size)
 
 
-def page(index: SearchIndex, plan: KnnPlan, result: tuple[np.ndarray, np.ndarray]
-         ) -> tuple[int, list[tuple[int, bytes, float]], bool]:
-    """(total, the page's (doc id, key, distance), whether a result was dropped): nearest first,
-    ties by doc id, documents removed since the search left out (a job in the worker pool read
-    the index as it was; this runs on the loop, where the caller may search again inline)."""
+def page(index: SearchIndex, plan: KnnPlan, result: tuple[np.ndarray, np.ndarray],
+         alive: Callable[[bytes], bool] | None = None) -> tuple[int, list[tuple[int, bytes, float]], int]:
+    """(total, the page's (doc id, key, distance), how many results were left out): the K nearest
+    of the result, nearest first, ties by doc id, without documents the index removed since the
+    search (a job in the worker pool read the index as it was) nor keys ``alive`` says are gone
+    (a key that expired while the index is frozen by a query in flight, ``SearchEngine.freeze``,
+    is still listed). This runs on the loop; with results left out the caller searches again
+    with that many ``extra`` neighbours, so K results come back when K documents exist."""
     ids, dists = result
     docs = index.docs
     found = [(doc, docs[doc], dist) for doc, dist in zip(ids.tolist(), dists.tolist(), strict=True) if doc in docs]
-    dropped = len(found) < len(ids)
+    if alive is not None:
+        found = [row for row in found if alive(row[1])]
+    left_out = len(ids) - len(found)
+    found = found[:plan.knn.k]
     req = plan.req
     if not req.limit:
-        return len(found), [], dropped
-    return len(found), found[req.offset:req.offset + req.limit], dropped
+        return len(found), [], left_out
+    return len(found), found[req.offset:req.offset + req.limit], left_out

@@ -81,20 +81,39 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
 
 def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: bytes):
     """A cached KNN plan (``vector.knn_fast``): the search in the worker pool when it is heavy,
-    the rows checked and the reply built on the loop."""
+    the rows checked and the reply built on the loop.
+
+    In the pool the query holds the read lock of a sliced query (``pion.server.slices``: the
+    handler's Deferred keeps it until it answers), so a write to a key its index covers waits
+    and its index is frozen; ``finish`` still indexes what is queued for other indexes (and, when
+    the query was not sliced, for this one) and ``_live_page`` drops what is gone regardless."""
     job = knn_fast.job(index, plan, blob)
     if deferred.can_defer(ctx) and getattr(job, "expected_s", 1.0) >= DEFER_MIN_SECONDS:
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
-            eng.catch_up()  # other clients' writes meanwhile: a deleted document is not answered
-            total, found, dropped = knn_fast.page(index, plan, results[0])
-            if dropped:  # a write removed a result while the job ran: search again, inline (atomic)
-                total, found, _ = knn_fast.page(index, plan, knn_fast.job(index, plan, blob, count=False)())
+            eng.catch_up()  # writes meanwhile (none to this index while it is frozen)
+            total, found = _live_page(ctx2, index, plan, blob, results[0])
             return _knn_reply(ctx2, index, plan, total, found)
         return deferred.Deferred([job], finish)
-    total, found, _ = knn_fast.page(index, plan, job())
+    total, found = _live_page(ctx, index, plan, blob, job())
     return _knn_reply(ctx, index, plan, total, found)
+
+
+def _live_page(ctx: Ctx, index, plan: knn_fast.KnnPlan, blob: bytes, result) -> tuple[int, list]:
+    """The page of live results: a result whose document was removed from the index meanwhile,
+    or whose key expired (lazy expiry goes on under a query's read lock while the index stays
+    frozen, so the index still lists it), is left out and the search made again inline (atomic,
+    on the loop) with that many more neighbours, until K live ones or the documents run out."""
+    db = ctx.db
+    alive = (lambda key: db.peek(key) is not None) if db.expires else None
+    total, found, left_out = knn_fast.page(index, plan, result, alive)
+    extra = 0
+    while left_out > extra and len(result[0]) >= plan.knn.k + extra:
+        extra = left_out
+        result = knn_fast.job(index, plan, blob, count=False, extra=extra)()
+        total, found, left_out = knn_fast.page(index, plan, result, alive)
+    return total, found
 
 
 def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list) -> Any:
