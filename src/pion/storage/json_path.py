@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pion.storage.budget import UNLIMITED, Budget
+from pion.storage.gc_pause import gc_paused
 
 Location = tuple  # of str | int
 
@@ -120,6 +121,7 @@ class CompiledPath:
         return nodes
 
 
+@gc_paused
 def compile_path(text: str) -> CompiledPath:
     if not text.startswith("$"):
         raise JsonPathError(f"Error occurred on position 0, expected '$' in path '{text}'")
@@ -263,8 +265,8 @@ class _PathParser:
         return int(match.group(0))
 
     def skip_space(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos] == " ":
-            self.pos += 1
+        if self.text.startswith(" ", self.pos):
+            self.pos = _SPACES.match(self.text, self.pos).end()  # type: ignore[union-attr]
 
     def expect(self, token: str) -> None:
         if not self.text.startswith(token, self.pos):
@@ -274,6 +276,10 @@ class _PathParser:
 
 # -- filter expressions -----------------------------------------------------------------------------
 
+_SPACES = re.compile(" *")
+#: a filter operand that is a plain ``@.a.b`` / ``$.x`` path ending where steps(until=...) stops:
+#: its key steps in one match (anything else, steps() itself)
+_DOTTED_OPERAND = re.compile(r"[@$]((?:\.[^.\[\]()\s'\"?,*<>=!&|~@]++)++)(?=[\s)=!<>&|,]|\Z)")
 _INT = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
 _OPS = ("==", "!=", "<=", ">=", "=~", "<", ">")
@@ -322,16 +328,19 @@ class _FilterParser:
             self.p.expect(")")
             return inner
         left = self.operand()
-        for op in _OPS:
-            if self.peek(op):
-                self.p.pos += len(op)
-                right = self.operand()
-                if op == "=~":
-                    if right[0] != "lit" or not isinstance(right[1], str):
-                        raise self.p.error("a regular expression string")
-                    right = ("re", compile_regex(right[1]))
-                return ("cmp", op, left, right)
-        return ("exists", left)
+        p = self.p
+        p.skip_space()
+        two = p.text[p.pos:p.pos + 2]
+        op = two if two in _OPS else two[:1] if two[:1] in ("<", ">") else None
+        if op is None:
+            return ("exists", left)
+        p.pos += len(op)
+        right = self.operand()
+        if op == "=~":
+            if right[0] != "lit" or not isinstance(right[1], str):
+                raise p.error("a regular expression string")
+            right = ("re", compile_regex(right[1]))
+        return ("cmp", op, left, right)
 
     def operand(self) -> tuple:
         p = self.p
@@ -341,6 +350,10 @@ class _FilterParser:
             raise p.error("an operand")
         ch = text[p.pos]
         if ch in "@$":
+            dotted = _DOTTED_OPERAND.match(text, p.pos)
+            if dotted is not None:
+                p.pos = dotted.end()
+                return ("path", ch, CompiledPath([("key", name) for name in dotted.group(1)[1:].split(".")]))
             p.pos += 1
             steps = p.steps(until=" )=!<>&|,")
             return ("path", ch, CompiledPath(steps))
@@ -350,7 +363,7 @@ class _FilterParser:
         if match is not None:
             p.pos = match.end()
             raw = match.group(0)
-            return ("lit", float(raw) if any(c in raw for c in ".eE") else int(raw))
+            return ("lit", float(raw) if "." in raw or "e" in raw or "E" in raw else int(raw))
         for word, value in (("true", True), ("false", False), ("null", None)):
             if text.startswith(word, p.pos):
                 p.pos += len(word)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pion.protocol.errors import ReplyError
+from pion.storage.gc_pause import gc_paused
 from pion.vector.fields import UNITS
 from pion.vector.query_lexer import Lexer, Token, syntax_error
 
@@ -62,6 +63,7 @@ class Query:
     text: str = ""
 
 
+@gc_paused
 def parse_query(text: str, dialect: int = 2, params: dict[str, bytes] | None = None) -> Query:
     params = params or {}
     head, knn_text, knn_pos = _split_knn(text)
@@ -78,23 +80,26 @@ def _split_knn(text: str) -> tuple[str, str | None, int]:
 
     Inside a numeric range ``[...]`` or a tag set ``{...}`` only its own closer counts: the ``(`` of
     an exclusive bound (``@price:[(10 +inf]``, what RedisVL's and LangChain's ``Num(f) > x`` send)
-    opens no group."""
+    opens no group. Only the characters that matter are visited (one regex scan jumps to them)."""
+    if "=>" not in text:
+        return text, None, 0
     opened: list[str] = []
     closer = {"(": ")", "[": "]", "{": "}"}
     quote = None
-    i = 0
-    while i < len(text):
-        ch = text[i]
+    skip = 0  # an escaped character: not itself
+    for m in _KNN_SCAN.finditer(text):
+        i = m.start()
+        if i < skip:
+            continue
+        ch = m.group()
         if quote:
             if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
+                skip = i + 2
+            elif ch == quote:
                 quote = None
         elif ch == "\\":
-            i += 2
-            continue
-        elif ch in "\"":
+            skip = i + 2
+        elif ch == '"':
             quote = ch
         elif opened and opened[-1] in "[{":
             if ch == closer[opened[-1]]:
@@ -104,14 +109,16 @@ def _split_knn(text: str) -> tuple[str, str | None, int]:
         elif ch == ")":
             if opened:
                 opened.pop()
-        elif text.startswith("=>", i) and not opened:
+        elif ch == "=>" and not opened:
             j = i + 2
             while j < len(text) and text[j].isspace():
                 j += 1
             if j < len(text) and text[j] == "[":
                 return text[:i], text[j:], j
-        i += 1
     return text, None, 0
+
+
+_KNN_SCAN = re.compile(r'[\\"()\[\]{}]|=>')
 
 
 class _Parser:
@@ -375,6 +382,13 @@ class _Parser:
     def _raw_section(self, open_ch: str, close_ch: str) -> tuple[str, int]:
         start = self.tok.pos
         text = self.text
+        i = text.find(close_ch, start + 1)
+        if i > 0:  # the first closer is the one unless an escape or a quote comes before it
+            body = text[start + 1:i]
+            if "\\" not in body and (open_ch != "{" or '"' not in body):
+                self.lexer.seek(i + 1)
+                self.tok = self.lexer.next()
+                return body, start + 1
         i = start + 1
         while i < len(text):
             ch = text[i]
@@ -392,7 +406,7 @@ class _Parser:
             i += 1
         else:
             raise syntax_error(len(text), "<end of query>")
-        self.lexer.pos = i + 1
+        self.lexer.seek(i + 1)
         self.tok = self.lexer.next()
         return text[start + 1:i], start + 1
 
@@ -614,6 +628,8 @@ def _matching_bracket(clause: str) -> int:
 
 
 def _split_unescaped(body: str, sep: str) -> list[str]:
+    if "\\" not in body and '"' not in body:
+        return body.split(sep)
     out, current, i = [], [], 0
     quoted = False
     while i < len(body):
@@ -635,6 +651,8 @@ def _split_unescaped(body: str, sep: str) -> list[str]:
 
 
 def _unescape(raw: str) -> str:
+    if "\\" not in raw:
+        return raw
     return re.sub(r"\\(.)", r"\1", raw)
 
 

@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pion.storage.gc_pause import gc_paused
+
 
 class CompileError(ValueError):
     def __init__(self, pos: int) -> None:
@@ -77,6 +79,13 @@ class _Op:
         self.code = code
 
 
+#: one shared, never changed, _Op per operator (tokens and programs refer to these)
+_OP = {code: _Op(code) for code in set(_OPS.values())}
+#: the common tokens, one regex match each: spaces, then a selector, a number's characters (checked
+#: as number() does) or a run of up to five operator characters (as operator() reads it)
+_FAST = re.compile(rb"[ \t\n\v\f\r]*+(?:\.(?P<sel>[A-Za-z0-9_-]++)|(?P<num>[0-9][0-9.eE]*+)|(?P<op>[A-Za-z+\-*%/!()<>=|&]{1,5}))")
+
+
 def _is_selector_char(c: int) -> bool:
     return c < 128 and (chr(c).isalnum() or c in b"_-")
 
@@ -99,31 +108,74 @@ class _Tokenizer:
         self.tokens: list[Any] = []  # values, _Selector or _Op
 
     def run(self) -> list[Any]:
+        """The tokens: the common ones by one regex match each (``_FAST``), what that does not take
+        (strings, tuples, signed numbers, whatever is refused) by ``one``, expr.c's rules."""
         s = self.s
+        tokens = self.tokens
+        append = tokens.append
+        match = _FAST.match
         while True:
-            while self.p < len(s) and s[self.p] in _SPACE:
-                self.p += 1
-            if self.p >= len(s):
-                return self.tokens
-            last = self.tokens[-1] if self.tokens else None
-            minus_is_number = last is None or (last.__class__ is _Op and last.code != _CPAREN)
-            c = s[self.p]
-            nxt = s[self.p + 1] if self.p + 1 < len(s) else -1
-            if _is_digit(c) or (minus_is_number and c == 45 and _is_digit(nxt)):
-                token = self.number()
-            elif c in (34, 39):
-                token = self.string()
-            elif c == 46 and nxt >= 0 and _is_selector_char(nxt):
-                token = self.selector()
-            elif c == 91:
-                token = self.tuple_()
-            elif _is_alpha(c) or c in _SPECIAL:
-                token = self.operator()
-            else:
-                token = None
-            if token is None:
-                raise CompileError(self.p)
-            self.tokens.append(token)
+            m = match(s, self.p)
+            if m is not None:
+                kind = m.lastgroup
+                if kind == "sel":
+                    append(_Selector(m.group(kind)))
+                    self.p = m.end()
+                    continue
+                if kind == "num":
+                    chunk = m.group(kind)
+                    if len(chunk) < 255 and _LITERAL_NUMBER.match(chunk):
+                        append(float(chunk))
+                        self.p = m.end()
+                        continue
+                else:
+                    run = m.group(kind)
+                    start = m.start(kind)
+                    if run == b"null":
+                        append(NULL)
+                        self.p = m.end()
+                        continue
+                    signed = run[0] == 45 and start + 1 < len(s) and _is_digit(s[start + 1]) and (
+                        not tokens or (tokens[-1].__class__ is _Op and tokens[-1].code != _CPAREN))
+                    code = None
+                    for width in (3, 2, 1):  # the longest operator the run starts with
+                        code = _OPS.get(run[:width]) if len(run) >= width else None
+                        if code is not None:
+                            break
+                    if code is not None and not signed:
+                        append(_OP[code])
+                        self.p = start + width
+                        continue
+            if not self.one():
+                return tokens
+
+    def one(self) -> bool:
+        """One token by expr.c's rules (after spaces); False at the end of the text."""
+        s = self.s
+        while self.p < len(s) and s[self.p] in _SPACE:
+            self.p += 1
+        if self.p >= len(s):
+            return False
+        last = self.tokens[-1] if self.tokens else None
+        minus_is_number = last is None or (last.__class__ is _Op and last.code != _CPAREN)
+        c = s[self.p]
+        nxt = s[self.p + 1] if self.p + 1 < len(s) else -1
+        if _is_digit(c) or (minus_is_number and c == 45 and _is_digit(nxt)):
+            token = self.number()
+        elif c in (34, 39):
+            token = self.string()
+        elif c == 46 and nxt >= 0 and _is_selector_char(nxt):
+            token = self.selector()
+        elif c == 91:
+            token = self.tuple_()
+        elif _is_alpha(c) or c in _SPECIAL:
+            token = self.operator()
+        else:
+            token = None
+        if token is None:
+            raise CompileError(self.p)
+        self.tokens.append(token)
+        return True
 
     def number(self) -> float | None:
         s, start = self.s, self.p
@@ -212,7 +264,7 @@ class _Tokenizer:
                 self.p += 1
             return None
         self.p = start + len(best)
-        return _Op(_OPS[best])
+        return _OP[_OPS[best]]
 
 
 # -- compiler (shunting-yard to postfix) ---------------------------------------------------
@@ -228,7 +280,7 @@ def _compile(tokens: list[Any]) -> list[Any]:
         arity = 1 if op == _NOT else 2
         if depth < arity:
             raise CompileError(0)
-        program.append(_Op(op))
+        program.append(_OP[op])
         depth = depth - arity + 1
 
     for token in tokens:
@@ -379,6 +431,7 @@ class Filter:
         return to_bool(stack.pop())
 
 
+@gc_paused
 def compile_filter(source: bytes) -> Filter:
     """Compile or raise ``CompileError`` (its ``pos`` is where Redis says the error is)."""
     return Filter(source)
