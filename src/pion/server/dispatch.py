@@ -124,7 +124,10 @@ class Dispatcher:
             spec = sub
         arity = spec.arity
         if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
-            return ReplyError(errors.wrong_arity(spec.full_name))
+            full = spec.full_name
+            # RediSearch registers its commands upper-case (`FT.SEARCH`), and Redis names a module
+            # command as registered; RedisJSON's are lower-case already
+            return ReplyError(errors.wrong_arity(full.upper() if full.startswith("ft.") else full))
         return spec
 
     # -- entry point -------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any
 
 from pion.protocol.errors import ReplyError
 from pion.storage.serialize import pack_tree, unpack_tree
-from pion.vector import schema
+from pion.vector import ft_config, schema
 from pion.vector.cursors import CursorStore
 from pion.vector.index import SearchIndex
 
@@ -36,20 +36,8 @@ log = logging.getLogger("pion.search")
 
 #: how long one slice of a background scan may hold the event loop
 SCAN_SLICE_SECONDS = 0.004
-#: RediSearch's FT.CONFIG parameters we keep (name -> default), shown by FT.CONFIG GET
-CONFIG_DEFAULTS: dict[str, str] = {
-    "DEFAULT_DIALECT": "1",
-    "TIMEOUT": "500",
-    "ON_TIMEOUT": "return",
-    "MINPREFIX": "2",
-    "MAXEXPANSIONS": "200",
-    "MAXPREFIXEXPANSIONS": "200",
-    "MAXSEARCHRESULTS": "1000000",
-    "MAXAGGREGATERESULTS": "unlimited",
-    "CURSOR_MAX_IDLE": "300000",
-    "MIN_PHONETIC_TERM_LEN": "3",
-    "DEFAULT_SCORER": "BM25STD",
-}
+#: RediSearch's FT.CONFIG options (name -> value as FT.CONFIG GET shows it): ``ft_config.py``
+CONFIG_DEFAULTS: dict[str, str] = ft_config.DEFAULTS
 NOT_FOUND = "Unknown Index name"  # FT.DROPINDEX, FT.TAGVALS
 #: FT.INFO, FT.ALTER and the synonym commands spell it so in RediSearch 2.10
 UNKNOWN_INDEX = "Unknown index name"
@@ -473,7 +461,8 @@ class SearchEngine:
         self._scans.clear()
         for db_id, alias, target in state.get(b"aliases", []):
             self.aliases[(db_id, alias.decode())] = target.decode()
-        self.config.update({k.decode(): v.decode() for k, v in state.get(b"config", {}).items()})
+        self.config.update({k.decode(): v.decode() for k, v in state.get(b"config", {}).items()
+                            if k.decode() in ft_config.BY_NAME})  # an older snapshot's DEFAULT_SCORER is dropped
         self.dicts = {k.decode(): {w.decode() for w in v} for k, v in state.get(b"dicts", {}).items()}
         self.synonyms = {(db_id, name.decode()): {g.decode(): {t.decode() for t in terms} for g, terms in groups.items()}
                          for db_id, name, groups in state.get(b"synonyms", [])}

@@ -271,7 +271,9 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
     index.dialects[min(req.dialect, 4) - 1] += 1
     ctx = query_exec.ExecContext(index=index, scorer=req.scorer, verbatim=req.verbatim, infields=req.infields,
                                  slop=req.slop, inorder=req.inorder, stopwords_off=req.nostopwords,
-                                 language=req.language, expander=req.expander, budget=budget)
+                                 language=req.language, expander=req.expander, budget=budget,
+                                 min_prefix=getattr(req, "min_prefix", 2),
+                                 max_expansions=getattr(req, "max_expansions", 200))
     if req.infields:
         for name in req.infields:
             if index.definition.field(name) is None:

@@ -71,6 +71,8 @@ FAMILIES = (
     "search_aggregate",
     "search_hybrid",
     "search_misc",
+    "search_suggest",
+    "search_config",
     "ai_embed",
     "ai_cache",
     "ai_memory",

@@ -1,15 +1,14 @@
-"""The smaller FT.* commands: FT.CONFIG GET/SET/HELP, FT.DICTADD/DICTDEL/DICTDUMP,
+"""The smaller FT.* commands: FT.DICTADD/DICTDEL/DICTDUMP,
 FT.SYNUPDATE/SYNDUMP, FT.SPELLCHECK, FT.GET/FT.MGET (RediSearch 1.x document reads) and
 FT.PROFILE (the query's reply plus where the time went).
 
 Replies follow RediSearch: FT.SPELLCHECK ``[[TERM, term, [[score, suggestion], ...]], ...]`` in
 RESP2 and ``{results: {term: [{suggestion: score}]}}`` in RESP3; FT.SYNDUMP a flat
-``[term, [groups], ...]`` (a map in RESP3); FT.CONFIG GET ``[[name, value], ...]`` (a map in RESP3).
+``[term, [groups], ...]`` (a map in RESP3). FT.CONFIG is ``search_config.py``.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from typing import Any
 
@@ -31,46 +30,6 @@ _CATS = "@search"
 
 def _s(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
-
-
-# -- FT.CONFIG ------------------------------------------------------------------------------------
-
-
-@command("FT.CONFIG", -2, "admin", categories=f"@admin {_CATS} @slow", group="search", since="1.0.0")
-def ft_config(ctx: Ctx, argv: list[bytes]):
-    """FT.CONFIG GET pattern | SET option value | HELP pattern"""
-    eng = engine(ctx)
-    sub = argv[1].upper()
-    if sub in (b"GET", b"HELP"):
-        if len(argv) != 3:
-            raise ReplyError(errors.wrong_arity("ft.config"))
-        pattern = _s(argv[2]).upper()
-        names = [n for n in eng.config if fnmatch.fnmatchcase(n, pattern)]
-        if sub == b"HELP":
-            return [[n.encode(), b"Description", b"(see RediSearch's configuration docs)", b"Value",
-                     eng.config[n].encode()] for n in names]
-        if ctx.client.proto >= 3:
-            return {n.encode(): eng.config[n].encode() for n in names}
-        return [[n.encode(), eng.config[n].encode()] for n in names]
-    if sub == b"SET":
-        if len(argv) != 4:
-            raise ReplyError(errors.wrong_arity("ft.config"))
-        name = _s(argv[2]).upper()
-        if name not in eng.config:
-            raise ReplyError("Invalid option")
-        value = _s(argv[3])
-        if name == "DEFAULT_DIALECT" and value not in ("1", "2", "3", "4"):
-            raise ReplyError("Invalid option value for DEFAULT_DIALECT")
-        if name in ("MINPREFIX", "MAXEXPANSIONS", "MAXPREFIXEXPANSIONS", "TIMEOUT") and not value.isdigit():
-            raise ReplyError(f"Invalid option value for {name}")
-        if name == "ON_TIMEOUT":  # RediSearch keeps the policy's own spelling: return | fail
-            if value.lower() not in ("return", "fail"):
-                raise ReplyError("Invalid ON_TIMEOUT value")
-            value = value.lower()
-        eng.config[name] = value
-        ctx.dirty()
-        return OK
-    raise ReplyError(f"Unknown subcommand `{_s(argv[1])}`")
 
 
 # -- dictionaries ----------------------------------------------------------------------------------

@@ -136,6 +136,8 @@ def query_budget(ctx: Ctx, req) -> Budget:
     FT.CONFIG's ON_TIMEOUT policy copied onto the request. Log replay has none."""
     config = engine_of(ctx).config
     req.on_timeout = config.get("ON_TIMEOUT", "return").lower()
+    req.min_prefix = int(config.get("MINPREFIX", "2"))  # FT.CONFIG's expansion limits, read per query
+    req.max_expansions = int(config.get("MAXEXPANSIONS", "200"))
     if ctx.replaying:
         return UNLIMITED
     ms = getattr(req, "timeout_ms", None)

@@ -1,0 +1,58 @@
+"""The FT.CONFIG case of the differential suite (``stack_diff.py`` adds it to its cases): every
+option's GET and HELP, SET's checks and error texts, and the options that share a value. The case
+ends with every value it changed set back, since the servers keep FT.CONFIG across cases."""
+
+from __future__ import annotations
+
+
+def cases(S, setup, Case) -> list:
+    return [Case("ft_config", [
+        S("FT.CONFIG", "GET", "*"),
+        S("FT.CONFIG", "HELP", "*"),
+        S("FT.CONFIG", "SET", "MINPREFIX", "abc"),
+        S("FT.CONFIG", "SET", "MINPREFIX", "0"),
+        S("FT.CONFIG", "SET", "TIMEOUT", "-1"),
+        S("FT.CONFIG", "SET", "NOGC", "x"),
+        S("FT.CONFIG", "SET", "FOO", "1"),
+        S("FT.CONFIG", "SET", "MINPREFIX", "2", "3"),
+        S("FT.CONFIG", "SET", "MINPREFIX"),
+        S("FT.CONFIG", "BAD", "x"),
+        S("FT.CONFIG", "GET", "minprefix"),
+        S("FT.CONFIG", "GET", "MIN*"),
+        S("FT.CONFIG", "GET", "EXTLOAD"),
+        S("FT.CONFIG", "GET", "nosuch"),
+        S("FT.CONFIG", "HELP", "TIMEOUT"),
+        S("FT.CONFIG", "HELP", "EXTLOAD"),
+        S("FT.CONFIG", "SET", "DEFAULT_DIALECT", "5"),
+        S("FT.CONFIG", "SET", "DEFAULT_DIALECT", "0"),
+        S("FT.CONFIG", "SET", "ON_TIMEOUT", "xx"),
+        S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "-1"),
+        S("FT.CONFIG", "GET", "MAXSEARCHRESULTS"),
+        S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "-5"),
+        S("FT.CONFIG", "GET", "MAXSEARCHRESULTS"),
+        S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "1000000"),
+        S("FT.CONFIG", "SET", "MINSTEMLEN", "1"),
+        S("FT.CONFIG", "SET", "MINSTEMLEN", "x"),
+        S("FT.CONFIG", "SET", "FORK_GC_CLEAN_NUMERIC_EMPTY_NODES", "x"),
+        S("FT.CONFIG", "SET", "FORK_GC_CLEAN_NUMERIC_EMPTY_NODES"),
+        S("FT.CONFIG", "SET", "_FORK_GC_CLEAN_NUMERIC_EMPTY_NODES", "FALSE"),
+        S("FT.CONFIG", "GET", "FORK_GC_CLEAN_NUMERIC_EMPTY_NODES"),
+        S("FT.CONFIG", "SET", "_FORK_GC_CLEAN_NUMERIC_EMPTY_NODES", "maybe"),
+        S("FT.CONFIG", "SET", "_FORK_GC_CLEAN_NUMERIC_EMPTY_NODES", "true"),
+        S("FT.CONFIG", "SET", "CURSOR_MAX_IDLE", "0"),
+        S("FT.CONFIG", "SET", "UNION_ITERATOR_HEAP", "0"),
+        S("FT.CONFIG", "GET"),
+        S("FT.CONFIG", "SET", "_PRINT_PROFILE_CLOCK", "false"),
+        S("FT.CONFIG", "GET", "_PRINT_PROFILE_CLOCK"),
+        S("FT.CONFIG", "SET", "_PRINT_PROFILE_CLOCK", "true"),
+        S("FT.CONFIG", "SET", "MAXPREFIXEXPANSIONS", "7"),
+        S("FT.CONFIG", "GET", "MAXEXPANSIONS"),
+        S("FT.CONFIG", "SET", "MAXEXPANSIONS", "200"),
+        S("FT.CONFIG", "SET", "_NUMERIC_RANGES_PARENTS", "3"),
+        S("FT.CONFIG", "SET", "GC_POLICY", "legacy"),
+        S("FT.CONFIG", "SET", "TIMEOUT", "2.5"),
+        S("FT.CONFIG", "SET", "TIMEOUT", "500"),
+        S("FT.CONFIG", "SET", "MINPREFIX", "2"),
+        S("FT.CONFIG", "SET", "DEFAULT_DIALECT", "1"),
+        S("FT.CONFIG", "GET", "*"),
+    ])]
