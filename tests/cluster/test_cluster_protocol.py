@@ -232,3 +232,13 @@ def test_topology_survives_restart(tmp_path):
         assert "myself,master" in conf and "vars currentEpoch" in conf
     finally:
         cluster.stop()
+
+
+def test_msetex_keys_are_hashed_like_mset(pion1):
+    """MSETEX (Redis 8.4, no reference node here) finds its keys from numkeys: two slots answer
+    CROSSSLOT, one hash tag is served, and COMMAND GETKEYS lists the keys as cluster clients read them."""
+    pion = redis.Redis(port=pion1.ports[0])
+    with pytest.raises(redis.ResponseError, match="hash to the same slot"):  # -CROSSSLOT Keys in request ...
+        pion.execute_command("MSETEX", 2, "a", "1", "b", "2", "EX", 10)
+    assert pion.execute_command("MSETEX", 2, "{t}a", "1", "{t}b", "2", "EX", 10) == 1
+    assert pion.command_getkeys("MSETEX", 2, "{t}a", "1", "{t}b", "2", "NX") == ["{t}a", "{t}b"]

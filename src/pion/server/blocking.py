@@ -37,6 +37,9 @@ class BlockRequest:
         on_timeout: the reply sent when the timeout expires (null array for BLPOP).
         argv: the original command, for CLIENT LIST and the slowlog.
         usec: time spent running it (first try and retries), logged to the slowlog once it ends.
+        wake: for a wait that time alone can end (XREADGROUP CLAIM: a pending entry grows idle
+            enough), the seconds until the next retry worth making, or None; asked again after
+            each retry that still finds nothing.
     """
 
     keys: list[bytes]
@@ -48,6 +51,8 @@ class BlockRequest:
     db_id: int = 0
     timer: asyncio.TimerHandle | None = None
     usec: int = 0
+    wake: Callable[[], float | None] | None = None
+    wake_timer: asyncio.TimerHandle | None = None
 
 
 class BlockingManager:
@@ -70,6 +75,24 @@ class BlockingManager:
         if request.timeout > 0:
             loop = asyncio.get_running_loop()
             request.timer = loop.call_later(request.timeout, self._time_out, client)
+        self._arm_wake(client, request)
+
+    def _arm_wake(self, client: Client, request: BlockRequest) -> None:
+        if request.wake is None:
+            return
+        delay = request.wake()
+        if delay is not None:
+            request.wake_timer = asyncio.get_running_loop().call_later(max(delay, 0.001), self._wake, client, request)
+
+    def _wake(self, client: Client, request: BlockRequest) -> None:
+        """Time made the blocked command possibly servable: retry it as a key signal would."""
+        request.wake_timer = None
+        if client.blocked is not request:
+            return
+        self._retry(client, request)
+        self.serve_ready()
+        if client.blocked is request:
+            self._arm_wake(client, request)
 
     def on_key_signal(self, db_id: int, key: bytes) -> None:
         if (db_id, key) in self.waiting:
@@ -140,6 +163,9 @@ class BlockingManager:
         self.num_blocked -= 1
         if request.timer is not None:
             request.timer.cancel()
+        if request.wake_timer is not None:
+            request.wake_timer.cancel()
+            request.wake_timer = None
         for key in request.keys:
             slot = (request.db_id, key)
             waiters = self.waiting.get(slot)

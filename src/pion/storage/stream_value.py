@@ -168,36 +168,76 @@ class Stream:
                 break
         return out
 
-    def trim(self, threshold: int | StreamID, by_minid: bool, approx: bool, limit: int = 0) -> int:
+    def trim(self, threshold: int | StreamID, by_minid: bool, approx: bool, limit: int = 0,
+             policy: bytes = b"KEEPREF", removed: list | None = None) -> int:
         """Redis's streamTrim: drop whole head nodes while the stream stays at or above MAXLEN
         (or the node's last ID is below MINID) and LIMIT (0: none) allows; then, unless ``approx``,
-        single entries of the next node. Returns how many entries went."""
-        deleted = 0
-        while self.nodes:
+        single entries of the next node. Returns how many entries went.
+
+        Redis 8.2's reference policies: KEEPREF leaves the groups' PELs as they are; DELREF also
+        drops every PEL reference to a trimmed entry; ACKED trims only entries no group still
+        needs (``is_referenced``), skipping the others, so it goes on entry by entry (within
+        whole nodes only under ``~``) until the threshold is met or the eligible nodes run out.
+        ``removed`` collects the trimmed IDs (for logging ACKED's effect)."""
+        acked, delref = policy == b"ACKED", policy == b"DELREF"
+        deleted = index = 0
+        while index < len(self.nodes):
             if not by_minid and len(self.entries) <= threshold:  # type: ignore[operator]
                 break
-            start, (_, live, last) = self.nodes.peekitem(0)
+            start, (_, live, last) = self.nodes.peekitem(index)
             if limit and deleted + live > limit:
                 break
             whole = last < threshold if by_minid else len(self.entries) - live >= threshold  # type: ignore[operator]
-            if whole:
+            if whole and not acked:
                 for sid in list(self.entries.irange(start, last)):
                     del self.entries[sid]
+                    if delref:
+                        self.drop_refs(sid)
+                    if removed is not None:
+                        removed.append(sid)
                 self.max_deleted_id = max(self.max_deleted_id, last)
                 del self.nodes[start]
                 deleted += live
                 continue
-            if approx:
+            if approx and not whole:
                 break
-            while self.entries and (not limit or deleted < limit) and (
-                    self.entries.peekitem(0)[0] < threshold if by_minid
-                    else len(self.entries) > threshold):  # type: ignore[operator]
-                sid, _ = self.entries.popitem(0)
+            reached = False
+            for sid in list(self.entries.irange(start, last)):
+                if (sid >= threshold if by_minid else len(self.entries) <= threshold):  # type: ignore[operator]
+                    reached = True
+                    break
+                if acked and self.is_referenced(sid):
+                    continue
+                del self.entries[sid]
                 self._node_lost(sid)
                 self.max_deleted_id = max(self.max_deleted_id, sid)
+                if delref:
+                    self.drop_refs(sid)
+                if removed is not None:
+                    removed.append(sid)
                 deleted += 1
-            break
+            if reached or not acked:
+                break
+            if index < len(self.nodes) and self.nodes.peekitem(index)[0] == start:
+                index += 1
         return deleted
+
+    def is_referenced(self, sid: StreamID) -> bool:
+        """Redis's streamEntryIsReferenced: some group has ``sid`` pending, or has not delivered
+        it yet (its last-delivered ID is below it)."""
+        return any(sid in group.pel or group.last_id < sid for group in self.groups.values())
+
+    def drop_refs(self, sid: StreamID) -> bool:
+        """Remove ``sid`` from every group's PEL (and its consumer's); True if one had it."""
+        dropped = False
+        for group in self.groups.values():
+            entry = group.pel.pop(sid, None)
+            if entry is not None:
+                dropped = True
+                consumer = group.consumers.get(entry.consumer)
+                if consumer is not None:
+                    consumer.pending.pop(sid, None)
+        return dropped
 
     def rebuild_nodes(self, node_max: int = 100) -> None:
         """Pack the live entries into fresh nodes (after a load, where node history is not kept)."""

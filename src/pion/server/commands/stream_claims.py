@@ -8,7 +8,7 @@ from pion.protocol import errors
 from pion.protocol.errors import ReplyError
 from pion.protocol.resp import Status
 from pion.server.args import parse_int
-from pion.server.commands.stream_groups import _deliver, _group, existing_group
+from pion.server.commands.stream_groups import _deliver, _group, claim_effect, existing_group
 from pion.server.commands.streams import entry_reply, get_stream
 from pion.server.context import Ctx
 from pion.server.registry import command
@@ -25,12 +25,6 @@ from pion.storage.stream_value import (
 )
 
 _GROUP = "stream"
-
-
-def _claim_effect(key: bytes, group: ConsumerGroup, consumer: bytes, sid: StreamID) -> list[bytes]:
-    entry = group.pel[sid]
-    return [b"XCLAIM", key, group.name, consumer, b"0", format_id(sid), b"TIME", b"%d" % entry.delivery_time,
-            b"RETRYCOUNT", b"%d" % entry.delivery_count, b"FORCE", b"JUSTID", b"LASTID", format_id(group.last_id)]
 
 
 def _forget(group: ConsumerGroup, sid: StreamID) -> None:
@@ -90,7 +84,7 @@ def xclaim(ctx: Ctx, argv: list[bytes]):
         _note_new_consumer(ctx, key, group, consumer)
         _deliver(group, consumer, sid, when, count)
         claimed.append(sid)
-        effects.append(_claim_effect(key, group, consumer, sid))
+        effects.append(claim_effect(key, group, consumer, sid))
     if effects or lastid is not None:
         ctx.db.signal(key)
         ctx.dirty()
@@ -129,7 +123,7 @@ def xautoclaim(ctx: Ctx, argv: list[bytes]):
         _deliver(group, consumer, sid, now, entry.delivery_count + (0 if justid else 1))
         claimed.append(sid)
         count -= 1
-        effects.append(_claim_effect(key, group, consumer, sid))
+        effects.append(claim_effect(key, group, consumer, sid))
     if index < len(scanned):
         cursor = scanned[index]
     if effects:

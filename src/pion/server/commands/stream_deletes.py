@@ -60,19 +60,13 @@ def _unpend(group: ConsumerGroup, sid: StreamID) -> bool:
     return True
 
 
-def referenced(stream: Stream, sid: StreamID) -> bool:
-    """Redis's streamEntryIsReferenced: some group has it pending or has not delivered it yet."""
-    return any(sid in group.pel or group.last_id < sid for group in stream.groups.values())
-
-
 def _delete(stream: Stream, sid: StreamID, strategy: bytes) -> int:
     """One entry under the strategy: DELETED, REFERENCED (ACKED kept it) or NOT_FOUND."""
-    if strategy == ACKED and sid in stream.entries and referenced(stream, sid):
+    if strategy == ACKED and sid in stream.entries and stream.is_referenced(sid):
         return REFERENCED
     deleted = stream.delete(sid)
     if strategy == DELREF:
-        for group in stream.groups.values():
-            _unpend(group, sid)
+        stream.drop_refs(sid)
     return DELETED if deleted else NOT_FOUND
 
 

@@ -190,16 +190,24 @@ def xgroup_help(ctx: Ctx, argv: list[bytes]):
 
 @command("XREADGROUP", -7, "write blocking movablekeys", categories="@write @stream @slow @blocking", group=_GROUP, since="5.0.0", key_finder=streams_keys)
 def xreadgroup(ctx: Ctx, argv: list[bytes]):
-    """XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]"""
+    """XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [CLAIM min-idle-time] [NOACK] STREAMS key [key ...] id [id ...]
+
+    CLAIM (Redis 8.4): with ``>``, first the group's pending entries idle at least
+    min-idle-time ms (longest idle first) are claimed for this consumer, then new entries are
+    read, COUNT bounding both together per stream; every entry then carries two more fields,
+    its idle time and its earlier delivery count (0 and 0 for a new one). NOACK does not apply
+    to claimed entries. A blocked CLAIM read also wakes when a pending entry becomes idle enough.
+    """
     if argv[1].upper() != b"GROUP":
         raise ReplyError(errors.SYNTAX)
     name, consumer = argv[2], argv[3]
-    count, block, noack, keys, raw_ids = parse_read_options(argv, 4, group=True, in_script=ctx.client.in_script)
-    ids = [None if raw == b">" else parse_id(raw, strict=True) for raw in raw_ids]
+    opts = parse_read_options(argv, 4, group=True, in_script=ctx.client.in_script)
+    keys, count, noack, claim = opts.keys, opts.count, opts.noack, opts.claim
+    ids = [None if raw == b">" else parse_id(raw, strict=True) for raw in opts.ids]
     for key in keys:
         _group(ctx, key, name, "XREADGROUP with GROUP option")
-    reply = _group_read(ctx, name, consumer, keys, ids, count, noack)
-    if reply is not None or block is None or any(sid is not None for sid in ids):
+    reply = _group_read(ctx, name, consumer, keys, ids, count, noack, claim)
+    if reply is not None or opts.block is None or any(sid is not None for sid in ids):
         return reply if reply is not None else NULL_ARRAY
     if not ctx.can_block:
         return NULL_ARRAY
@@ -209,13 +217,27 @@ def xreadgroup(ctx: Ctx, argv: list[bytes]):
             stream = stream_if_any(retry_ctx, key)
             if stream is None or name not in stream.groups:
                 return ReplyError("NOGROUP the consumer group this client was blocked on no longer exists")
-        found = _group_read(retry_ctx, name, consumer, keys, ids, count, noack)
+        found = _group_read(retry_ctx, name, consumer, keys, ids, count, noack, claim)
         return NOT_READY if found is None else found
 
-    return BlockRequest(keys=list(keys), timeout=block, retry=retry, on_timeout=NULL_ARRAY)
+    def wake() -> float | None:
+        """Seconds until the oldest pending entry of these keys' groups is idle enough."""
+        if claim is None:
+            return None
+        oldest = None
+        for key in keys:
+            stream = stream_if_any(ctx, key)
+            group = stream.groups.get(name) if stream is not None else None
+            if group is not None and group.pel:
+                first = min(entry.delivery_time for entry in group.pel.values())
+                oldest = first if oldest is None else min(oldest, first)
+        return None if oldest is None else (oldest + claim - now_ms()) / 1000.0
+
+    return BlockRequest(keys=list(keys), timeout=opts.block, retry=retry, on_timeout=NULL_ARRAY, wake=wake)
 
 
-def _group_read(ctx: Ctx, name: bytes, consumer_name: bytes, keys: list[bytes], ids: list, count: int | None, noack: bool):
+def _group_read(ctx: Ctx, name: bytes, consumer_name: bytes, keys: list[bytes], ids: list, count: int | None,
+                noack: bool, claim: int | None = None):
     result = KeyedArrays()
     now = now_ms()
     effects: list[list[bytes]] = []
@@ -227,13 +249,15 @@ def _group_read(ctx: Ctx, name: bytes, consumer_name: bytes, keys: list[bytes], 
         if created:
             effects.append([b"XGROUP", b"CREATECONSUMER", key, name, consumer_name])
             ctx.notify("t", "xgroup-createconsumer", key)
-        if sid is not None:  # history: this consumer's pending entries after sid
+        if sid is not None:  # history: this consumer's pending entries after sid (CLAIM ignored)
             pending = [p for p in consumer.pending.irange(next_id(sid) or MAX_ID, MAX_ID)][: count or None]
             result[key] = [[format_id(p), list(stream.entries[p])] if p in stream.entries else [format_id(p), None]
                            for p in pending]
             continue
-        entries = stream.range(next_id(group.last_id) or MAX_ID, MAX_ID, count)
-        if not entries:
+        claimed = _claim_idle(key, stream, group, consumer_name, claim, now, count, effects) if claim is not None else []
+        budget = None if count is None else count - len(claimed)
+        entries = stream.range(next_id(group.last_id) or MAX_ID, MAX_ID, budget) if budget != 0 else []
+        if not entries and not claimed:
             continue
         consumer.active_time = now
         for entry_id, _ in entries:
@@ -242,9 +266,13 @@ def _group_read(ctx: Ctx, name: bytes, consumer_name: bytes, keys: list[bytes], 
                 _deliver(group, consumer_name, entry_id, now, 1)
                 effects.append([b"XCLAIM", key, name, consumer_name, b"0", format_id(entry_id), b"TIME", b"%d" % now,
                                 b"RETRYCOUNT", b"1", b"FORCE", b"JUSTID", b"LASTID", format_id(group.last_id)])
-        effects.append([b"XGROUP", b"SETID", key, name, format_id(group.last_id)] +
-                       ([b"ENTRIESREAD", b"%d" % group.entries_read] if group.entries_read is not None else []))
-        result[key] = entry_reply(entries)
+        if entries:
+            effects.append([b"XGROUP", b"SETID", key, name, format_id(group.last_id)] +
+                           ([b"ENTRIESREAD", b"%d" % group.entries_read] if group.entries_read is not None else []))
+        if claim is None:
+            result[key] = entry_reply(entries)
+        else:
+            result[key] = claimed + [[format_id(entry_id), list(fields), 0, 0] for entry_id, fields in entries]
         ctx.db.signal(key)
     if effects:
         ctx.dirty()
@@ -252,6 +280,32 @@ def _group_read(ctx: Ctx, name: bytes, consumer_name: bytes, keys: list[bytes], 
     else:
         ctx.no_propagate()
     return result or None
+
+
+def _claim_idle(key: bytes, stream: Stream, group: ConsumerGroup, consumer_name: bytes, min_idle: int, now: int,
+                count: int | None, effects: list[list[bytes]]) -> list:
+    """CLAIM's first step: the group's pending entries idle >= min_idle, longest idle first (ties
+    by ID), up to ``count``, moved to this consumer as XCLAIM moves them (delivery time now, one
+    more delivery), each logged as the XCLAIM that replays it. Answers [id, fields, idle, earlier
+    deliveries] per entry; an entry deleted from the stream keeps its reference and answers a nil
+    body, as a read of the pending history does."""
+    idle = sorted((entry.delivery_time, sid) for sid, entry in group.pel.items()
+                  if now - entry.delivery_time >= min_idle)
+    out = []
+    for delivered, sid in idle[: count or None]:
+        before = group.pel[sid].delivery_count
+        _deliver(group, consumer_name, sid, now, before + 1)
+        effects.append(claim_effect(key, group, consumer_name, sid))
+        fields = stream.entries.get(sid)
+        out.append([format_id(sid), list(fields) if fields is not None else None, now - delivered, before])
+    return out
+
+
+def claim_effect(key: bytes, group: ConsumerGroup, consumer: bytes, sid: StreamID) -> list[bytes]:
+    """The XCLAIM that replays a claim exactly: absolute TIME, RETRYCOUNT, FORCE JUSTID, LASTID."""
+    entry = group.pel[sid]
+    return [b"XCLAIM", key, group.name, consumer, b"0", format_id(sid), b"TIME", b"%d" % entry.delivery_time,
+            b"RETRYCOUNT", b"%d" % entry.delivery_count, b"FORCE", b"JUSTID", b"LASTID", format_id(group.last_id)]
 
 
 def _deliver(group: ConsumerGroup, consumer_name: bytes, sid: StreamID, when: int, count: int) -> None:

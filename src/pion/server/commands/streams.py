@@ -49,17 +49,19 @@ def entry_reply(entries: list) -> list:
 
 
 class TrimSpec:
-    __slots__ = ("strategy", "threshold", "approx", "limit")
+    __slots__ = ("strategy", "threshold", "approx", "limit", "policy")
 
     def __init__(self) -> None:
         self.strategy: bytes | None = None
         self.threshold: int | StreamID = 0
         self.approx = False
         self.limit: int | None = None
+        self.policy = KEEPREF
 
-    def apply(self, stream: Stream, node_entries: int = 0) -> int:
+    def apply(self, stream: Stream, node_entries: int = 0, removed: list | None = None) -> int:
         """Trim as Redis does: ``~`` removes whole nodes only, at most LIMIT entries (default
-        100 nodes' worth); with stream-node-max-entries 0 there are no nodes and ``~`` is exact."""
+        100 nodes' worth, LIMIT 0: no limit); with stream-node-max-entries 0 there are no nodes
+        and ``~`` is exact. The reference policy (KEEPREF, DELREF, ACKED) is Redis 8.2's."""
         approx = self.approx and node_entries > 0
         if self.limit is not None:
             limit = self.limit
@@ -67,7 +69,24 @@ class TrimSpec:
             limit = 100 * node_entries if approx else 0
         if self.strategy not in (b"MAXLEN", b"MINID"):
             return 0
-        return stream.trim(self.threshold, self.strategy == b"MINID", approx, limit)
+        return stream.trim(self.threshold, self.strategy == b"MINID", approx, limit, self.policy,
+                           removed if self.policy == ACKED else None)
+
+    def effect(self, key: bytes, stream: Stream, removed: list[StreamID], last: StreamID) -> list[bytes]:
+        """The exact XTRIM that replays this trim: MINID = the first entry left (KEEPREF,
+        DELREF: they trim a prefix), or for ACKED, which skips entries a group still needs,
+        MINID = just past the last one trimmed with ACKED again (every entry below it that no
+        group needed went, so the same state trims the same set)."""
+        if self.policy == ACKED:
+            edge = next_id(max(removed)) or MAX_ID
+            return [b"XTRIM", key, b"MINID", b"=", format_id(edge), ACKED]
+        first = stream.first_id if stream.entries else next_id(last) or last
+        return [b"XTRIM", key, b"MINID", b"=", format_id(first)] + ([DELREF] if self.policy == DELREF else [])
+
+
+KEEPREF, DELREF, ACKED = b"KEEPREF", b"DELREF", b"ACKED"
+_POLICIES = (KEEPREF, DELREF, ACKED)
+_BOTH = "ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
 
 
 def node_entries(ctx: Ctx) -> int:
@@ -77,47 +96,74 @@ def node_entries(ctx: Ctx) -> int:
 
 def parse_trim(argv: list[bytes], i: int, spec: TrimSpec) -> int:
     """Parse ``MAXLEN|MINID [=|~] threshold`` at argv[i]; returns the next index."""
-    spec.strategy = argv[i].upper()
+    if spec.strategy is not None:
+        raise ReplyError(_BOTH)
+    strategy = argv[i].upper()
+    spec.approx = False
     i += 1
-    if i < len(argv) and argv[i] in (b"=", b"~"):
+    if i + 1 < len(argv) and argv[i] in (b"=", b"~"):
         spec.approx = argv[i] == b"~"
         i += 1
-    if i >= len(argv):
-        raise ReplyError(errors.SYNTAX)
-    if spec.strategy == b"MAXLEN":
+    if strategy == b"MAXLEN":
         value = parse_int(argv[i])
         if value < 0:
             raise ReplyError("ERR The MAXLEN argument must be >= 0.")
         spec.threshold = value
     else:
         spec.threshold = parse_id(argv[i], strict=True)
+    spec.strategy = strategy
     return i + 1
 
 
-def _parse_limit(argv: list[bytes], i: int, spec: TrimSpec) -> int:
-    value = parse_int(argv[i + 1])
-    if value < 0:
-        raise ReplyError("ERR The LIMIT argument must be >= 0.")
-    if not spec.approx:
+def parse_add_or_trim(argv: list[bytes], xadd: bool) -> tuple[TrimSpec, int, bool]:
+    """Redis's streamParseAddOrTrimArgsOrReply: the options of XADD (up to the ID, which is
+    checked here) or XTRIM (all of argv) in any order, then the checks Redis makes after the
+    loop, in its order. Returns the trim, the ID's index (XADD) and NOMKSTREAM."""
+    spec, nomkstream, limit_given, i = TrimSpec(), False, False, 2
+    while i < len(argv):
+        option = argv[i].upper()
+        more = len(argv) - 1 - i
+        if xadd and option == b"*":
+            break
+        if option in (b"MAXLEN", b"MINID") and more:
+            i = parse_trim(argv, i, spec)
+            continue
+        if option == b"LIMIT" and more:
+            value = parse_int(argv[i + 1])
+            if value < 0:
+                raise ReplyError("ERR The LIMIT argument must be >= 0.")
+            spec.limit, limit_given, i = value, True, i + 2
+            continue
+        if option in _POLICIES:
+            spec.policy = option
+        elif xadd and option == b"NOMKSTREAM":
+            nomkstream = True
+        elif xadd:
+            _check_id_syntax(argv[i])
+            break
+        else:
+            raise ReplyError(errors.SYNTAX)
+        i += 1
+    if spec.limit and spec.strategy is None:
+        raise ReplyError("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
+    if not xadd and spec.strategy is None:
+        raise ReplyError("ERR syntax error, XTRIM must be called with a trimming strategy")
+    if limit_given and not spec.approx:
         raise ReplyError("ERR syntax error, LIMIT cannot be used without the special ~ option")
-    spec.limit = value or None
-    return i + 2
+    return spec, i, nomkstream
+
+
+def _check_id_syntax(raw: bytes) -> None:
+    """The ID argument of XADD is parsed where Redis parses it (before the arity check)."""
+    if raw != b"*":
+        parse_id(raw[:-2] if raw.endswith(b"-*") else raw, strict=True)
 
 
 @command("XADD", -5, "write denyoom fast", keys=(1, 1, 1), categories="@write @stream @fast", group=_GROUP, since="5.0.0")
 def xadd(ctx: Ctx, argv: list[bytes]):
-    """XADD key [NOMKSTREAM] [MAXLEN | MINID [= | ~] threshold [LIMIT count]] * | id field value [field value ...]"""
-    key, i, nomkstream, trim = argv[1], 2, False, TrimSpec()
-    while i < len(argv):
-        option = argv[i].upper()
-        if option == b"NOMKSTREAM":
-            nomkstream, i = True, i + 1
-        elif option in (b"MAXLEN", b"MINID"):
-            i = parse_trim(argv, i, trim)
-        elif option == b"LIMIT" and i + 1 < len(argv):
-            i = _parse_limit(argv, i, trim)
-        else:
-            break
+    """XADD key [NOMKSTREAM] [KEEPREF | DELREF | ACKED] [MAXLEN | MINID [= | ~] threshold [LIMIT count]] * | id field value [field value ...]"""
+    key = argv[1]
+    trim, i, nomkstream = parse_add_or_trim(argv, xadd=True)
     fields = argv[i + 1 :]
     if i >= len(argv) or not fields or len(fields) % 2:
         raise ReplyError(errors.wrong_arity("xadd"))
@@ -133,12 +179,13 @@ def xadd(ctx: Ctx, argv: list[bytes]):
     _check_id_order(new_id, stream, "XADD")
     nodes = node_entries(ctx)
     stream.add(new_id, list(fields), nodes)
-    trimmed = trim.apply(stream, nodes)
+    removed: list[StreamID] = []
+    trimmed = trim.apply(stream, nodes, removed)
     ctx.db.signal(key)
     ctx.dirty()
     ctx.rewrite([b"XADD", key, format_id(new_id), *fields])
     if trimmed:
-        ctx.propagate([b"XTRIM", key, b"MINID", b"=", format_id(stream.first_id) if stream.entries else format_id(next_id(new_id) or new_id)])
+        ctx.propagate(trim.effect(key, stream, removed, new_id))
     ctx.notify("t", "xadd", key)
     if trimmed:
         ctx.notify("t", "xtrim", key)
@@ -181,27 +228,19 @@ def _check_id_order(sid: StreamID, stream: Stream, name: str) -> None:
 
 @command("XTRIM", -4, "write", keys=(1, 1, 1), categories="@write @stream @slow", group=_GROUP, since="5.0.0")
 def xtrim(ctx: Ctx, argv: list[bytes]):
-    """XTRIM key MAXLEN | MINID [= | ~] threshold [LIMIT count]"""
-    trim = TrimSpec()
-    if argv[2].upper() not in (b"MAXLEN", b"MINID"):
-        raise ReplyError(errors.SYNTAX)
-    i = parse_trim(argv, 2, trim)
-    while i < len(argv):
-        if argv[i].upper() == b"LIMIT" and i + 1 < len(argv):
-            i = _parse_limit(argv, i, trim)
-        else:
-            raise ReplyError(errors.SYNTAX)
+    """XTRIM key MAXLEN | MINID [= | ~] threshold [LIMIT count] [KEEPREF | DELREF | ACKED]"""
+    trim, _, _ = parse_add_or_trim(argv, xadd=False)
     stream = get_stream(ctx, argv[1])
     if stream is None:
         return 0
-    removed = trim.apply(stream, node_entries(ctx))
-    if removed:
+    removed: list[StreamID] = []
+    count = trim.apply(stream, node_entries(ctx), removed)
+    if count:
         ctx.db.signal(argv[1])
         ctx.dirty()
         ctx.notify("t", "xtrim", argv[1])
-        first = format_id(stream.first_id) if stream.entries else format_id(next_id(stream.last_id) or MAX_ID)
-        ctx.rewrite([b"XTRIM", argv[1], b"MINID", b"=", first])
-    return removed
+        ctx.rewrite(trim.effect(argv[1], stream, removed, stream.last_id))
+    return count
 
 
 # -- reads ------------------------------------------------------------------------------------
@@ -325,16 +364,29 @@ def streams_keys(argv: list[bytes]) -> list[int]:
     return []
 
 
-def parse_read_options(argv: list[bytes], start: int, group: bool,
-                       in_script: bool = False) -> tuple[int | None, float | None, bool, list[bytes], list[bytes]]:
-    """[COUNT n] [BLOCK ms] [NOACK] STREAMS keys... ids...; BLOCK is refused inside scripts."""
-    count = block = None
-    noack = False
+class ReadOptions:
+    """XREAD's and XREADGROUP's options: COUNT, BLOCK (seconds), NOACK, CLAIM (ms), the keys and IDs."""
+
+    __slots__ = ("count", "block", "noack", "claim", "keys", "ids")
+
+    def __init__(self) -> None:
+        self.count: int | None = None
+        self.block: float | None = None
+        self.noack = False
+        self.claim: int | None = None
+        self.keys: list[bytes] = []
+        self.ids: list[bytes] = []
+
+
+def parse_read_options(argv: list[bytes], start: int, group: bool, in_script: bool = False) -> ReadOptions:
+    """[COUNT n] [BLOCK ms] [CLAIM min-idle-time] [NOACK] STREAMS keys... ids...; BLOCK is
+    refused inside scripts, NOACK and CLAIM (Redis 8.4) outside XREADGROUP."""
+    opts = ReadOptions()
     i = start
     while i < len(argv):
         option = argv[i].upper()
         if option == b"COUNT" and i + 1 < len(argv):
-            count = max(parse_int(argv[i + 1]), 0) or None
+            opts.count = max(parse_int(argv[i + 1]), 0) or None
             i += 2
         elif option == b"BLOCK" and i + 1 < len(argv):
             if in_script:
@@ -343,9 +395,17 @@ def parse_read_options(argv: list[bytes], start: int, group: bool,
             block = parse_int(argv[i + 1], "ERR timeout is not an integer or out of range")
             if block < 0:
                 raise ReplyError("ERR timeout is negative")
+            opts.block = block / 1000.0
             i += 2
-        elif option == b"NOACK" and group:
-            noack, i = True, i + 1
+        elif option == b"NOACK":
+            if not group:
+                raise ReplyError("ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
+            opts.noack, i = True, i + 1
+        elif option == b"CLAIM" and i + 1 < len(argv):
+            if not group:
+                raise ReplyError("ERR The CLAIM option is only supported by XREADGROUP. You called XREAD instead.")
+            opts.claim = max(parse_int(argv[i + 1], "ERR Invalid min-idle-time argument for XREADGROUP"), 0)
+            i += 2
         elif option == b"STREAMS":
             rest = argv[i + 1 :]
             if not rest or len(rest) % 2:
@@ -353,7 +413,8 @@ def parse_read_options(argv: list[bytes], start: int, group: bool,
                 what = "an ID or '>'" if group else "an ID"
                 raise ReplyError(f"ERR Unbalanced '{name}' list of streams: for each stream key {what} must be specified.")
             half = len(rest) // 2
-            return count, (block / 1000.0 if block is not None else None), noack, rest[:half], rest[half:]
+            opts.keys, opts.ids = rest[:half], rest[half:]
+            return opts
         else:
             raise ReplyError(errors.SYNTAX)
     raise ReplyError(errors.SYNTAX)
@@ -362,7 +423,8 @@ def parse_read_options(argv: list[bytes], start: int, group: bool,
 @command("XREAD", -4, "readonly blocking movablekeys", categories="@read @stream @slow @blocking", group=_GROUP, since="5.0.0", key_finder=streams_keys)
 def xread(ctx: Ctx, argv: list[bytes]):
     """XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]"""
-    count, block, _, keys, raw_ids = parse_read_options(argv, 1, group=False, in_script=ctx.client.in_script)
+    opts = parse_read_options(argv, 1, group=False, in_script=ctx.client.in_script)
+    count, block, keys, raw_ids = opts.count, opts.block, opts.keys, opts.ids
     after: list[StreamID] = []
     for key, raw in zip(keys, raw_ids, strict=True):
         if raw == b">":

@@ -1,4 +1,4 @@
-"""String commands: GET, the SET family (SET SETNX SETEX PSETEX GETSET MSET MSETNX), GETDEL,
+"""String commands: GET, the SET family (SET SETNX SETEX PSETEX GETSET MSET MSETNX MSETEX), GETDEL,
 GETEX, MGET, APPEND and STRLEN. Counters live in ``string_counters``, ranges and LCS in
 ``string_ranges``.
 
@@ -32,23 +32,27 @@ def string_too_long(ctx: Ctx, size: int) -> None:
         raise ReplyError("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
 
 
-def parse_extended(argv: list[bytes], for_set: bool) -> tuple[int, bytes | None, bytes | None]:
-    """SET's and GETEX's options, accepted and refused in exactly Redis's combinations.
+def parse_extended(argv: list[bytes], for_set: bool, start: int | None = None,
+                   multi: bool = False) -> tuple[int, bytes | None, bytes | None]:
+    """SET's, GETEX's and MSETEX's options, accepted and refused in exactly Redis's combinations.
 
     A repeated option is allowed (``GET GET``, ``EX 1 EX 2``: the last one wins); conflicting
     ones (``NX XX``, ``EX .. PX ..``, ``KEEPTTL EX ..``, NX/XX with one of Redis 8.4's IFEQ IFNE
-    IFDEQ IFDNE or two of those) and an option without its value are a syntax error. Returns
-    the flags, the raw TTL argument and the value (or digest) a comparison option names.
+    IFDEQ IFDNE or two of those) and an option without its value are a syntax error. MSETEX
+    (``multi``, options from ``start``) takes NX, XX, KEEPTTL and the TTLs but not GET or the
+    comparisons, as Redis 8.4's shared parser allows per command. Returns the flags, the raw
+    TTL argument and the value (or digest) a comparison option names.
     """
     flags, expire, match = 0, None, None
-    j, argc = (3 if for_set else 2), len(argv)
+    keyed = for_set or multi
+    j, argc = (start if start is not None else 3 if for_set else 2), len(argv)
     while j < argc:
         opt = argv[j].upper()
         ttl = _TTL_OPTIONS.get(opt)
         compare = _COMPARE_OPTIONS.get(opt) if for_set else None
-        if for_set and opt == b"NX" and not flags & (XX | _COMPARE):
+        if keyed and opt == b"NX" and not flags & (XX | _COMPARE):
             flags |= NX
-        elif for_set and opt == b"XX" and not flags & (NX | _COMPARE):
+        elif keyed and opt == b"XX" and not flags & (NX | _COMPARE):
             flags |= XX
         elif compare and j + 1 < argc and not flags & (NX | XX | (_COMPARE & ~compare)):
             flags |= compare
@@ -56,9 +60,9 @@ def parse_extended(argv: list[bytes], for_set: bool) -> tuple[int, bytes | None,
             j += 1
         elif for_set and opt == b"GET":
             flags |= GET
-        elif for_set and opt == b"KEEPTTL" and not flags & (_TTL | PERSIST):
+        elif keyed and opt == b"KEEPTTL" and not flags & (_TTL | PERSIST):
             flags |= KEEPTTL
-        elif not for_set and opt == b"PERSIST" and not flags & (_TTL | KEEPTTL):
+        elif not keyed and opt == b"PERSIST" and not flags & (_TTL | KEEPTTL):
             flags |= PERSIST
         elif ttl and j + 1 < argc and not flags & (KEEPTTL | PERSIST | (_TTL & ~ttl)):
             flags |= ttl
@@ -287,6 +291,64 @@ def _mset(ctx: Ctx, argv: list[bytes], nx: bool):
         ctx.notify("$", "set", argv[j])
     ctx.dirty(len(argv) // 2)
     return 1 if nx else OK
+
+
+def msetex_keys(argv: list[bytes]) -> list[int]:
+    """Key positions of MSETEX: ``numkeys`` pairs from argv[2], every second one a key."""
+    try:
+        numkeys = parse_int(argv[1])
+    except (ReplyError, IndexError):
+        return []
+    if not 1 <= numkeys <= _INT_MAX:
+        return []
+    return list(range(2, min(2 + 2 * numkeys, len(argv)), 2))
+
+
+_INT_MAX = 2**31 - 1
+
+
+@command("MSETEX", -4, "write denyoom movablekeys", categories="@write @string @slow", group="string",
+         since="8.4.0", key_finder=msetex_keys)
+def msetex(ctx: Ctx, argv: list[bytes]):
+    """MSETEX numkeys key value [key value ...] [NX | XX] [EX seconds | PX milliseconds | EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]
+
+    Redis 8.4: all the pairs or none (NX: none of the keys exists; XX: all do), with one shared
+    TTL; answers 1 when set, 0 when NX/XX refused. Checks in Redis's order: ``numkeys`` (1 to
+    INT_MAX, else ``invalid numkeys value``), the pairs present (``wrong number of key-value
+    pairs``), the options after them, the TTL's value, then NX/XX. Each key gets an ``expire``
+    event then a ``set`` event (Redis 8.4's order); a TTL already past is stored and left to
+    expiry, as Redis 8.4 does. Logged without NX/XX and with the TTL as an absolute PXAT, so
+    replaying never depends on the clock or on keys that expired meanwhile.
+    """
+    try:
+        numkeys = parse_int(argv[1])
+    except ReplyError:
+        raise ReplyError("ERR invalid numkeys value") from None
+    if not 1 <= numkeys <= _INT_MAX:
+        raise ReplyError("ERR invalid numkeys value")
+    end = 2 + 2 * numkeys
+    if end > len(argv):
+        raise ReplyError("ERR wrong number of key-value pairs")
+    flags, expire, _ = parse_extended(argv, for_set=False, start=end, multi=True)
+    when = expire_at_ms(expire, flags, "msetex") if expire is not None else None
+    db = ctx.db
+    keys = argv[2:end:2]
+    if (flags & NX and any(db.get(key) is not None for key in keys)) or (
+            flags & XX and any(db.get(key) is None for key in keys)):
+        ctx.no_propagate()
+        return 0
+    keep = bool(flags & KEEPTTL)
+    for j in range(2, end, 2):
+        key = argv[j]
+        db.set(key, argv[j + 1], keep_ttl=keep)
+        if when is not None:
+            db.set_expire(key, when)
+            ctx.notify("g", "expire", key)
+        ctx.notify("$", "set", key)
+    ctx.dirty(numkeys)
+    tail = [b"KEEPTTL"] if keep else [b"PXAT", b"%d" % when] if when is not None else []
+    ctx.rewrite([b"MSETEX", argv[1], *argv[2:end], *tail])
+    return 1
 
 
 @command("APPEND", 3, "write denyoom fast", keys=(1, 1, 1), categories="@write @string @fast", group="string",

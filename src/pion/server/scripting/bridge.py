@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pion.protocol.errors import CountedError, ReplyError
 from pion.server.scripting.libs import LuaArgError, check_number
+from pion.server.scripting.tailcalls import without_tail_calls
 
 if TYPE_CHECKING:
     from pion.server.scripting.runtime import LuaState
@@ -104,6 +105,25 @@ class Bridge:
         reply = self.state.command(args)
         resp = self.state.run.resp if self.state.run is not None else 2
         return self.state.to_lua.convert(reply, resp)
+
+    # a long argument list arrives as (table, n): lupa takes at most 7,997 arguments per call
+    @staticmethod
+    def _unpacked(table: Any, n: int) -> tuple:
+        return tuple(table[i] for i in range(1, int(n) + 1))
+
+    def call_packed(self, table: Any, n: int) -> Any:
+        return self.call(*self._unpacked(table, n))
+
+    def pcall_packed(self, table: Any, n: int) -> Any:
+        return self.pcall(*self._unpacked(table, n))
+
+    def acl_check_cmd_packed(self, table: Any, n: int) -> Any:
+        return self.acl_check_cmd(*self._unpacked(table, n))
+
+    @staticmethod
+    def untail(chunk: bytes) -> bytes:
+        """A user chunk's bytecode with its tail calls made plain calls (tailcalls.py)."""
+        return without_tail_calls(chunk)
 
     def acl_check_cmd(self, *args: Any) -> Any:
         argv = self.state.argv(args)

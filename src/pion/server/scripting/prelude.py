@@ -119,8 +119,14 @@ local function no_binary(name, chunkname)
   return nil, '[string "' .. tostring(chunkname or name) .. '"]:1: binary chunks are not allowed'
 end
 local G  -- the globals proxy every user function runs with (set below)
+local dump, py_untail = string.dump, B.untail
+-- user code is compiled without tail calls (tailcalls.py: ``return redis.call(...)`` keeps the
+-- script's frame and so the line errors report, now that redis.call is a Lua function)
 local function sandboxed(f, err)
-  if f then setfenv(f, G) end
+  if f then
+    f = loadstring(py_untail(dump(f)))
+    setfenv(f, G)
+  end
   return f, err
 end
 R.loadstring = function(s, name)
@@ -180,6 +186,21 @@ local api = {}
 for _, k in ipairs({'call', 'pcall', 'acl_check_cmd', 'log', 'setresp', 'set_repl', 'sha1hex'}) do
   api[k] = B[k]
 end
+-- lupa refuses a call into Python with more than 7,997 arguments (lua_checkstack under
+-- LUAI_MAXCSTACK); Redis's C redis.call takes what Lua's stack holds (unpack's 7,999 values plus
+-- the command and key): a long list goes over as one table instead
+local SHORT = 7900
+local function long_args(direct, packed)
+  local f = function(...)
+    local n = select('#', ...)
+    if n <= SHORT then return direct(...) end
+    return packed({...}, n)
+  end
+  return f
+end
+for _, k in ipairs({'call', 'pcall', 'acl_check_cmd'}) do
+  api[k] = long_args(B[k], B[k .. '_packed'])
+end
 api.LOG_DEBUG, api.LOG_VERBOSE, api.LOG_NOTICE, api.LOG_WARNING = 0, 1, 2, 3
 api.REDIS_VERSION, api.REDIS_VERSION_NUM = VERSION, VERSION_NUM
 api.REPL_NONE, api.REPL_AOF, api.REPL_SLAVE, api.REPL_REPLICA, api.REPL_ALL = 0, 1, 2, 2, 3
@@ -205,7 +226,9 @@ if MODE == 'eval' then
   api.debug = function() end
   R.__redis__err__handler = errh
 end
-for _, v in next, api do if type(v) == 'userdata' then pyfuncs[v] = true end end
+for k, v in next, api do
+  if type(v) == 'userdata' or k == 'call' or k == 'pcall' or k == 'acl_check_cmd' then pyfuncs[v] = true end
+end
 R.redis = protect(api)
 
 -- the globals proxy --------------------------------------------------------------------------

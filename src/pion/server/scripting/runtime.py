@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from pion.server.scripting.busy import ScriptRun
 
 _LUA_MAX = 0x7FFFFFFF
-_API = ("call", "pcall", "acl_check_cmd", "log", "setresp", "set_repl", "sha1hex", "random",
-        "randomseed", "killed", "unwrap", "cjson_wrap")
+_API = ("call", "pcall", "acl_check_cmd", "call_packed", "pcall_packed", "acl_check_cmd_packed", "untail",
+        "log", "setresp", "set_repl", "sha1hex", "random", "randomseed", "killed", "unwrap", "cjson_wrap")
 
 
 def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
