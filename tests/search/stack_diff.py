@@ -292,7 +292,77 @@ def cases() -> list[Case]:
 
     out += stack_diff_suggest.cases(S, setup, Case)
     out += stack_diff_config.cases(S, setup, Case)
+    _geoshape_cases(add)
+    _chinese_cases(add)
     return out
+
+
+#: WKT texts as RediSearch's reader meets them: valid, unclosed rings, holes, and what it refuses
+_SHAPES = {
+    "big": "POLYGON((1 1, 1 100, 100 100, 100 1, 1 1))", "small": "POLYGON((1 1, 1 2, 2 2, 2 1, 1 1))",
+    "pt": "POINT(50 50)", "garbage": "garbage", "line": "LINESTRING(0 0, 3 3)",
+    "bowtie": "POLYGON((1 1, 2 2, 1 2, 2 1, 1 1))", "open": "POLYGON((1 1, 1 3, 3 3, 3 1))",
+    "hole": "POLYGON((0 0, 0 10, 10 10, 10 0, 0 0),(2 2, 2 8, 8 8, 8 2, 2 2))",
+    "multi": "MULTIPOLYGON(((1 1, 1 2, 2 2, 2 1, 1 1)))", "lower": "point(5 5)", "lead": " POINT(5 5)",
+    "spaced": "POINT (5 5)", "wide": "POINT(5  5)", "tail": "POINT(5 5) ", "ccw": "POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))",
+    "xyz": "POINT(5 5 5)", "exp": "POINT(1e1 2.5)", "signs": "POINT(-5 +5)", "p77": "POINT(7 7)",
+    "tri": "POLYGON((0 0, 0 10, 10 10))", "outside": "POLYGON((0 0, 0 10, 10 10, 10 0, 0 0), (20 20, 20 30, 30 30, 30 20, 20 20))",
+    "empty": "POLYGON EMPTY", "inf": "POINT(inf 5)", "trailing": "POLYGON((0 0, 0 10, 10 10, 10 0, 0 0)) trailing",
+}
+
+
+def _geoshape_cases(add) -> None:
+    data = [setup("FT.CREATE", "g", "ON", "HASH", "PREFIX", "1", "g:", "SCHEMA", "geom", "GEOSHAPE", "FLAT",
+                  "name", "TEXT", "SORTABLE", "n", "NUMERIC")]
+    data += [setup("HSET", f"g:{name}", "geom", wkt, "name", name, "n", str(len(name))) for name, wkt in _SHAPES.items()]
+    data.append(setup("HSET", "g:none", "name", "none", "n", "4"))
+    square = "POLYGON((0 0, 0 60, 60 60, 60 0, 0 0))"
+    steps = []
+    for op in ("WITHIN", "CONTAINS", "INTERSECTS", "DISJOINT"):
+        for shape in (square, "POINT(7 7)", "POINT(1 1)", _SHAPES["small"]):
+            steps.append(S("FT.SEARCH", "g", f"@geom:[{op} $p]", "PARAMS", "2", "p", shape, "NOCONTENT", "DIALECT", "2",
+                           "LIMIT", "0", "100", "SORTBY", "name"))
+        steps.append(S("FT.EXPLAIN", "g", f"@geom:[{op} $p]", "PARAMS", "2", "p", "POINT(1 2)", "DIALECT", "2"))
+    steps += [
+        S("FT.SEARCH", "g", "@geom:[WITHIN $p] @name:small", "PARAMS", "2", "p", square, "DIALECT", "2"),
+        S("FT.SEARCH", "g", "-@geom:[WITHIN $p]", "PARAMS", "2", "p", square, "NOCONTENT", "DIALECT", "2", "LIMIT", "0",
+          "100", "SORTBY", "name"),
+        S("FT.SEARCH", "g", "@geom:[WITHIN $p] | @n:[3 3]", "PARAMS", "2", "p", square, "NOCONTENT", "DIALECT", "2",
+          "LIMIT", "0", "100", "SORTBY", "name"),
+        S("FT.SEARCH", "g", "@geom:[within $p]", "PARAMS", "2", "p", square, "NOCONTENT", "DIALECT", "2", "SORTBY", "name"),
+        S("FT.SEARCH", "g", "@geom:[WITHIN $p]", "PARAMS", "2", "p", "bad wkt", "NOCONTENT", "DIALECT", "2"),
+        S("FT.SEARCH", "g", "@geom:[WITHIN $p]", "PARAMS", "2", "p", "POLYGON((0 0, 20 20, 0 20, 20 0, 0 0))", "DIALECT", "2"),
+        S("FT.SEARCH", "g", "@geom:[WITHIN $zz]", "DIALECT", "2"),
+        S("FT.SEARCH", "g", "@name:[WITHIN $p]", "PARAMS", "2", "p", square, "DIALECT", "2"),
+        S("FT.SEARCH", "g", "@nope:[WITHIN $p]", "PARAMS", "2", "p", square, "DIALECT", "2"),
+        S("FT.AGGREGATE", "g", "@geom:[CONTAINS $p]", "PARAMS", "2", "p", "POINT(1.5 1.5)", "DIALECT", "2", "LOAD", "1",
+          "@geom", "SORTBY", "2", "@geom", "ASC"),
+        S("FT.INFO", "g", norm="info"),
+        S("DEL", "g:small"),
+        S("FT.SEARCH", "g", "@geom:[WITHIN $p]", "PARAMS", "2", "p", square, "NOCONTENT", "DIALECT", "2", "SORTBY", "name"),
+        S("FT.CREATE", "w", "ON", "HASH", "PREFIX", "1", "w:", "SCHEMA", "geom", "GEOSHAPE", "BOGUS"),
+        S("FT.CREATE", "s", "ON", "HASH", "PREFIX", "1", "s:", "SCHEMA", "geom", "GEOSHAPE"),
+        S("HSET", "s:1", "geom", "POLYGON((34.9 29.7, 34.9 29.8, 35.0 29.8, 35.0 29.7, 34.9 29.7))"),
+        S("FT.SEARCH", "s", "@geom:[INTERSECTS $p]", "PARAMS", "2", "p",
+          "POLYGON((34.8 29.6, 34.8 29.9, 35.1 29.9, 35.1 29.6, 34.8 29.6))", "NOCONTENT", "DIALECT", "2"),
+        S("FT.ALTER", "s", "SCHEMA", "ADD", "geom2", "GEOSHAPE", "FLAT"), wait_indexing("s"),
+        S("FT.INFO", "s", norm="info"),
+        S("FT.CREATE", "j", "ON", "JSON", "PREFIX", "1", "j:", "SCHEMA", "$.geom", "AS", "geom", "GEOSHAPE", "FLAT"),
+        S("JSON.SET", "j:1", "$", '{"geom":"POINT(3 3)"}'), S("JSON.SET", "j:2", "$", '{"geom":5}'),
+        S("FT.SEARCH", "j", "@geom:[WITHIN $p]", "PARAMS", "2", "p", square, "DIALECT", "2"),
+    ]
+    add("geoshape", *steps, data=data)
+
+
+def _chinese_cases(add) -> None:
+    data = [setup("FT.CREATE", "zh", "ON", "HASH", "PREFIX", "1", "zh:", "LANGUAGE", "chinese", "SCHEMA", "t", "TEXT"),
+            setup("HSET", "zh:1", "t", "我爱北京天安门"),
+            setup("HSET", "zh:2", "t", "上海是一个大城市, hello World running"),
+            setup("HSET", "zh:3", "t", "北京大学的学生"),
+            setup("HSET", "zh:4", "t", "他来到了网易杭研大厦。The quick brown foxes are running!")]
+    words = ["北京", "天安门", "北京天安门", "大城市", "hello", "run", "running", "学生", "爱", "网易", "杭研", "大厦",
+             "杭研大厦", "fox", "foxes", "the", "(北京|上海)", "北京*", '"北京 天安门"', "北京 -学生"]
+    add("chinese", *[S("FT.SEARCH", "zh", w, "NOCONTENT", "SORTBY", "t") for w in words], data=data)
 
 
 # ---------------------------------------------------------------------------------------------

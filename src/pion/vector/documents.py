@@ -18,6 +18,7 @@ import numpy as np
 from pion.storage.hash_value import HashValue
 from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
+from pion.vector import geoshape
 from pion.vector.schema import FieldSpec, IndexDefinition
 
 try:  # bfloat16 blobs (BFLOAT16 vector fields)
@@ -39,6 +40,9 @@ class Doc:
     tags: dict[str, list[str]] = field(default_factory=dict)
     numerics: dict[str, list[float]] = field(default_factory=dict)
     geos: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    geoshapes: dict[str, Any] = field(default_factory=dict)  # a shapely geometry per GEOSHAPE field
+    #: (field, reason) of a field that failed but did not keep the document out (a bad GEOSHAPE WKT)
+    field_errors: list[tuple[str, str]] = field(default_factory=list)
     vectors: dict[str, np.ndarray] = field(default_factory=dict)  # (n, dim) float32 rows
     missing: set[str] = field(default_factory=set)
     sortables: dict[str, Any] = field(default_factory=dict)
@@ -133,6 +137,10 @@ def _add_hash_value(doc: Doc, spec: FieldSpec, raw: bytes) -> None:
             doc.sortables[name] = number
     elif kind == "GEO":
         doc.geos[name] = [parse_geo(textual)]
+        if spec.sortable:
+            doc.sortables[name] = textual
+    elif kind == "GEOSHAPE":
+        _geoshape_into(doc, name, textual)
         if spec.sortable:
             doc.sortables[name] = textual
 
@@ -235,6 +243,23 @@ def _add_json_values(doc: Doc, spec: FieldSpec, found: list[Any]) -> None:
             doc.sortables[name] = float(values[0])
     elif kind == "GEO":
         doc.geos[name] = [parse_geo(v) if isinstance(v, str) else _bad_geo() for v in values]
+    elif kind == "GEOSHAPE":
+        if len(values) == 1 and isinstance(values[0], (int, float)) and not isinstance(values[0], bool):
+            raise IndexingFailure("Invalid JSON type: Numeric type can represent only NUMERIC field")
+        if len(values) != 1 or not isinstance(values[0], str):
+            raise IndexingFailure("Invalid JSON type: GEOSHAPE field expects a WKT string")
+        _geoshape_into(doc, name, values[0])
+        if spec.sortable:
+            doc.sortables[name] = values[0]
+
+
+def _geoshape_into(doc: Doc, name: str, text: str) -> None:
+    """A GEOSHAPE field's WKT as a shape. A text RediSearch's reader refuses is an indexing failure
+    of the field only: the document stays in the index without it (as RediSearch keeps it)."""
+    try:
+        doc.geoshapes[name] = geoshape.parse_wkt(text)
+    except geoshape.GeometryError as exc:
+        doc.field_errors.append((name, f"Error indexing geoshape: {exc}"))
 
 
 def _bad_geo() -> tuple[float, float]:

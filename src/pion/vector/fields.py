@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from pion.vector import text
+from pion.vector import chinese, text
 
 FIELD_SHIFT = 1 << 20
 SYNONYM_PREFIX = "~"
@@ -55,7 +55,7 @@ class TextIndex:
             for n, value in enumerate(texts):
                 if n:
                     position += MULTI_TEXT_SLOP  # no phrase across two values of a multi-value field
-                for token in text.tokenize(value):
+                for token in (chinese.tokenize(value) if language == chinese.LANGUAGE else text.tokenize(value)):
                     if token in stopwords:  # a stop-word takes no position: "king for henry" is "king henry"
                         continue
                     position += 1

@@ -15,6 +15,7 @@ from typing import Any
 from pion.vector import documents
 from pion.vector.documents import IndexingFailure
 from pion.vector.fields import GeoIndex, NumericIndex, TagIndex, TextIndex
+from pion.vector.geoshape import GeoShapeIndex
 from pion.vector.schema import FieldSpec, IndexDefinition
 from pion.vector.text import stemming_available
 from pion.vector.vectors import VectorField
@@ -37,6 +38,7 @@ class SearchIndex:
         self.tags: dict[str, TagIndex] = {}
         self.numerics: dict[str, NumericIndex] = {}
         self.geos: dict[str, GeoIndex] = {}
+        self.geoshapes: dict[str, GeoShapeIndex] = {}
         self.vectors: dict[str, VectorField] = {}
         self.missing: dict[str, set[int]] = {}
         self.empty: dict[str, set[int]] = {}
@@ -69,6 +71,8 @@ class SearchIndex:
                 self.numerics[spec.name] = NumericIndex()
             elif spec.type == "GEO":
                 self.geos[spec.name] = GeoIndex()
+            elif spec.type == "GEOSHAPE":
+                self.geoshapes[spec.name] = GeoShapeIndex(spec.coord_system)
             elif spec.type == "VECTOR":
                 self.vectors[spec.name] = VectorField(spec.vector)  # type: ignore[arg-type]
             if spec.index_missing:
@@ -113,6 +117,10 @@ class SearchIndex:
                 self._failed(key, str(exc))
                 return
             self._add(key, doc)
+            for name, reason in doc.field_errors:
+                self._failed(key, reason)
+                count = self.field_failures.get(name, (0, "", b""))[0]
+                self.field_failures[name] = (count + 1, reason, key)
         finally:
             self.indexing_time += time.perf_counter() - started
 
@@ -169,6 +177,9 @@ class SearchIndex:
         for name, points in doc.geos.items():
             if name in self.geos and name not in noindex:
                 self.geos[name].add(doc_id, points)
+        for name, shape in doc.geoshapes.items():
+            if name in self.geoshapes and name not in noindex:
+                self.geoshapes[name].add(doc_id, shape)
         for name in doc.missing:
             if name in self.missing:
                 self.missing[name].add(doc_id)
@@ -183,7 +194,7 @@ class SearchIndex:
             values.pop(doc_id, None)
         self.text.remove(doc_id)
         self.text.doc_len.pop(doc_id, None)
-        for group in (self.tags, self.numerics, self.geos, self.vectors):
+        for group in (self.tags, self.numerics, self.geos, self.geoshapes, self.vectors):
             for idx in group.values():
                 idx.remove(doc_id)
         for bucket in (*self.missing.values(), *self.empty.values()):
@@ -217,7 +228,7 @@ class SearchIndex:
 
     def memory_bytes(self) -> int:
         total = len(self.docs) * 200 + self.text.memory_bytes()
-        for group in (self.tags, self.numerics, self.geos, self.vectors):
+        for group in (self.tags, self.numerics, self.geos, self.geoshapes, self.vectors):
             for idx in group.values():
                 total += idx.memory_bytes()
         return total

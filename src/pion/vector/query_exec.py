@@ -18,7 +18,7 @@ import numpy as np
 
 from pion.protocol.errors import ReplyError
 from pion.storage.budget import UNLIMITED, Budget
-from pion.vector import scoring, text
+from pion.vector import chinese, geoshape, scoring, text
 from pion.vector.fields import FIELD_SHIFT, SYNONYM_PREFIX
 from pion.vector.index import SearchIndex
 from pion.vector.query_parser import Node
@@ -29,7 +29,7 @@ Hits = dict[int, float]
 EVERY_NODE = 64
 #: nodes that filter without offsets; inside an intersection each still adds its frequency 1 to the
 #: score (RediSearch's non-term results), see ``scoring.filter_score``
-FILTER_KINDS = frozenset(("tag", "numeric", "geo"))
+FILTER_KINDS = frozenset(("tag", "numeric", "geo", "geoshape"))
 _LOW = FIELD_SHIFT - 1  # a position's document offset (its high bits are the field number)
 
 
@@ -184,6 +184,8 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
         return _numeric(node, ctx)
     if kind == "geo":
         return _geo(node, ctx)
+    if kind == "geoshape":
+        return _geoshape(node, ctx)
     if kind == "missing":
         return _missing(node, ctx)
     if kind == "vrange":
@@ -293,8 +295,22 @@ def _all_nostem(ctx: ExecContext, fields: list[str] | None) -> bool:
     return all(spec is not None and spec.nostem for spec in specs)
 
 
+def _segmented(ctx: ExecContext) -> bool:
+    """The query's words are cut into Chinese words (the query's LANGUAGE, else the index's, is chinese)."""
+    return (ctx.language or ctx.index.definition.language) == chinese.LANGUAGE
+
+
 def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, expand: bool = True) -> Hits:
     index = ctx.index
+    if _segmented(ctx) and chinese.has_cjk(word):
+        words = chinese.query_words(word)
+        if len(words) > 1:  # every word must match, as RediSearch intersects friso's words
+            parts = [_term(w, ctx, fields, weight, expand) for w in words]
+            parts.sort(key=len)
+            out = parts[0]
+            for other in parts[1:]:
+                out = {doc: score + other[doc] for doc, score in out.items() if doc in other}
+            return out
     if not ctx.stopwords_off and word in index.definition.stopword_set:
         return {}
     mask = _field_mask(ctx, fields)
@@ -322,6 +338,8 @@ def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, 
 
 def _phrase(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:
     words = [w for w in node.value if ctx.stopwords_off or w not in ctx.index.definition.stopword_set]
+    if _segmented(ctx):
+        words = [part for w in words for part in chinese.query_words(w)]
     if not words:
         return {}
     slop = node.attrs.get("slop", ctx.slop if ctx.slop is not None else 0)
@@ -463,6 +481,20 @@ def _geo(node: Node, ctx: ExecContext) -> Hits:
     spec = _field(ctx, node, "GEO")
     lon, lat, radius = node.value
     return dict.fromkeys(ctx.index.geos[spec.name].within(lon, lat, radius), 0.0)
+
+
+def _geoshape(node: Node, ctx: ExecContext) -> Hits:
+    """``@f:[WITHIN $shape]``: a field that is not GEOSHAPE matches nothing, as in RediSearch."""
+    predicate, wkt = node.value
+    try:
+        shape = geoshape.parse_wkt(wkt)
+    except geoshape.GeometryError as exc:
+        raise ReplyError(f"Error querying geoshape index: {exc}") from None
+    field_index = ctx.index.geoshapes.get(node.fields[0])  # type: ignore[index]
+    if field_index is None:
+        return {}
+    ctx.budget.tick(len(field_index.shapes) >> 4)
+    return dict.fromkeys(field_index.query(predicate, shape), 0.0)
 
 
 def _missing(node: Node, ctx: ExecContext) -> Hits:

@@ -27,6 +27,7 @@ from typing import Any
 from pion.protocol.errors import ReplyError
 from pion.storage.gc_pause import gc_paused
 from pion.vector.fields import UNITS
+from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_lexer import Lexer, Token, syntax_error
 
 #: how deeply a query may nest (RediSearch's DIALECT 2 parser holds about 250 parentheses, DIALECT 1 97)
@@ -445,6 +446,10 @@ class _Parser:
         parts = body.split()
         if not parts:
             raise syntax_error(pos, "']'")
+        if parts[0].upper() in GEOSHAPE_PREDICATES and self.dialect >= 2:
+            if len(parts) != 2 or not parts[1].startswith("$"):
+                raise syntax_error(pos, parts[-1])
+            return Node("geoshape", (parts[0].upper(), self.param(parts[1][1:], pos)), fields=[name])
         if parts[0].upper() == "VECTOR_RANGE":
             if len(parts) != 3 or not parts[2].startswith("$"):
                 raise syntax_error(pos, body)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pion.protocol.errors import ReplyError
-from pion.vector import text
+from pion.vector import chinese, text
 
 FIELD_TYPES = ("TEXT", "TAG", "NUMERIC", "GEO", "VECTOR", "GEOSHAPE")
 VECTOR_TYPES = {"FLOAT32": 4, "FLOAT64": 8, "FLOAT16": 2, "BFLOAT16": 2, "INT8": 1, "UINT8": 1}
@@ -66,6 +66,8 @@ class FieldSpec:
     vector: VectorParams | None = None
     #: Pion: a VECTOR field the server computes from this (text) field (``... VECTOR ... EMBED body``)
     embed_from: str | None = None
+    #: GEOSHAPE: SPHERICAL (longitude, latitude; RediSearch's default) or FLAT (x, y)
+    coord_system: str = "SPHERICAL"
 
     def flags(self) -> list[str]:
         """FT.INFO's bare flag tokens, in RediSearch's order."""
@@ -186,8 +188,12 @@ def parse_create(argv: list[bytes]) -> IndexDefinition:
             definition.filter = args.next_str("FILTER")
         elif word == "LANGUAGE":
             language = args.next_str("LANGUAGE").lower()
-            if language not in text.LANGUAGES and language != "chinese":
+            if language not in text.LANGUAGES and language != chinese.LANGUAGE:
                 raise _err("Invalid language")
+            if language == chinese.LANGUAGE:
+                if not chinese.available():
+                    raise _err("LANGUAGE chinese needs the jieba segmenter: pip install 'pion[search]'")
+                chinese.warm_up()
             definition.language = language
         elif word == "LANGUAGE_FIELD":
             definition.language_field = args.next_str("LANGUAGE_FIELD")
@@ -263,8 +269,9 @@ def parse_fields(args: _Args, definition: IndexDefinition, existing: list[FieldS
             raise _err(f"Duplicate field in schema - {name}")
         names.add(name)
         spec = FieldSpec(identifier=identifier, name=name, type=kind)
-        if kind == "GEOSHAPE":
-            raise _err("GEOSHAPE fields are not supported by Pion (use GEO for points)")
+        if kind == "GEOSHAPE" and args.peek_upper() in ("FLAT", "SPHERICAL"):
+            spec.coord_system = args.peek_upper()
+            args.pos += 1
         if kind == "VECTOR":
             spec.vector = _parse_vector(args)
         _parse_field_options(args, spec)

@@ -216,6 +216,8 @@ def _attribute(index: SearchIndex, spec, resp3: bool) -> Any:
         pairs.append((b"WEIGHT", float(spec.weight)))
     if spec.type == "TAG":
         pairs.append((b"SEPARATOR", spec.separator.encode()))
+    if spec.type == "GEOSHAPE":
+        pairs.append((b"coord_system", spec.coord_system.encode()))
     if spec.type == "VECTOR":
         params = spec.vector
         pairs += [(b"algorithm", params.algorithm.encode()), (b"data_type", params.data_type.encode()),
@@ -297,7 +299,7 @@ def ft_info(ctx: Ctx, argv: list[bytes]):
         b"tag_overhead_sz_mb": sum(t.memory_bytes() for t in index.tags.values()) / MB,
         b"text_overhead_sz_mb": inverted / MB,
         b"total_index_memory_sz_mb": total_bytes / MB,
-        b"geoshapes_sz_mb": 0.0,
+        b"geoshapes_sz_mb": sum(g.memory_bytes() for g in index.geoshapes.values()) / MB,
         b"records_per_doc_avg": _ratio(records, docs),
         b"bytes_per_record_avg": _ratio(inverted, records),
         b"offsets_per_term_avg": _ratio(0, records) if records else math.nan,
@@ -319,7 +321,7 @@ def ft_info(ctx: Ctx, argv: list[bytes]):
     reply[b"Index Errors"] = _errors_map(index.failures, index.last_failure, index.last_failure_key, True)
     reply[b"field statistics"] = [
         {b"identifier": spec.identifier.encode(), b"attribute": spec.name.encode(),
-         b"Index Errors": _errors_map(0, "N/A", b"N/A", False)}
+         b"Index Errors": _errors_map(*index.field_failures.get(spec.name, (0, "N/A", b"N/A")), False)}
         for spec in definition.fields
     ]
     return reply

@@ -17,6 +17,7 @@ from pion.server.commands.search_replies import field_value, live_value, query_b
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.vector import search
+from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_parser import Node, parse_query
 
 _CATS = "@search"
@@ -108,6 +109,8 @@ def explain_lines(node: Node, indent: int = 0) -> list[str]:
     if kind == "geo":
         lon, lat, radius = node.value
         return [pad + f"GEO @{node.fields[0]}:{{{_num(lon)},{_num(lat)} --> {_num(radius)} m}}"]  # type: ignore[index]
+    if kind == "geoshape":
+        return [pad + f"GEOSHAPE{{{GEOSHAPE_PREDICATES[node.value[0]]} {node.value[1]}}}"]
     if kind == "vrange":
         return [pad + f"VECTOR {{@{node.fields[0]} VECTOR_RANGE {_num(node.value[0])}}}"]  # type: ignore[index]
     if kind == "missing":
