@@ -13,6 +13,14 @@ Measured against a fresh ``pion-server`` subprocess (default durability: the log
 
 Prints a table with the load average and writes JSON and a recall-vs-QPS plot.
 ``--smoke`` is the CI size (1,000 x 32). Usage: ``python benchmarks/bench_vector.py [--n 100000]``.
+
+``--peer redis-stack`` is the side-by-side run instead (defaults 20,000 x 128, 50 clusters, HNSW
+M 16 EF_CONSTRUCTION 200, KNN 10 at EF_RUNTIME 64): the same data ingested into a fresh Pion and a
+fresh Redis Stack (tests/support/stack.py; both stopped on every exit path), then each load run on
+Pion and on the peer one after the other (interleaved, the order alternating), with the same
+redis-py client code: recall@10, QPS, p50/p99 from 1 and 8 client processes, for plain KNN and for
+TAG and NUMERIC prefilters keeping 10% and 1% of the documents, and the ingest rate of each.
+``--peer redis-stack --smoke`` is its CI size (2,000 x 32).
 """
 
 from __future__ import annotations
@@ -113,9 +121,12 @@ def _query_args(vec: np.ndarray, k: int, ef: int, flt: str) -> list:
             "PARAMS", "2", "B", vec.tobytes(), "DIALECT", "2"]
 
 
-def _worker(port: int, part: int, queries: np.ndarray, k: int, ef: int, flt: str, out) -> None:
+def _worker(port: int, part: int, queries: np.ndarray, k: int, ef: int, flt: str, out, go=None) -> None:
     r = redis.Redis(port=port, protocol=2)
+    r.ping()  # connected before the clock starts
     ids, lat = [], []
+    if go is not None:
+        go.wait()
     for vec in queries:
         t = time.perf_counter()
         res = r.execute_command(*_query_args(vec, k, ef, flt))
@@ -126,13 +137,21 @@ def _worker(port: int, part: int, queries: np.ndarray, k: int, ef: int, flt: str
 
 def run_queries(port: int, queries: np.ndarray, k: int, ef: int, clients: int, flt: str = "*"):
     """(result ids per query, in query order; qps; p50 ms; p99 ms) with ``clients`` processes."""
+    ids, wall, ms = run_queries_raw(port, queries, k, ef, clients, flt)
+    return ids, len(queries) / wall, float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+
+
+def run_queries_raw(port: int, queries: np.ndarray, k: int, ef: int, clients: int, flt: str = "*"):
+    """(result ids per query, in query order; wall seconds; latencies in ms) with ``clients`` processes."""
     parts = np.array_split(np.arange(len(queries)), clients)
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(port, i, queries[p], k, ef, flt, out)) for i, p in enumerate(parts)]
-    started = time.perf_counter()
+    go = ctx.Barrier(clients + 1)  # the clock starts once every client process is connected
+    procs = [ctx.Process(target=_worker, args=(port, i, queries[p], k, ef, flt, out, go)) for i, p in enumerate(parts)]
     for p in procs:
         p.start()
+    go.wait()
+    started = time.perf_counter()
     results = [out.get() for _ in procs]
     wall = time.perf_counter() - started
     for p in procs:
@@ -143,8 +162,7 @@ def run_queries(port: int, queries: np.ndarray, k: int, ef: int, clients: int, f
         for q, got in zip(parts[part].tolist(), part_ids, strict=True):
             ids[q] = got
         lat += part_lat
-    ms = np.array(lat) * 1000.0
-    return ids, len(queries) / wall, float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+    return ids, wall, np.array(lat) * 1000.0
 
 
 def recall(truth: np.ndarray, ids: list, k: int) -> tuple[float, float]:
@@ -203,6 +221,9 @@ def canary(port: int, n: int, dim: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--peer", choices=("redis-stack",), help="the side-by-side run against Redis Stack")
+    parser.add_argument("--clusters", type=int, default=None, help="mixture components (peer run: 50)")
+    parser.add_argument("--rounds", type=int, default=8, help="peer run: alternating rounds per load")
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=2000)
@@ -210,6 +231,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="CI size: 1,000 x 32, 100 queries")
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
+    if args.peer:
+        return peer_main(args)
     if args.smoke:
         args.n, args.dim, args.queries, args.efs = 1000, 32, 100, "10,64"
     k = 10
@@ -268,6 +291,187 @@ def main() -> int:
     print(table(result))
     plot(result, out_dir / f"{name}.png")
     return 0
+
+
+# -- the side-by-side run (--peer redis-stack) -------------------------------------------------------
+
+#: (label, query filter, which documents it keeps: a function of the document number)
+PEER_FILTERS = [
+    ("none", "*", None),
+    ("TAG 10%", "@decile:{d3}", lambda i: i % 10 == 3),
+    ("TAG 1%", "@centile:{c37}", lambda i: i % 100 == 37),
+    ("NUMERIC 10%", "@num:[30 39]", lambda i: (i % 100 >= 30) & (i % 100 <= 39)),
+    ("NUMERIC 1%", "@num:[37 37]", lambda i: i % 100 == 37),
+]
+
+
+def peer_create_args(dim: int, ef: int) -> list:
+    return ["FT.CREATE", "vec", "ON", "HASH", "PREFIX", "1", "v:", "SCHEMA", "decile", "TAG", "centile", "TAG",
+            "num", "NUMERIC", "emb", "VECTOR", "HNSW", "12", "TYPE", "FLOAT32", "DIM", str(dim),
+            "DISTANCE_METRIC", "COSINE", "M", "16", "EF_CONSTRUCTION", "200", "EF_RUNTIME", str(ef)]
+
+
+def peer_ingest(port: int, data: np.ndarray, ef: int, batch: int = 500) -> tuple[float, float]:
+    """(seconds until every HSET was acknowledged, seconds until the index and graph are complete)."""
+    r = redis.Redis(port=port, protocol=2)
+    r.execute_command(*peer_create_args(data.shape[1], ef))
+    started = time.perf_counter()
+    for lo in range(0, len(data), batch):
+        pipe = r.pipeline(transaction=False)
+        for i in range(lo, min(lo + batch, len(data))):
+            pipe.hset(f"v:{i}", mapping={"decile": f"d{i % 10}", "centile": f"c{i % 100}", "num": i % 100,
+                                        "emb": data[i].tobytes()})
+        pipe.execute()
+    acked = time.perf_counter() - started
+    while True:
+        info = r.ft("vec").info()
+        backlog = int(r.info("search").get("search_hnsw_backlog", 0) or 0)
+        if int(info["indexing"]) == 0 and backlog == 0 and int(info["num_docs"]) >= len(data):
+            break
+        time.sleep(0.05)
+    built = time.perf_counter() - started
+    r.close()
+    return acked, built
+
+
+def peer_main(args) -> int:
+    sys.path.insert(0, str(ROOT))
+    from tests.support.stack import StackServer
+
+    why = StackServer.missing()
+    if why is not None:
+        print(f"--peer redis-stack: {why}")
+        return 2
+    if args.smoke:
+        args.rounds = 2
+    n, dim, nq = (2000, 32, 200) if args.smoke else (args.n if args.n != 100_000 else 20_000,
+                                                     args.dim if args.dim != 384 else 128, args.queries)
+    clusters = args.clusters or (10 if args.smoke else 50)
+    ef, k = 64, 10
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"bench_vector --peer redis-stack: {n:,} x {dim} ({clusters} clusters) COSINE HNSW M 16 EF_CONSTRUCTION 200, "
+          f"KNN {k} EF_RUNTIME {ef}, {nq} queries, cores {os.cpu_count()}, load {os.getloadavg()}", flush=True)
+    data, queries = make_data(n, dim, nq, clusters=clusters)
+    ids_all = np.arange(n)
+    truths = {label: exact_top(data, queries, k, None if keep is None else ids_all[keep(ids_all)])
+              for label, _, keep in PEER_FILTERS}
+    rows: list[dict] = []
+    ingest_rows: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        pion_dir = Path(tmp) / "pion"
+        pion_dir.mkdir()
+        stack = StackServer(Path(tmp) / "stack")
+        proc = None
+        try:
+            proc, pion_port = start_server(pion_dir)
+            stack.start()
+            ports = {"pion": pion_port, "redis-stack": stack.port}
+            for name in ("pion", "redis-stack"):
+                acked, built = peer_ingest(ports[name], data, ef)
+                ingest_rows[name] = {"acked_s": acked, "built_s": built, "rate": n / built}
+                print(f"ingest {name:>11}: {n:,} vectors acknowledged in {acked:.2f} s, index complete in {built:.2f} s "
+                      f"({n / built:,.0f} vectors/s)", flush=True)
+            for name in ports:  # warm both (first-query allocations, page cache)
+                run_queries(ports[name], queries[:50], k, ef, 1)
+            # each load runs in rounds, Pion and the peer alternating (the order flipping each round),
+            # so that a burst of other work on the machine falls on both sides alike
+            chunks = np.array_split(np.arange(nq), args.rounds)
+            turn = 0
+            for label, flt, _ in PEER_FILTERS:
+                for clients in (1, 8):
+                    acc = {name: {"ids": [None] * nq, "wall": 0.0, "lat": []} for name in ports}
+                    for chunk in chunks:
+                        order = ("pion", "redis-stack") if turn % 2 == 0 else ("redis-stack", "pion")
+                        turn += 1
+                        for name in order:
+                            ids, wall, ms = run_queries_raw(ports[name], queries[chunk], k, ef, clients, flt)
+                            for q, found in zip(chunk.tolist(), ids, strict=True):
+                                acc[name]["ids"][q] = found
+                            acc[name]["wall"] += wall
+                            acc[name]["lat"].append(ms)
+                    got = {}
+                    for name, a in acc.items():
+                        rec, full = recall(truths[label], a["ids"], k)
+                        ms = np.concatenate(a["lat"])
+                        got[name] = {"recall": rec, "all_k": full, "qps": nq / a["wall"],
+                                     "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+                    row = {"filter": label, "clients": clients, "load": os.getloadavg()[0], **{
+                        f"{name}_{key}": value for name, res in got.items() for key, value in res.items()}}
+                    row["ratio"] = row["pion_qps"] / row["redis-stack_qps"]
+                    rows.append(row)
+                    print(peer_line(row), flush=True)
+        except redis.ConnectionError:
+            print("a server went away; Pion's log ends:\n" + (pion_dir / "server.log").read_text()[-4000:])
+            raise
+        finally:
+            stack.stop()
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+    for name in ("pion", "redis-stack"):
+        ones = {r["filter"]: r[f"{name}_qps"] for r in rows if r["clients"] == 1}
+        eights = {r["filter"]: r[f"{name}_qps"] for r in rows if r["clients"] == 8}
+        print(f"{name}: 8 clients / 1 client QPS: " + ", ".join(f"{f} {eights[f] / ones[f]:.2f}x" for f in ones))
+    result = {"n": n, "dim": dim, "clusters": clusters, "queries": nq, "ef_runtime": ef, "k": k,
+              "ingest": ingest_rows, "rows": rows, "load_end": os.getloadavg(), "cores": os.cpu_count()}
+    name = "vector_peer_smoke" if args.smoke else f"vector_peer_{n}x{dim}"
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2))
+    print(peer_table(result))
+    peer_plot(result, out_dir / f"{name}.png")
+    return 0
+
+
+def peer_line(r: dict) -> str:
+    return (f"  {r['filter']:>11} clients {r['clients']}: "
+            f"pion recall {r['pion_recall']:.3f} {r['pion_qps']:7.0f} QPS p50 {r['pion_p50_ms']:.2f} p99 {r['pion_p99_ms']:.2f} ms"
+            f" | redis-stack recall {r['redis-stack_recall']:.3f} {r['redis-stack_qps']:7.0f} QPS "
+            f"p50 {r['redis-stack_p50_ms']:.2f} p99 {r['redis-stack_p99_ms']:.2f} ms | {r['ratio']:.2f}x  load {r['load']:.1f}")
+
+
+def peer_table(result: dict) -> str:
+    ing = result["ingest"]
+    lines = [f"ingest: Pion {ing['pion']['rate']:,.0f} vectors/s (acknowledged in {ing['pion']['acked_s']:.2f} s), "
+             f"Redis Stack {ing['redis-stack']['rate']:,.0f} vectors/s "
+             f"(acknowledged in {ing['redis-stack']['acked_s']:.2f} s)", "",
+             "| filter | clients | Pion recall@10 | Pion QPS | Pion p50 / p99 ms | Redis Stack recall@10 | "
+             "Redis Stack QPS | Redis Stack p50 / p99 ms | Pion / Stack | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['filter']} | {r['clients']} | {r['pion_recall']:.3f} | {r['pion_qps']:,.0f} | "
+                     f"{r['pion_p50_ms']:.2f} / {r['pion_p99_ms']:.2f} | {r['redis-stack_recall']:.3f} | "
+                     f"{r['redis-stack_qps']:,.0f} | {r['redis-stack_p50_ms']:.2f} / {r['redis-stack_p99_ms']:.2f} | "
+                     f"{r['ratio']:.2f}x | {r['load']:.1f} |")
+    return "\n".join(lines)
+
+
+def peer_plot(result: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing (the plot extra): no plot")
+        return
+    labels = [f"{r['filter']}\n{r['clients']} cl" for r in result["rows"]]
+    x = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(x - 0.2, [r["pion_qps"] for r in result["rows"]], 0.4, label="Pion")
+    ax.bar(x + 0.2, [r["redis-stack_qps"] for r in result["rows"]], 0.4, label="Redis Stack 7.4")
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("FT.SEARCH KNN 10 per second")
+    ax.set_title(f"{result['n']:,} x {result['dim']} COSINE, HNSW M 16, EF_RUNTIME {result['ef_runtime']} "
+                 f"(load {result['rows'][0]['load']:.1f}, {result['cores']} cores)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
 
 
 def table(result: dict) -> str:

@@ -22,3 +22,25 @@ def test_bench_vector_smoke(tmp_path):
     assert all(r["all_k"] == 1.0 for r in result["rows"])  # filtered KNN still returns k
     assert max(r["recall"] for r in result["rows"] if r["filter"] == "none") >= 0.95
     assert (tmp_path / "vector_smoke.png").stat().st_size > 0
+
+
+def test_bench_vector_peer_smoke(tmp_path):
+    """``--peer redis-stack --smoke``: both servers, every load from 1 and 8 clients, same recall."""
+    import pytest
+
+    from tests.support.stack import StackServer
+
+    why = StackServer.missing()
+    if why is not None:
+        pytest.skip(why)
+    out = procs.run([sys.executable, str(ROOT / "benchmarks" / "bench_vector.py"), "--peer", "redis-stack", "--smoke",
+                     "--out-dir", str(tmp_path)], cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "| filter | clients | Pion recall@10 |" in out.stdout and "ingest: Pion" in out.stdout
+    result = json.loads((tmp_path / "vector_peer_smoke.json").read_text())
+    assert {(r["filter"], r["clients"]) for r in result["rows"]} == {
+        (f, c) for f in ("none", "TAG 10%", "TAG 1%", "NUMERIC 10%", "NUMERIC 1%") for c in (1, 8)}
+    for row in result["rows"]:  # both answer every query in full, with the exact answer at this size
+        assert row["pion_all_k"] == 1.0 and row["redis-stack_all_k"] == 1.0
+        assert row["pion_recall"] >= 0.95 and row["redis-stack_recall"] >= 0.95
+    assert (tmp_path / "vector_peer_smoke.png").stat().st_size > 0

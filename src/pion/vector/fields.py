@@ -121,16 +121,38 @@ class TagIndex:
     def __init__(self) -> None:
         self.values: dict[str, set[int]] = {}
         self.doc_values: dict[int, str | tuple[str, ...]] = {}
+        #: tag -> its documents as a sorted int64 array, built on first use and dropped when the
+        #: tag's set changes: a KNN prefilter takes it as it is (no per-document Python work)
+        self._arrays: dict[str, np.ndarray] = {}
 
     def add(self, doc_id: int, tags: Iterable[str]) -> None:
         tags = tuple(dict.fromkeys(tags))
+        arrays = self._arrays
         for tag in tags:
             self.values.setdefault(tag, set()).add(doc_id)
+            if arrays:
+                arrays.pop(tag, None)
         self.doc_values[doc_id] = tags[0] if len(tags) == 1 else tags  # one tag: no tuple object
+
+    def ids(self, tag: str) -> np.ndarray:
+        """The documents carrying ``tag``, a sorted int64 array (shared: callers must not change it)."""
+        found = self._arrays.get(tag)
+        if found is None:
+            docs = self.values.get(tag)
+            if not docs:
+                return _NO_IDS
+            found = np.fromiter(docs, dtype=np.int64, count=len(docs))
+            found.sort()
+            found.flags.writeable = False
+            self._arrays[tag] = found
+        return found
 
     def remove(self, doc_id: int) -> None:
         tags = self.doc_values.pop(doc_id, ())
+        arrays = self._arrays
         for tag in (tags,) if tags.__class__ is str else tags:
+            if arrays:
+                arrays.pop(tag, None)
             docs = self.values.get(tag)
             if docs is not None:
                 docs.discard(doc_id)
@@ -182,9 +204,24 @@ class NumericIndex:
             return set()
         return set(docs[lo:hi].tolist())
 
+    def range_ids(self, low: float, high: float, low_excl: bool, high_excl: bool) -> np.ndarray:
+        """``range`` as a sorted int64 array of unique doc ids (numpy only: a KNN prefilter)."""
+        vals, docs = self._arrays()
+        lo = np.searchsorted(vals, low, side="right" if low_excl else "left")
+        hi = np.searchsorted(vals, high, side="left" if high_excl else "right")
+        if hi <= lo:
+            return _NO_IDS
+        found = np.sort(docs[lo:hi])
+        if len(self.doc_values) != len(vals):  # multi-value documents: one entry per document
+            found = np.unique(found)
+        return found
+
     def memory_bytes(self) -> int:
         return len(self.doc_values) * 80
 
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_IDS.flags.writeable = False
 
 EARTH_RADIUS_M = 6372797.560856  # Redis's geohash radius
 UNITS = {"m": 1.0, "km": 1000.0, "mi": 1609.34, "ft": 0.3048}

@@ -59,6 +59,10 @@ class SearchIndex:
         self.touched = time.monotonic()
         #: synonym groups (FT.SYNUPDATE): term -> group ids; indexed as "~group" terms
         self.synonyms: dict[str, set[str]] = {}
+        #: FT.SEARCH KNN plans (``knn_fast``): argv without its blob -> plan; (query text, argc) ->
+        #: where the blob is. Cleared when the schema changes (FT.ALTER) and at close (FT.DROPINDEX)
+        self.knn_plans: dict[tuple, Any] = {}
+        self.knn_blob_pos: dict[tuple, int] = {}
         self._setup_fields(definition.fields)
 
     def _setup_fields(self, specs: list[FieldSpec]) -> None:
@@ -91,6 +95,12 @@ class SearchIndex:
         """FT.ALTER ... SCHEMA ADD: the definition grows; existing documents are re-indexed by the caller."""
         self.definition.fields.extend(specs)
         self._setup_fields(specs)
+        self.forget_plans()
+
+    def forget_plans(self) -> None:
+        """Drop the cached query plans (the schema changed, or the index is going away)."""
+        self.knn_plans.clear()
+        self.knn_blob_pos.clear()
 
     @property
     def name(self) -> str:
@@ -206,6 +216,7 @@ class SearchIndex:
             self.remove_key(key)
 
     def close(self) -> None:
+        self.forget_plans()
         for vec in self.vectors.values():
             vec.close()
 

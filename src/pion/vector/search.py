@@ -331,7 +331,7 @@ def _knn_job(index: SearchIndex, knn: KnnClause, allowed: np.ndarray | None):
     if knn.policy is not None and allowed is None:
         raise ReplyError("hybrid query attributes were sent for a non-hybrid query")
     query = vec.prepare_query(knn.blob)
-    return vec.plan_knn(query, knn.k, allowed, knn.ef, knn.policy)
+    return vec.plan_knn(query, knn.k, allowed, knn.ef, knn.policy, knn.batch_size)
 
 
 def knn_alias(plan_: SearchPlan) -> str | None:

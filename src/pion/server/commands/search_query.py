@@ -16,13 +16,16 @@ from pion.server.commands.search_admin import engine
 from pion.server.commands.search_replies import field_value, live_value, query_budget, renew, search_reply
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.vector import search
+from pion.vector import knn_fast, search
 from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_parser import Node, parse_query
 
 _CATS = "@search"
 #: a KNN over at least this many vectors goes to the worker pool (smaller: inline is cheaper)
 DEFER_MIN_VECTORS = 4096
+#: a cached KNN plan goes to the worker pool when its search is expected to take this long (the
+#: field's running cost): a shorter one costs the loop less inline than the thread hand-off does
+DEFER_MIN_SECONDS = 0.001
 
 
 def default_dialect(ctx: Ctx) -> int:
@@ -51,7 +54,15 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
     eng = engine(ctx)
     name = argv[1].decode("utf-8", "replace")
     index = eng.get(ctx.db, name, search_error=True)
-    req = search.parse_search(argv, default_dialect(ctx))
+    dialect = default_dialect(ctx)
+    fast = knn_fast.lookup(index, argv, dialect)
+    if fast is not None:
+        return _knn_fast(ctx, eng, name, index, *fast)
+    req = search.parse_search(argv, dialect)
+    if b"=>" in argv[2]:
+        fast = knn_fast.compile_plan(index, argv, req, dialect)
+        if fast is not None:
+            return _knn_fast(ctx, eng, name, index, *fast)
     plan = search.plan(index, req, budget=query_budget(ctx, req))
     if plan.job is None or plan.timed_out:
         total, rows = search.finish(plan, None, _sort_loader(ctx, index))
@@ -66,6 +77,42 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
         return deferred.Deferred([plan.job], finish)
     total, rows = search.finish(plan, plan.job(), _sort_loader(ctx, index))
     return search_reply(ctx, index, total, rows, req, plan)
+
+
+def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: bytes):
+    """A cached KNN plan (``vector.knn_fast``): the search in the worker pool when it is heavy,
+    the rows checked and the reply built on the loop."""
+    job = knn_fast.job(index, plan, blob)
+    if deferred.can_defer(ctx) and getattr(job, "expected_s", 1.0) >= DEFER_MIN_SECONDS:
+        def finish(ctx2: Ctx, results: list) -> Any:
+            if eng.resolve(ctx2.db.id, name) is not index:
+                raise ReplyError("The index was dropped before the query could be executed")
+            eng.catch_up()  # other clients' writes meanwhile: a deleted document is not answered
+            total, found, dropped = knn_fast.page(index, plan, results[0])
+            if dropped:  # a write removed a result while the job ran: search again, inline (atomic)
+                total, found, _ = knn_fast.page(index, plan, knn_fast.job(index, plan, blob, count=False)())
+            return _knn_reply(ctx2, index, plan, total, found)
+        return deferred.Deferred([job], finish)
+    total, found, _ = knn_fast.page(index, plan, job())
+    return _knn_reply(ctx, index, plan, total, found)
+
+
+def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list) -> Any:
+    req = plan.req
+    if not req.nocontent:
+        alias = plan.alias
+        rows = [search.Row(doc, key, 0.0, {alias: dist}) for doc, key, dist in found]
+        return search_reply(ctx, index, total, rows, req)
+    db = ctx.db
+    expires = db.expires
+    if expires:  # an expired key is never answered (the check a field load would make)
+        keys = [key for _, key, _ in found if key not in expires or live_value(ctx, key) is not None]
+    else:
+        keys = [key for _, key, _ in found]
+    if ctx.client.proto >= 3:
+        return {b"attributes": [], b"format": b"STRING", b"results": [{b"id": key, b"values": []} for key in keys],
+                b"total_results": total, b"warning": []}
+    return [total, *keys]
 
 
 # -- FT.EXPLAIN -----------------------------------------------------------------------------------
