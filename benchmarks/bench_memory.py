@@ -73,13 +73,19 @@ def word_overlap(graph: dict, query: str, k: int) -> list[str]:
 
 async def qa(session, data: dict, k: int = 5) -> dict:
     facts, questions = data["facts"], data["questions"]
+    writes: dict[str, float] = {}
+    t0 = time.perf_counter()
     ids = (await call(session, "create_long_term_memories", {"memories": [
         {"text": f["text"], "session_id": f["session"], "topics": ["qa"]} for f in facts]}))["ids"]
+    writes[f"create_long_term_memories ({len(facts)} facts)"] = round(time.perf_counter() - t0, 3)
     by_person: dict[str, list[str]] = {}
     for f in facts:
         by_person.setdefault(f["person"], []).append(f["text"])
+    t0 = time.perf_counter()
     await call(session, "create_entities", {"entities": [
         {"name": p, "entityType": "person", "observations": obs} for p, obs in by_person.items()]})
+    writes[f"create_entities ({len(by_person)} entities, {len(facts)} observations)"] = round(
+        time.perf_counter() - t0, 3)
     graph = await call(session, "read_graph")
     found = {"search_long_term_memory (semantic)": 0, "search_long_term_memory (hybrid)": 0,
              "search_nodes (Pion, semantic)": 0, "official substring searchNodes": 0,
@@ -106,7 +112,8 @@ async def qa(session, data: dict, k: int = 5) -> dict:
     n, n_nick = len(questions), sum(q["nickname"] for q in questions)
     return {"recall_at_5": {key: round(v / n, 3) for key, v in found.items()},
             "recall_at_5_nickname_questions": {key: round(v / n_nick, 3) for key, v in nick.items()},
-            "questions": n, "nickname_questions": n_nick, "facts": len(facts), "semantic_misses": misses[:10]}
+            "questions": n, "nickname_questions": n_nick, "facts": len(facts), "semantic_misses": misses[:10],
+            "write_seconds": writes}
 
 
 def fill(port: int, total: int, rng: random.Random, batch: int = 250) -> float:
@@ -170,11 +177,13 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=10_000, help="memories for the latency run (default 10,000)")
     parser.add_argument("--calls", type=int, default=200, help="timed calls per tool (default 200)")
     parser.add_argument("--smoke", action="store_true", help="CI-sized: hash embeddings, 500 memories, 20 calls")
+    parser.add_argument("--provider", default=None, choices=["hash", "minilm"],
+                        help="embeddings (default: minilm; hash with --smoke): hash isolates what is not the model")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.smoke:
         args.n, args.calls = 500, 20
-    provider = "hash" if args.smoke else "minilm"
+    provider = args.provider or ("hash" if args.smoke else "minilm")
     out = Path(args.out or ROOT / "benchmarks" / "results" / ("memory_mcp_smoke.json" if args.smoke else "memory_mcp.json"))
     rng = random.Random(17)
     data = json.loads(QA.read_text())
@@ -185,7 +194,7 @@ def main() -> int:
             t0 = time.perf_counter()
             result = {"qa": asyncio.run(run_mcp(url, lambda s: qa(s, data)))}
             result["qa"]["seconds"] = round(time.perf_counter() - t0, 1)
-            print(json.dumps(result["qa"]["recall_at_5"], indent=1), flush=True)
+            print(json.dumps(result["qa"]["recall_at_5"], indent=1), result["qa"]["write_seconds"], flush=True)
             result["fill_seconds"] = round(fill(server.port, args.n, rng), 1)
             result["memories"] = args.n
             result["latency"] = asyncio.run(run_mcp(url, lambda s: latency(s, args.calls, rng)))

@@ -85,11 +85,20 @@ class SearchEngine:
         self.cursors = CursorStore()
         #: index -> queries in slices reading it (``freeze``/``thaw``): no indexing meanwhile
         self.frozen: dict[SearchIndex, int] = {}
+        #: set by the server: the data directory, where HNSW graphs are saved (None: not saved)
+        self.graph_dir: str | None = None
+        #: the next rebuild follows a snapshot load: try the saved graphs first
+        self._restore_graphs = False
+        #: fields whose graph a start loaded / had to rebuild (no file, or one refused), files
+        #: refused (damaged, other parameters), graph files written
+        self.graph_stats = {"loaded": 0, "rebuilt": 0, "refused": 0, "saved": 0}
 
     # -- component hooks ------------------------------------------------------------------------
 
     def start(self) -> None:
-        """After the keyspace is loaded: (re)build every index from it."""
+        """After the keyspace is loaded: (re)build every index from it, from the saved HNSW
+        graphs where they check out (``graph_store``)."""
+        self._restore_graphs = True
         self.rebuild_all()
 
     def stop(self) -> None:
@@ -109,6 +118,14 @@ class SearchEngine:
             "search_used_memory_vector_index": sum(i.vector_bytes() for i in self.indexes.values()),
             "search_total_indexing_time": round(sum(i.indexing_time for i in self.indexes.values()) * 1000, 3),
             "search_hnsw_backlog": self.hnsw_backlog(),
+            "search_hnsw_graphs_loaded": self.graph_stats["loaded"],
+            "search_hnsw_graphs_rebuilt": self.graph_stats["rebuilt"],
+            "search_hnsw_graph_files_refused": self.graph_stats["refused"],
+            "search_hnsw_graph_files_saved": self.graph_stats["saved"],
+            "search_hnsw_vectors_restored": sum(v.restored for i in self.indexes.values() for v in i.vectors.values()),
+            "search_hnsw_vectors_dropped": sum(v.dropped for i in self.indexes.values() for v in i.vectors.values()),
+            "search_hnsw_vectors_built": sum(v.graph.added for i in self.indexes.values() for v in i.vectors.values()
+                                             if v.graph is not None),
             "search_indexing_failures": sum(i.failures for i in self.indexes.values()),
         }
 
@@ -326,12 +343,64 @@ class SearchEngine:
     def rebuild_all(self) -> None:
         self.rebuild_pending = False
         self._dirty.clear()
+        restore, self._restore_graphs = self._restore_graphs, False
         dbs = {db.id: db for db in self.databases()}
         for index in list(self.indexes.values()):
             db = dbs.get(index.db_id)
             index.clear()
             if db is not None:
+                if restore:
+                    self._load_graphs(index)
                 self._begin_scan(index, db)
+
+    def _load_graphs(self, index: SearchIndex) -> None:
+        """Give each HNSW field of a just-loaded index its saved graph, if one checks out."""
+        from pion.vector import graph_store
+
+        if self.graph_dir is None or index.definition.temporary:
+            return
+        for name, vec in index.vectors.items():
+            if vec.graph is None:
+                continue
+            started = time.perf_counter()
+            try:
+                loaded = graph_store.read(self.graph_dir, index.db_id, index.name, name, vec.params)
+            except graph_store.GraphFileError as exc:
+                self.graph_stats["rebuilt"] += 1
+                if str(exc) != "no saved graph":
+                    self.graph_stats["refused"] += 1
+                    log.warning("HNSW graph of %s.%s rebuilt from the documents: %s", index.name, name, exc)
+                continue
+            if vec.adopt_graph(loaded):
+                self.graph_stats["loaded"] += 1
+                log.info("HNSW graph of %s.%s loaded: %d entries in %.3f s", index.name, name, len(loaded.index),
+                         time.perf_counter() - started)
+            else:
+                self.graph_stats["rebuilt"] += 1
+
+    def graph_files(self) -> Callable[[str], None] | None:
+        """At a snapshot's consistent point (on the loop): capture which key owns each graph
+        entry, and return the job that writes the graph files (on the save's worker thread)."""
+        from pion.vector import graph_store
+
+        images: list[graph_store.GraphImage] = []
+        keep: set[str] = set()
+        for (db_id, name), index in self.indexes.items():
+            if index.definition.temporary:
+                continue
+            for field_name, vec in index.vectors.items():
+                if vec.graph is None:
+                    continue
+                if vec.restoring():  # its file still has entries not claimed yet: keep it
+                    keep.add(graph_store.file_name(db_id, name, field_name))
+                    continue
+                slots, keys = vec.graph_image(index.docs)
+                images.append(graph_store.GraphImage(db_id, name, field_name, vec.params, vec.graph, slots, keys))
+
+        def job(directory: str) -> None:
+            self.graph_stats["saved"] += graph_store.write(directory, images, keep)
+
+        return job
 
     def _begin_scan(self, index: SearchIndex, db: Any) -> None:
         if self.loading():  # the keyspace is not complete yet: rebuild once it is
@@ -391,6 +460,7 @@ class SearchEngine:
                     return True
             index.scan_done = scan.pos
             index.indexing = False
+            index.scan_finished()
             self.stats["scans_done"] += 1
             self._scans.pop(0)
             if time.perf_counter() >= deadline:
@@ -415,6 +485,7 @@ class SearchEngine:
                 scan.pos = index.scan_done = len(scan.keys)
                 scan.cancelled = True
                 index.indexing = False
+                index.scan_finished()
                 self.stats["scans_done"] += 1
 
     def scanning(self, index: SearchIndex) -> bool:
@@ -467,3 +538,4 @@ class SearchEngine:
         self.synonyms = {(db_id, name.decode()): {g.decode(): {t.decode() for t in terms} for g, terms in groups.items()}
                          for db_id, name, groups in state.get(b"synonyms", [])}
         self.rebuild_pending = True
+        self._restore_graphs = True

@@ -145,7 +145,7 @@ class SearchIndex:
         vector_done: list[str] = []
         try:
             for name, rows in doc.vectors.items():
-                self.vectors[name].put(doc_id, rows)
+                self.vectors[name].put(doc_id, rows, key)
                 vector_done.append(name)
         except Exception:
             for name in vector_done:
@@ -219,6 +219,11 @@ class SearchIndex:
         self.forget_plans()
         for vec in self.vectors.values():
             vec.close()
+
+    def scan_finished(self) -> None:
+        """The (re)build scan saw every key: saved graph entries nobody claimed are dropped."""
+        for vec in self.vectors.values():
+            vec.finish_restore()
 
     # -- reads ----------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -109,6 +110,12 @@ class VectorField:
         self._graph_cost = 2e-4
         self._flight_lock = threading.Lock()
         self.graph: _Graph | None = None
+        #: a saved graph the rebuild scan is claiming (``graph_store.LoadedGraph``), until it ends
+        self._restore: Any = None
+        self._taken: np.ndarray | None = None  # restore: slot -> claimed by a document
+        #: restore counts: graph entries documents claimed, entries nobody claimed (removed)
+        self.restored = 0
+        self.dropped = 0
         if params.algorithm == "HNSW":
             if not usearch_available():
                 raise ReplyError("ERR HNSW vector fields need the usearch library: pip install 'pion[search]'")
@@ -119,16 +126,18 @@ class VectorField:
     def __len__(self) -> int:
         return self.count
 
-    def put(self, doc_id: int, rows: np.ndarray) -> None:
-        """Store the document's vector(s) (replacing any it had)."""
+    def put(self, doc_id: int, rows: np.ndarray, key: bytes | None = None) -> None:
+        """Store the document's vector(s) (replacing any it had). While a saved graph is being
+        restored, ``key`` lets the document claim its entries there instead of queueing them."""
         self.remove(doc_id)
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         if self.metric == "COSINE":
             norms = np.linalg.norm(rows, axis=1, keepdims=True)
             rows = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+        claimed = self._claim(key, rows) if self._restore is not None and key is not None else None
         slots = []
-        for row in rows:
-            slot = self._take_slot()
+        for i, row in enumerate(rows):
+            slot = self._take_slot() if claimed is None else claimed[i]
             self.rows[slot] = row
             if self.metric == "L2":
                 self.sq_norms[slot] = float(row @ row)
@@ -136,7 +145,9 @@ class VectorField:
             self.slot_ver[slot] = self._version
             self.slot_doc[slot] = doc_id
             slots.append(slot)
-            if self.graph is not None:
+            if claimed is not None:
+                self.graph.mark_current(slot, self._version)  # type: ignore[union-attr]
+            elif self.graph is not None:
                 self.graph.enqueue(slot, self._version, row)
         self.doc_slots[doc_id] = slots[0] if len(slots) == 1 else slots
         self.count += len(slots)
@@ -165,6 +176,71 @@ class VectorField:
     def clear(self) -> None:
         for doc_id in list(self.doc_slots):
             self.remove(doc_id)
+        self.finish_restore()
+
+    # -- a saved graph, loaded at start (graph_store) --------------------------------------------
+
+    def adopt_graph(self, loaded: Any) -> bool:
+        """Take a loaded graph in place of the empty one; documents then claim its entries
+        (``put`` with their key) until ``finish_restore``. Only into an empty, idle field."""
+        if self.graph is None or self.high or self.count or not self.graph.adopt(loaded):
+            return False
+        while len(self.rows) < loaded.high:
+            self._grow()
+        self.high = loaded.high
+        self._taken = np.zeros(loaded.high, dtype=bool)
+        self._restore = loaded
+        return True
+
+    def _claim(self, key: bytes, rows: np.ndarray) -> list[int] | None:
+        """The saved slots holding exactly these rows under this key, or None (queue them)."""
+        restore, taken = self._restore, self._taken
+        saved = restore.claims.pop(key, None)
+        if not saved or len(saved) < len(rows):
+            return None
+        position, vectors = restore.position, restore.vectors
+        free = [s for s in saved if 0 <= s < len(position) and position[s] >= 0 and not taken[s]]
+        out = []
+        for row in rows:
+            for j, slot in enumerate(free):
+                if np.array_equal(vectors[position[slot]], row):
+                    out.append(slot)
+                    del free[j]
+                    break
+            else:
+                return None
+        for slot in out:
+            taken[slot] = True
+        self.restored += len(out)
+        return out
+
+    def finish_restore(self) -> None:
+        """The rebuild scan is over: entries no document claimed leave the graph, their slots
+        are free, and the loaded vectors are let go."""
+        restore, taken = self._restore, self._taken
+        if restore is None or taken is None:
+            return
+        self._restore = self._taken = None
+        loose = np.nonzero(~taken)[0]
+        in_graph = restore.position[loose] >= 0
+        for slot in loose[in_graph].tolist():
+            self.graph.enqueue(slot, 0, None)  # type: ignore[union-attr]
+        self.dropped += int(in_graph.sum())
+        (self._free_later if self.in_flight else self._free).extend(loose.tolist())
+
+    def restoring(self) -> bool:
+        return self._restore is not None
+
+    def graph_image(self, docs: dict[int, bytes]) -> tuple[np.ndarray, list[bytes]]:
+        """(slots, keys) of the graph entries that hold their slot's live vector (on the loop)."""
+        graph = self.graph
+        assert graph is not None
+        gv = graph.graph_ver
+        n = min(self.high, len(gv))
+        live = self.slot_ver[:n]
+        slots = np.nonzero((live > 0) & (gv[:n] == live))[0]
+        keys = [docs[d] for d in self.slot_doc[slots].tolist()]
+        return slots.astype(np.uint64), keys
 
     def _take_slot(self) -> int:
         if not self.in_flight and self._free_later:
@@ -402,6 +478,8 @@ class _Graph:
         self.building = False
         self.added = 0
         self.memory = 0
+        #: graph_ver is replaced (grown) by the builder and written by the loop (mark_current)
+        self.gv_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="pion-hnsw", daemon=True)
         self.thread.start()
 
@@ -412,6 +490,39 @@ class _Graph:
         with self.queue_cond:
             self.queue.append((slot, version, None if row is None else row.copy()))
             self.queue_cond.notify()
+
+    def mark_current(self, slot: int, version: int) -> None:
+        """A restored entry is this slot's live vector (claimed by its document)."""
+        with self.gv_lock:
+            self.graph_ver[slot] = version
+
+    def adopt(self, loaded: Any) -> bool:
+        """Replace the (empty, idle) graph with a loaded one; its entries wait to be claimed
+        (graph version -1: never equal to a live version, so no query counts them meanwhile)."""
+        with self.queue_cond:
+            if self.queue or self.building or self.added or self.closed:
+                return False
+            self.lock.acquire_write()
+            try:
+                self.index = loaded.index
+                gv = np.zeros(max(2 * loaded.high, 1024), dtype=np.int64)
+                gv[: loaded.high][loaded.position >= 0] = -1
+                with self.gv_lock:
+                    self.graph_ver = gv
+            finally:
+                self.lock.release_write()
+        self.memory = int(self.index.memory_usage)
+        return True
+
+    def save_bytes(self) -> bytearray | None:
+        """usearch's serialization of the graph (no add runs meanwhile); None once closed."""
+        self.lock.acquire_write()
+        try:
+            if self.closed:
+                return None
+            return self.index.save()
+        finally:
+            self.lock.release_write()
 
     def pending_slots(self, slot_ver: np.ndarray) -> np.ndarray:
         """Live slots whose current row is not in the graph yet (also drops landed ones)."""
@@ -469,9 +580,10 @@ class _Graph:
         top = max(latest) + 1
         index = self.index
         if top > len(self.graph_ver):
-            grown = np.zeros(max(top, 2 * len(self.graph_ver), 1024), dtype=np.int64)
-            grown[: len(self.graph_ver)] = self.graph_ver
-            self.graph_ver = grown  # readers keep the old array: stale entries only drop results
+            with self.gv_lock:
+                grown = np.zeros(max(top, 2 * len(self.graph_ver), 1024), dtype=np.int64)
+                grown[: len(self.graph_ver)] = self.graph_ver
+                self.graph_ver = grown  # readers keep the old array: stale entries only drop results
         gv = self.graph_ver
         stale = [slot for slot in latest if gv[slot]]
         if stale:
@@ -544,6 +656,11 @@ class _Graph:
                 keys, dists = keys[current], dists[current]
                 found_docs, found_dists = _best_per_doc(slot_doc[keys], dists.astype(np.float32), None)
                 if len(found_docs) >= want or count >= graph_size:
+                    break
+                if allowed_mask is None and owner.restoring():
+                    # a loaded graph's entries not claimed yet are documents the rebuild scan has
+                    # not reached: the index answers over what it holds so far, as any scan does,
+                    # rather than paging the whole graph for them
                     break
                 count = min(graph_size, count + batch_size if batch_size else count * 4)
             if allowed_mask is not None and len(found_docs) < want and count >= graph_size:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pion.protocol import errors
@@ -67,7 +68,11 @@ def install(server: Any) -> SearchEngine:
     server.key_hooks.append(eng.key_changed)
     server.reset_hooks.append(eng.database_reset)
     server.parts.modules.extend(MODULES)
-    server.add_component(SearchPart(eng))
+    persistence = server.parts.persistence
+    if persistence is not None:  # HNSW graphs are saved beside the snapshot (vector/graph_store.py)
+        eng.graph_dir = persistence.directory
+    # with the log on, a clean stop writes no snapshot: the graphs are saved at stop instead
+    server.add_component(SearchPart(eng, lambda: persistence is not None and bool(server.settings.appendonly)))
     memory = server.parts.memory
     if memory is not None and hasattr(memory, "extra_bytes"):
         memory.extra_bytes.append(eng.memory_bytes)
@@ -78,11 +83,11 @@ def install(server: Any) -> SearchEngine:
 
         tenants.usage_sources.append(
             lambda name: eng.memory_bytes_where(lambda db_id, owner=owner_of(name): db_id >> TENANT_SHIFT == owner))
-    persistence = server.parts.persistence
     if persistence is not None:
         from pion.server.durability.persistence import SnapshotExtension
 
-        persistence.snapshot_extensions.append(SnapshotExtension(name="search", dump=eng.dump, load=eng.load))
+        persistence.snapshot_extensions.append(
+            SnapshotExtension(name="search", dump=eng.dump, load=eng.load, files=eng.graph_files))
     return eng
 
 
@@ -341,13 +346,23 @@ class SearchPart(Component):
     name = "search"
     info_name = "search"
 
-    def __init__(self, eng: SearchEngine) -> None:
+    def __init__(self, eng: SearchEngine, save_at_stop: Callable[[], bool] = lambda: False) -> None:
         self.eng = eng
+        self.save_at_stop = save_at_stop
 
     async def start(self) -> None:
         self.eng.start()
 
     async def stop(self) -> None:
+        if self.save_at_stop() and self.eng.graph_dir is not None:
+            try:  # the next start loads these graphs instead of rebuilding them
+                job = self.eng.graph_files()
+                if job is not None:
+                    await asyncio.get_running_loop().run_in_executor(None, job, self.eng.graph_dir)
+            except Exception:  # noqa: BLE001 - a graph not saved is rebuilt at the next start
+                import logging
+
+                logging.getLogger("pion.search").exception("HNSW graphs not saved at shutdown")
         self.eng.stop()
 
     def cron(self) -> None:

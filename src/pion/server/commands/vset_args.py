@@ -39,7 +39,9 @@ def parse_vector(argv: list[bytes], start: int, allow_reduce: bool) -> tuple[np.
         blob = argv[start + 1]
         if len(blob) % 4 or len(blob) < 4 or len(blob) // 4 > MAX_DIM:
             raise ReplyError(INVALID_VECTOR)
-        vec = np.frombuffer(bytes(blob), dtype="<f4").astype(np.float32)
+        # a read-only view of the argument (a bytes object owns its memory; anything else is
+        # copied once): every consumer normalizes or projects it into a new array
+        vec = np.frombuffer(blob if blob.__class__ is bytes else bytes(blob), dtype="<f4")
         consumed += 2
     elif kind == b"VALUES":
         if len(argv) < start + 2:

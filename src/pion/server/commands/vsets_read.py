@@ -140,12 +140,16 @@ def vsim(ctx: Ctx, argv: list[bytes]):
 
 
 def _reply(ctx: Ctx, vs: VectorSet, q: _Query, matches: list):
+    found = vs.resolve(matches)
     epsilon = np.float32(q.epsilon)
-    rows = []
-    for name, d, attr in vs.resolve(matches):
-        if np.float32(d) / np.float32(2.0) > epsilon:
-            break
-        rows.append((name, double(1.0 - float(d) / 2.0), attr))
+    if epsilon < 1.0:  # distances are clamped to [0, 2]: from 1 on EPSILON cuts nothing
+        for i, (_, d, _) in enumerate(found):
+            if np.float32(d) / np.float32(2.0) > epsilon:
+                found = found[:i]
+                break
+    if not q.withscores and not q.withattribs:  # the plain reply: no score is formatted
+        return [name for name, _, _ in found]
+    rows = [(name, double(1.0 - float(d) / 2.0), attr) for name, d, attr in found]
     if q.withscores and q.withattribs:
         if ctx.client.proto == 3:
             return {name: [score, attr] for name, score, attr in rows}

@@ -64,6 +64,8 @@ class SaveJob:
         self._saved_signals: list[Any] = []
         self._pending: list[asyncio.Future] = []
         self.pool: ThreadPoolExecutor | None = None
+        #: the extensions' file jobs captured at the consistent point (run before the commit)
+        self._file_jobs: list[Any] = []
 
     # -- tracking changes -----------------------------------------------------------------------
 
@@ -131,9 +133,23 @@ class SaveJob:
     def _final(self, enc: SnapshotEncoder, out: list[bytes]) -> int:
         """The consistent point: remaining changes, engine extensions, the log cut."""
         self._encode_dirty(enc, out, None)
+        self._file_jobs = []
         for ext in self.owner.snapshot_extensions:
             out.extend(enc.extension(ext.name, part) for part in ext.parts())
+            if ext.files is not None:
+                job = ext.files()
+                if job is not None:
+                    self._file_jobs.append(job)
         return self.owner.cut_log()
+
+    def _run_file_jobs(self) -> None:
+        """The extensions' own files (worker thread, or the loop for SAVE); never fails the save."""
+        jobs, self._file_jobs = self._file_jobs, []
+        for job in jobs:
+            try:
+                job(self.owner.directory)
+            except Exception:  # noqa: BLE001 - such files are an optimisation, checked at load
+                log.exception("a snapshot extension's files were not written")
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -156,6 +172,7 @@ class SaveJob:
                 base = self._final(enc, out)
             for chunk in out:
                 file.write(chunk)
+            self._run_file_jobs()
             self.owner.arenas.sync()
             file.write(enc.end())
             file.commit(enc.header(base, int(time.time() * 1000)))
@@ -232,6 +249,7 @@ class SaveJob:
             raise
 
     def _commit(self, file: SnapshotFile, end: bytes, header: bytes) -> None:
+        self._run_file_jobs()
         self.owner.arenas.sync()
         file.write(end)
         file.commit(header)

@@ -45,12 +45,19 @@ class SnapshotExtension:
 
     ``sections`` (optional) dumps the state as several records instead, each with its own
     checksum, and ``load`` is called once per section: a damaged record then costs one section,
-    not the whole engine, when the snapshot is salvaged (``pion check-wal --fix``)."""
+    not the whole engine, when the snapshot is salvaged (``pion check-wal --fix``).
+
+    ``files`` (optional) is called at the same consistent point, on the loop, and returns a job
+    (or None) that the save runs on its worker thread with the data directory before the
+    snapshot is renamed into place: state too big to hold the loop for, in files of the
+    engine's own (the search engine's HNSW graphs). Such files must be safe to load with any
+    snapshot, older or newer; a failing job is logged and does not fail the snapshot."""
 
     name: str
     dump: Callable[[], bytes]
     load: Callable[[bytes], None]
     sections: Callable[[], list[bytes]] | None = None
+    files: Callable[[], Callable[[str], None] | None] | None = None
 
     def parts(self) -> list[bytes]:
         return self.sections() if self.sections is not None else [self.dump()]
