@@ -45,13 +45,13 @@ $(VENV)/.dev: $(VENV)/.base
 venv: $(VENV)/.base
 venv-dev: $(VENV)/.dev
 
-# the compiled vector-set kernel (setup.py): pip install -e builds it in place; after its source
-# changes it is rebuilt here (with the dev extra's Cython: make test installs it first), so the
-# tests never run a stale one.
+# the compiled extensions (setup.py: the vector-set kernel and the request fast lane): pip install -e
+# builds them in place; after a source changes they are rebuilt here (with the dev extra's Cython:
+# make test installs it first), so the tests never run a stale one.
 # A failed build leaves the pure-Python path, as at install.
 KERNEL := $(VENV)/.kernel
-$(KERNEL): $(VENV)/.base src/pion/vector/vset/_kernel.pyx setup.py
-	$(PY) setup.py -q build_ext --inplace || echo "the vector-set kernel did not build: its pure-Python path runs"
+$(KERNEL): $(VENV)/.base src/pion/vector/vset/_kernel.pyx src/pion/server/fastlane.py setup.py
+	$(PY) setup.py -q build_ext --inplace || echo "the compiled extensions did not build: the pure-Python path runs"
 	touch $@
 kernel: $(KERNEL)
 
@@ -72,8 +72,13 @@ lint: venv-dev
 	$(PY) tools/import_cycles.py src pion
 	$(VENV)/bin/mypy
 
+# the suite runs on the compiled build; then a short subset on the pure one (PION_PURE=1: the
+# fast lane's and the vector-set kernel's Python twins), as a machine without a compiler runs
+PURE_SUBSET := tests/unit/test_fastlane.py tests/compat/test_strings.py tests/compat/test_commandstats_differential.py \
+  tests/compat/test_monitor_order.py tests/compat/test_acl.py tests/compat/test_tracking.py tests/compat/test_transactions.py
 test: venv-dev kernel apt lint node-client redis-stack
 	$(PY) -m pytest -m "not slow" -q
+	PION_PURE=1 $(PY) -m pytest -m "not slow" -q $(PURE_SUBSET)
 
 # node-redis for tests/compat/test_node_client.py: one package, no dependencies; best effort (the test
 # skips itself without node or without network to fetch it)

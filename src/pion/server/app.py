@@ -17,6 +17,7 @@ from typing import Any
 
 from pion import __version__
 from pion.config import Settings
+from pion.server import fastlane
 from pion.server.admin.info import add_section_before, default_info_sections, note_startup_memory
 from pion.server.admin.latency import LatencyMonitor, install_latency
 from pion.server.admin.slowlog import SlowLog
@@ -51,6 +52,8 @@ class Server:
         self._next_client_id = 0
         self.table = load_table()
         self.dispatcher = Dispatcher(self, self.table)
+        #: the hottest commands of a plain client, checked once per batch (pion.server.fastlane)
+        self.lane = fastlane.lane_class()(self)
         self.blocking = BlockingManager(self)
         self.pubsub = PubSubHub(self)
         self.slowlog: SlowLog | None = SlowLog(self)
@@ -340,6 +343,7 @@ class Server:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_shutdown)
         log.info("Pion %s ready to accept connections on port %d", self.version, self.bound_port)
+        log.info("%s", fastlane.implementation())  # which request path runs (PION_PURE=1: pure Python)
         log.info("%s", vset_kernel.describe())  # which graph code the vector sets run (PION_PURE=1: pure Python)
         assert self._stopping is not None
         await self._stopping.wait()

@@ -18,6 +18,7 @@ class Client:
         "multi", "multi_error", "dirty_cas", "watched", "watched_expired", "subscriptions",
         "patterns", "shard_subscriptions", "reply_mode", "blocked", "flags", "no_evict", "dbs",
         "no_touch", "closing", "commands_processed", "executing", "in_script", "fd", "ctx", "tracking",
+        "acl_verdict",
     )
 
     def __init__(self, client_id: int, server: Server, conn: Any = None, addr: str = "", laddr: str = "") -> None:
@@ -56,6 +57,9 @@ class Client:
         self.commands_processed = 0
         self.executing = False
         self.in_script = False
+        #: (the user object, whether its ACL can refuse nothing): Security.admits_all's cache, valid
+        #: while that object is the user's (ACL SETUSER and ACL LOAD put a new object in its place)
+        self.acl_verdict: tuple[Any, bool] | None = None
         self.fd = -1
         self.ctx: Any = None
         #: CLIENT TRACKING settings while tracking is on (``pion.server.tracking``), else None

@@ -215,6 +215,8 @@ class Connection(asyncio.BufferedProtocol):
         tracking = server.tracking
         reader = self.reader
         out = self.out
+        lane = server.lane  # the hot commands' path (pion.server.fastlane), asked once per batch
+        hot = lane.specs if client is not None and lane.admits(client) else None
         while client is not None and client.blocked is None and not self.deferred and not client.closing and not self.held_until \
                 and self.streaming is None:
             try:
@@ -232,7 +234,12 @@ class Connection(asyncio.BufferedProtocol):
                 break
             if not argv:
                 continue
-            reply = dispatcher.execute(client, argv)
+            spec = hot.get(argv[0]) if hot is not None else None
+            if spec is not None:
+                reply = lane.execute(client, spec, argv)
+            else:
+                reply = dispatcher.execute(client, argv)
+                hot = lane.specs if lane.admits(client) else None  # the command may have changed the answer
             seq = server.journal.seq
             if seq > self.pending_seq:  # a reply may show writes not durable yet: it waits for them
                 self.pending_seq = seq

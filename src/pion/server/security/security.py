@@ -17,6 +17,7 @@ from pion.server.component import Component
 from pion.server.errors import StartupError
 from pion.server.net import tls
 from pion.server.security import tenants
+from pion.server.security.acl_check import is_unrestricted
 from pion.server.security.acl_check import refusal as acl_refusal
 from pion.server.security.auth import Users, users_of
 
@@ -44,6 +45,22 @@ class Security:
                 return tenants.nopermission(client, spec)
             return self.tenants.quota_refusal(client, spec, argv)
         return None
+
+    def admits_all(self, client: Client) -> bool:
+        """Whether neither the ACL nor a tenant can refuse any command of this client now (the
+        fast lane's question, ``pion.server.fastlane``). The ACL answer is kept on the client
+        with the user object it was computed for: ACL SETUSER, ACL LOAD and ACL DELUSER put a
+        new object in the table (``UserTable.staged`` works on a copy), so a changed user is a
+        different object and the cached answer is not used for it."""
+        if client.tenant is not None:
+            return False
+        user = self.users.table.users.get(client.user)
+        verdict = client.acl_verdict
+        if verdict is not None and verdict[0] is user:
+            return verdict[1]
+        admitted = user is None or is_unrestricted(user)
+        client.acl_verdict = (user, admitted)
+        return admitted
 
 
 # -- refusing an unsafe start ----------------------------------------------------------------------
