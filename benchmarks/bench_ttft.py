@@ -14,7 +14,8 @@ paths restore the first N-1 tokens and run the last one; the cold path prefills 
   and the next worker's fingerprint time against the first one's (goal: <= 10%).
   A codec name alone uses the client's default lane (here, on one host: the local lane, which
   maps the server's ``V.EXPORT`` file); ``<codec>@socket`` forces the rows through the socket
-  (``local_lane=False``), what a client on another host gets.
+  (``local_lane=False``), what a client on another host gets, streamed layer by layer into the
+  suffix's forward; ``<codec>@whole`` is the socket lane receiving every row first.
 
 Methodology (spec 15.1): medians of ``--runs`` after a warm-up forward; model load outside the
 clock; within a run every path goes once, back to back (cold, floor, redis, then Pion same and
@@ -111,12 +112,15 @@ def start_redis(workdir: Path):
 
 
 def prompt_cache(loaded, url: str, spec: str, warm_up_tokens: int = 0) -> PionPromptCache:
-    """The prompt cache a codec label names: ``<codec>`` or ``<codec>@socket``."""
+    """The prompt cache a codec label names: ``<codec>`` (the default lane), ``<codec>@socket``
+    (the socket lane, streamed layer by layer into the suffix's forward) or ``<codec>@whole``
+    (the socket lane, every row received before the forward)."""
     codec, _, lane = spec.partition("@")
-    if lane not in ("", "socket"):
-        raise SystemExit(f"unknown lane {lane!r} in {spec!r} (want <codec> or <codec>@socket)")
+    if lane not in ("", "socket", "whole"):
+        raise SystemExit(f"unknown lane {lane!r} in {spec!r} (want <codec>, <codec>@socket or <codec>@whole)")
     return PionPromptCache(loaded.model, url=url, vquant=codec, tokenizer=loaded.tokenizer, model_id=loaded.name,
-                           local_lane="auto" if not lane else False, warm_up_tokens=warm_up_tokens)
+                           local_lane="auto" if not lane else False, warm_up_tokens=warm_up_tokens,
+                           stream=lane != "whole")
 
 
 def worker(spec: str) -> int:
@@ -190,9 +194,12 @@ def first_hits(args, n: int, workdir: Path) -> dict:
         row[f"{key}_cpu_ms"] = M.median([x.get("cpu_ms", float("nan")) for x in value])
         row[f"{key}_faults"] = M.median([x.get("faults", float("nan")) for x in value])
         row[f"{key}_fingerprint_ms"] = M.median([x.get("fingerprint_ms", float("nan")) for x in value])
+        row[f"{key}_fingerprint_cpu_ms"] = M.median([x.get("fingerprint_cpu_ms", float("nan")) for x in value])
         row[f"{key}_fingerprint_wait_ms"] = M.median([x.get("fingerprint_wait_ms", float("nan")) for x in value])
         row[f"{key}_warmed_bytes"] = M.median([x.get("warmed_bytes", 0) for x in value])
     row["fingerprint_second_vs_first"] = row["restart_fingerprint_ms"] / row["first_without_warm_up_fingerprint_ms"]
+    row["fingerprint_cpu_second_vs_first"] = (row["restart_fingerprint_cpu_ms"]
+                                              / row["first_without_warm_up_fingerprint_cpu_ms"])
     return row
 
 
@@ -210,7 +217,9 @@ def print_first_hit(row: dict) -> None:
     print(f"  steady: CPU {row['steady_cpu_ms']:.1f} ms, {row['steady_faults']:.0f} minor faults")
     print(f"  the next worker's fingerprint: {row['restart_fingerprint_ms']:.1f} ms against the first one's "
           f"{row['first_without_warm_up_fingerprint_ms']:.1f} ms = {row['fingerprint_second_vs_first']:.1%} "
-          f"(goal <= 10%: {'met' if row['fingerprint_second_vs_first'] <= 0.10 else 'MISSED'})")
+          f"(goal <= 10%: {'met' if row['fingerprint_second_vs_first'] <= 0.10 else 'MISSED'}); CPU time of the "
+          f"thread {row['restart_fingerprint_cpu_ms']:.1f} against {row['first_without_warm_up_fingerprint_cpu_ms']:.1f}"
+          f" ms = {row['fingerprint_cpu_second_vs_first']:.1%}")
 
 
 # -- one length --------------------------------------------------------------------------------

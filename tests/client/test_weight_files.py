@@ -159,3 +159,98 @@ def test_a_worker_process_reuses_the_digest_across_processes(url, model_dir, tmp
     first, second = worker(), worker()
     assert not first["reused"] and second["reused"] and second["fp"] == first["fp"]
     assert PionPromptCache(hf_llama(seed=1), url=url).fp_hash == first["fp"]  # the full digest of the same weights
+
+
+# -- the second worker's cheap proof, and every mismatch it must still see (issue 34) ------------
+
+
+def _file_ranges(model):
+    return [(t.data_ptr(), t.numel() * t.element_size()) for t in model.parameters()]
+
+
+def test_the_kernel_queries_agree_with_the_proc_files(model_dir):
+    """PROCMAP_QUERY finds the mappings /proc/self/maps lists; PAGEMAP_SCAN and the pagemap read
+    agree on an untouched model and on one written through ``.data``."""
+    model = load(model_dir)
+    ranges = _file_ranges(model)
+    addresses = [a for a, _ in ranges]
+    queried = weight_files._query_mappings(addresses)
+    if queried is None:
+        pytest.skip("this kernel has no PROCMAP_QUERY (Linux 6.11)")
+    parsed = weight_files._mappings(min(addresses), max(a + n for a, n in ranges))
+    assert sorted(queried) == sorted(m for m in parsed if any(m[0] <= a < m[1] for a in addresses))
+    assert any(path.endswith("model.safetensors") for *_, path in queried)
+    scanned = weight_files._scan_untouched(ranges)
+    if scanned is None:
+        pytest.skip("this kernel has no PAGEMAP_SCAN (Linux 6.7)")
+    assert scanned is True and weight_files._read_untouched(ranges) is True
+    model.model.layers[1].mlp.up_proj.weight.data[0, 0] += 1.0
+    assert weight_files._scan_untouched(ranges) is False and weight_files._read_untouched(ranges) is False
+
+
+def test_without_the_ioctls_the_proof_falls_back_to_the_proc_files(url, model_dir, lookups, monkeypatch):
+    monkeypatch.setattr(weight_files, "_HAVE", {"query": False, "scan": False})
+    first = PionPromptCache(load(model_dir), url=url).fingerprint["weights"]
+    assert PionPromptCache(load(model_dir), url=url).fingerprint["weights"] == first and lookups[-1] == first
+    edited = load(model_dir)
+    edited.model.layers[0].self_attn.k_proj.weight.data[0, 1] -= 0.25
+    assert PionPromptCache(edited, url=url).fingerprint["weights"] == full_hash(edited) != first
+    assert len(lookups) == 2  # the written page refused the plan: nothing was even looked up
+
+
+def test_a_changed_sample_with_the_same_size_and_mtime_is_another_identity(tmp_path):
+    """Content changed in a sampled region, size and mtime put back: the sample says so (and
+    the ctime, which no utime can put back)."""
+    path = tmp_path / "w.bin"
+    path.write_bytes(bytes(range(256)) * 40_000)
+    before = weight_files.file_identity(str(path))
+    st = path.stat()
+    with open(path, "r+b") as fh:
+        fh.seek(10)  # inside the first sample
+        fh.write(b"\xff")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = weight_files.file_identity(str(path))
+    assert after["size"] == before["size"] and after["mtime_ns"] == before["mtime_ns"]
+    assert after["sample_xxh3"] != before["sample_xxh3"]
+
+
+def test_a_file_of_another_size_with_the_same_weights_is_hashed_in_full(url, model_dir, lookups):
+    from safetensors.torch import load_file, save_file
+
+    before = PionPromptCache(load(model_dir), url=url).fingerprint["weights"]
+    path = model_dir / "model.safetensors"
+    size = path.stat().st_size
+    save_file(load_file(str(path)), str(path), metadata={"format": "pt", "note": "x" * 64})
+    assert path.stat().st_size != size
+    again = PionPromptCache(load(model_dir), url=url)
+    assert lookups[-1] is None and again.fingerprint["weights"] == before  # same bytes, hashed again
+
+
+def test_a_model_in_memory_with_the_files_weights_never_uses_the_file_record(url, model_dir, lookups):
+    recorded = PionPromptCache(load(model_dir), url=url).fingerprint["weights"]
+    in_memory = hf_llama(seed=1)  # the same values, not the file's pages (a fine-tune would be this too)
+    assert PionPromptCache(in_memory, url=url).fingerprint["weights"] == full_hash(in_memory) == recorded
+    assert lookups == [None]  # only the first worker asked: the in-memory model had nothing to look up
+
+
+def test_a_tensor_copied_out_of_its_file_is_not_described_by_the_file(url, model_dir, lookups):
+    assert PionPromptCache(load(model_dir), url=url).fp_hash
+    model = load(model_dir)
+    weight = model.model.layers[3].self_attn.o_proj.weight
+    weight.data = weight.data.clone()  # heap memory now: no page can vouch for it
+    weight.data[2, 2] += 0.125
+    pc = PionPromptCache(model, url=url)
+    assert lookups[-1] is None and pc.fingerprint["weights"] == full_hash(model)
+
+
+@pytest.mark.parametrize("kind", ["tied", "peft"])
+def test_one_walk_gives_named_parameters_and_buffers_in_their_order(kind):
+    model = hf_llama(seed=3)
+    if kind == "peft":
+        peft = pytest.importorskip("peft")
+        model = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    tensors, lora = hf_adapter.named_tensors(torch, model)
+    expected = [(f"p:{n}", t) for n, t in model.named_parameters()] + [(f"b:{n}", t) for n, t in model.named_buffers()]
+    assert [(n, id(t)) for n, t in tensors] == [(n, id(t)) for n, t in expected]
+    assert hf_adapter.adapter_state(model, lora) == hf_adapter.adapter_state(model)
+    assert bool(hf_adapter.adapter_state(model)) == (kind == "peft")

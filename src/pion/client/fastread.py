@@ -35,10 +35,13 @@ class Status(str):
 class RespReader:
     """RESP2/RESP3 replies from a socket; error replies come back as exception instances."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, waitall: bool = False) -> None:
         self.sock = sock
         self.buf = bytearray()
         self.pos = 0
+        #: receive each large payload with one ``MSG_WAITALL`` call (the socket must be blocking):
+        #: a reader thread then takes the GIL once per payload, not once per chunk
+        self.flags = socket.MSG_WAITALL if waitall and hasattr(socket, "MSG_WAITALL") else 0
 
     def _fill(self) -> None:
         if self.pos:
@@ -58,16 +61,17 @@ class RespReader:
                 return line
             self._fill()
 
-    def _bulk(self, size: int):
+    def _bulk(self, size: int, out=None):
         # large payloads land in uninitialised numpy memory: no zero-fill pass over megabytes
-        out = np.empty(size, np.uint8) if size >= _LARGE else bytearray(size)
+        if out is None:
+            out = np.empty(size, np.uint8) if size >= _LARGE else bytearray(size)
         have = min(size, len(self.buf) - self.pos)
-        out[:have] = np.frombuffer(self.buf, np.uint8, have, self.pos) if have and size >= _LARGE else \
+        out[:have] = np.frombuffer(self.buf, np.uint8, have, self.pos) if have and isinstance(out, np.ndarray) else \
             self.buf[self.pos:self.pos + have]
         self.pos += have
         view = memoryview(out)
         while have < size:
-            got = self.sock.recv_into(view[have:], size - have)
+            got = self.sock.recv_into(view[have:], size - have, self.flags)
             if not got:
                 raise PionConnectionError("the server closed the connection mid-reply")
             have += got
@@ -78,12 +82,17 @@ class RespReader:
         self.pos += 2
         return out
 
-    def read(self):
-        """One reply; an error reply is returned as a Pion exception instance (not raised)."""
+    def read(self, into: np.ndarray | None = None):
+        """One reply; an error reply is returned as a Pion exception instance (not raised).
+
+        ``into``: a preallocated uint8 array; a bulk string of exactly its size is received into
+        it and it is returned (any other reply is read as usual, so the caller sees the difference)."""
         line = self._line()
         kind, rest = line[:1], line[1:]
         if kind == b"$":
             size = int(rest)
+            if into is not None and size == len(into):
+                return self._bulk(size, into)
             return None if size < 0 else self._bulk(size)
         if kind == b"*":
             count = int(rest)

@@ -75,7 +75,8 @@ class Background:
     1B model, seconds for a 7B one); paid inside the first request, it doubled a fresh worker's
     first time to first token. ``result()`` waits only when the thread is not done yet, and
     re-raises what the thread raised (every time: a cache without a fingerprint cannot serve).
-    ``ms`` is how long the hash took; ``waited_ms`` how long callers waited for it in total.
+    ``ms`` is how long the hash took (wall clock), ``cpu_ms`` the CPU time of its thread (what it
+    spent, whatever else runs on a loaded machine); ``waited_ms`` how long callers waited for it.
     """
 
     def __init__(self, compute: Callable[[], object]) -> None:
@@ -86,17 +87,21 @@ class Background:
         self._value: object = None
         self._error: BaseException | None = None
         self.ms = 0.0
+        self.cpu_ms = 0.0
         self.waited_ms = 0.0
         self._thread = threading.Thread(target=self._run, name="pion-fingerprint", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        started = self._time()
+        import time
+
+        started, cpu = self._time(), time.thread_time()
         try:
             self._value = self._compute()
         except BaseException as exc:  # noqa: BLE001 - handed to the first caller, never dropped
             self._error = exc
         finally:
+            self.cpu_ms = (time.thread_time() - cpu) * 1000
             self.ms = (self._time() - started) * 1000
 
     def done(self) -> bool:

@@ -115,11 +115,11 @@ def cold_ttft(adapter, token_ids) -> tuple[float, np.ndarray, object]:
 
 
 def warm_ttft(prompt_cache, prefix_ids, suffix_ids) -> tuple[float, np.ndarray, object, bool]:
-    """``(ms, logits, cache, was_hit)``: the prefix from Pion, then the suffix run on it."""
+    """``(ms, logits, cache, was_hit)``: the prefix from Pion, then the suffix run on it
+    (``PionPromptCache.forward``: on the socket lane a hit streams into the suffix's forward)."""
     hits = prompt_cache.stats()["hits"]
     started = time.perf_counter()
-    cache = prompt_cache.get_or_prefill(prefix_ids)
-    logits = prompt_cache.adapter.forward(suffix_ids, cache)
+    cache, logits = prompt_cache.forward(prefix_ids, suffix_ids)
     int(np.argmax(logits))
     elapsed = (time.perf_counter() - started) * 1000
     return elapsed, logits, cache, prompt_cache.stats()["hits"] == hits + 1
@@ -174,7 +174,8 @@ def serve_hits(prompt_cache, prompt_for) -> None:
     for line in sys.stdin:
         row = timed_hit(prompt_cache, *prompt_for(line.strip()))
         stats = prompt_cache.stats()  # the fingerprint's cost and what the first hits waited of it
-        row.update(fingerprint_ms=stats["fingerprint_ms"], fingerprint_wait_ms=stats["fingerprint_wait_ms"],
+        row.update(fingerprint_ms=stats["fingerprint_ms"], fingerprint_cpu_ms=stats.get("fingerprint_cpu_ms", 0.0),
+                   fingerprint_wait_ms=stats["fingerprint_wait_ms"],
                    warmed_bytes=getattr(prompt_cache, "warmed_bytes", 0))
         print(json.dumps(row), flush=True)
 

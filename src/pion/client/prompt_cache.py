@@ -36,7 +36,8 @@ from pion.client.namespace import fingerprint_hash, prefix_namespace, tokenizer_
 from pion.client.rows import check_schema, make_schema
 from pion.client.tiers import open_client
 
-STAT_KEYS = ("hits", "misses", "partial_hits", "partial_tokens", "local_hits", "admission_skips",
+STAT_KEYS = ("hits", "misses", "partial_hits", "partial_tokens", "local_hits", "streamed_hits", "stream_discards",
+             "admission_skips",
              "manifest_mismatches", "namespace_conflicts", "replaced", "hybrid_partial_skips",
              "block_size_mismatches", "errors")
 
@@ -78,13 +79,16 @@ class PionPromptCache:
             over the socket: ``"auto"`` (default) when the server is on this host (a unix socket
             or a loopback address), ``True``/``False`` to force. Falls back to the socket, with
             one warning, when the file cannot be opened (the server runs in another container).
+        stream: on the socket lane, ``forward(prefix, suffix)`` streams the prefix layer by layer
+            into the suffix's forward (``pion.client.streamed``; transformers, attention-only
+            models); ``False`` receives every row first, as ``get_or_prefill`` always does.
     """
 
     def __init__(self, model, url: str = DEFAULT_URL, vquant: str = "auto", boundary_protect: int = 0,
                  admission_threshold: int = 1, block_size: int = DEFAULT_BLOCK_SIZE, *, tokenizer=None,
                  adapter_id: str = "", model_id: str | None = None, client: PionClient | None = None,
                  local_lane: bool | str = "auto", keep_freed_memory: bool = True,
-                 fingerprint: str | None = None, warm_up_tokens: int = 0) -> None:
+                 fingerprint: str | None = None, warm_up_tokens: int = 0, stream: bool = True) -> None:
         if admission_threshold < 1:
             raise ValueError("admission_threshold must be >= 1")
         if block_size < 1:
@@ -127,6 +131,9 @@ class PionPromptCache:
         wanted = (is_local(self.client.url) and self._tag is None) if local_lane == "auto" else bool(local_lane)
         #: is the local lane on? (it turns itself off for good when the server's files are out of reach)
         self.local_lane = wanted and can_export(layout)
+        #: may ``forward`` stream a socket-lane hit into the suffix's forward?
+        self.stream = bool(stream) and hasattr(self.adapter, "streamed_cache") and not layout.state \
+            and isinstance(self.client, PionClient) and self._fetch is transfer.fetch
         #: why the last manifest check failed (for logs and tests)
         self.last_mismatch = ""
         self._warned: set[str] = set()
@@ -183,13 +190,95 @@ class PionPromptCache:
         if cache is not None:
             self._counts["hits"] += 1
             return cache
+        return self._miss(ns, ids, outcome, explicit=namespace is not None, replace=replace)
+
+    def forward(self, prefix_ids, suffix_ids, namespace: str | None = None):
+        """``(cache, logits)``: the prefix from Pion (prefilled and stored on a miss, as
+        ``get_or_prefill``), then ``suffix_ids`` run on it; the cache holds both, ``logits`` are the
+        last position's (float32 numpy). What a request's time to first token is made of.
+
+        On the socket lane (``stream=True``, transformers, attention-only models) a hit is
+        streamed: each layer's update in the suffix's forward waits only for that layer's rows,
+        so the rows of layer L arrive while layer L-1 runs (``pion.client.streamed``). The
+        closing generation check comes after the forward: if the entry changed meanwhile (or a
+        layer's rows were dropped), the forward is thrown away, counted in ``stream_discards``,
+        and the request is served as a miss (the prefix computed here, not stored: another
+        client is changing that entry): never logits of a mix.
+        """
+        ids, suffix = [int(t) for t in prefix_ids], [int(t) for t in suffix_ids]
+        if not ids or not suffix:
+            raise ValueError("prefix_ids and suffix_ids must not be empty")
+        given = self._given(namespace)
+        if self.stream and not self.local_lane:
+            done = self._forward_streamed(given or self.namespace(ids), ids, suffix, explicit=given is not None)
+            if done is not None:
+                return done
+        cache = self.get_or_prefill(ids, namespace=namespace)
+        return cache, self.adapter.forward(suffix, cache)
+
+    def _forward_streamed(self, ns: str, ids: list[int], suffix: list[int], explicit: bool):
+        """``forward``'s streamed socket hit; on a miss the miss path's answer; None when the
+        stream could not start (an error, already counted: ``get_or_prefill`` takes over)."""
+        from pion.client.streamed import StreamBroken, StreamedFetch
+
+        started = time.perf_counter()
+        n = len(ids)
+        try:
+            stream = StreamedFetch(self.client.redis, ns, n, self.adapter.layout, self.schema)
+        except PionError as exc:
+            self._error("fetch", exc)
+            return None
+        try:
+            try:
+                hit, _, manifest = stream.head()
+            except PionError as exc:
+                self._error("fetch", exc)
+                return None
+            if isinstance(hit, PionError):
+                self._error("fetch", hit)
+                return None
+            if transfer.text(hit).upper() != "HIT" or not isinstance(manifest, bytes | bytearray):
+                outcome = "miss"
+            elif not self._verify(ns, bytes(manifest), ids, n, exact=True):
+                outcome = "mismatch"
+            else:
+                cache = self.adapter.streamed_cache(stream.layer, n, self.schema)
+                try:
+                    logits = self.adapter.forward(suffix, cache)
+                    for layer in cache.layers:
+                        getattr(layer, "materialize", lambda: None)()  # a layer the forward did not update
+                    kept = stream.finish()
+                except StreamBroken:
+                    kept = False
+                except PionError as exc:
+                    self._error("fetch", exc)
+                    kept = False
+                if kept:
+                    self._counts["hits"] += 1
+                    self._counts["streamed_hits"] += 1
+                    self._bytes_fetched += stream.nbytes
+                    self._served(n)
+                    return cache, logits
+                self._counts["stream_discards"] += 1  # the entry changed under the stream: a miss
+                outcome = "discarded"
+        finally:
+            stream.close()
+            self._ms["fetch_ms_total"] += (time.perf_counter() - started) * 1000
+        cache = self._miss(ns, ids, outcome, explicit=explicit, replace=False)
+        return cache, self.adapter.forward(suffix, cache)
+
+    def _miss(self, ns: str, ids: list[int], outcome: str, *, explicit: bool, replace: bool):
+        """A miss: prefill here, then store (unless another prefix holds the namespace or the
+        admission threshold is not reached yet); the prefilled cache."""
         self._counts["misses"] += 1
         started = time.perf_counter()
         cache = self.adapter.prefill(ids)
         self._ms["last_prefill_ms"] = prefill_ms = (time.perf_counter() - started) * 1000
         self._misses_seen[ns] += 1
         if outcome == "mismatch" and not replace:
-            self._conflict(ns, explicit=namespace is not None)  # never overwrite another prefix
+            self._conflict(ns, explicit=explicit)  # never overwrite another prefix
+        elif outcome == "discarded":
+            pass  # another client changed this entry while we streamed it: leave it to them
         elif self._misses_seen[ns] < self.admission_threshold and outcome != "mismatch":
             self._counts["admission_skips"] += 1
         else:
@@ -303,6 +392,7 @@ class PionPromptCache:
             "hit_rate": hits / lookups if lookups else 0.0,
             **{key: round(value, 3) for key, value in self._ms.items()},
             "fingerprint_ms": round(self._identity.ms, 3),
+            "fingerprint_cpu_ms": round(self._identity.cpu_ms, 3),
             "fingerprint_wait_ms": round(self._identity.waited_ms, 3),
             "bytes_fetched": self._bytes_fetched,
             "admission_threshold": self.admission_threshold,

@@ -174,6 +174,11 @@ def row_commands(ns: str, n_tokens: int, n_layers: int, form: str) -> list[list]
     return [["V.FETCH", sid, layer, "RANGE", 0, n_tokens, "FMT", "RAW"] for sid in sides(ns) for layer in range(n_layers)]
 
 
+def text(value) -> str:
+    """A simple-string or bulk reply as text."""
+    return _text(value)
+
+
 def _text(value) -> str:
     return value.decode("latin-1") if isinstance(value, bytes | bytearray) else str(value)
 

@@ -59,9 +59,8 @@ class TransformersAdapter:
     def weights_hash(self) -> str:
         """xxh3-128 of every parameter and buffer, and of the unmerged adapters' state (cached per model)."""
         model = self.model
-        tensors = [(f"p:{name}", t) for name, t in model.named_parameters()]
-        tensors += [(f"b:{name}", t) for name, t in model.named_buffers()]
-        adapters = adapter_state(model)
+        tensors, lora = named_tensors(self.torch, model)
+        adapters = adapter_state(model, lora)
         key = (tuple((name, id(t), t._version, str(t.device), t.data_ptr(), str(t.dtype), tuple(t.shape))
                      for name, t in tensors), json.dumps(adapters, default=str))
 
@@ -186,6 +185,38 @@ class TransformersAdapter:
         dtype and device allow: the first forward's concatenation makes the cache's own copy)."""
         return self._fill([(from_numpy(self.torch, k), from_numpy(self.torch, v)) for k, v in kv], states)
 
+    def streamed_cache(self, layer_rows, n_tokens: int, schema: dict):
+        """A ``DynamicCache`` whose layer i, when the forward first updates it, waits for
+        ``layer_rows(i)`` (that layer's K and V rows as received, ``FMT RAW`` bytes) and writes
+        them, with the new tokens' K/V, into the layer's tensors in one pass (``pion.client.streamed``).
+
+        Until then each layer reports ``n_tokens`` as its length, so the model builds its
+        positions and masks before any row is in. After its update a layer is a plain
+        ``DynamicLayer`` (its class is put back): the cache is then the one ``build`` gives."""
+        from pion.client.rows import decode_rows, native_dtype
+
+        torch, cache = self.torch, self.new_cache()
+        dtype = self._torch_dtype(self.layout.dtype)
+        streamed = _streamed_layer(self.cu)
+        names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+        def rows(raw: np.ndarray, codec: str, heads: int, dim: int):
+            if native_dtype(codec) is not None:  # a view of the received bytes
+                flat = torch.from_numpy(raw).view(names[codec])
+            else:
+                flat = torch.from_numpy(decode_rows(raw, codec, n_tokens, heads * dim))
+            return flat.view(n_tokens, heads, dim).permute(1, 0, 2).unsqueeze(0)
+
+        for index, (slot, (heads, k_dim, v_dim)) in enumerate(zip(self.layout.attn, self.layout.heads, strict=True)):
+            def pending(index=index, heads=heads, k_dim=k_dim, v_dim=v_dim):
+                k_raw, v_raw = layer_rows(index)
+                return (rows(k_raw, schema["k"][index], heads, k_dim), rows(v_raw, schema["v"][index], heads, v_dim))
+
+            layer = cache.layers[slot]
+            layer.__class__ = streamed
+            layer.pending, layer.pending_tokens, layer.pending_dtype = pending, n_tokens, dtype
+        return cache
+
     def _heads_major(self, rows: np.ndarray, heads: int, dim: int):
         return from_numpy(self.torch, rows).view(rows.shape[0], heads, dim).permute(1, 0, 2).unsqueeze(0)
 
@@ -229,6 +260,69 @@ class TransformersAdapter:
         return copy.deepcopy(cache)
 
 
+_STREAMED: dict = {}
+
+
+def _streamed_layer(cu):
+    """The ``DynamicLayer`` subclass of a streamed cache's layers (made once: it needs transformers)."""
+    if "class" in _STREAMED:
+        return _STREAMED["class"]
+    import torch
+
+    class StreamedLayer(cu.DynamicLayer):
+        """A layer whose prefix rows are still on their way: its first update waits for them."""
+
+        pending = None
+        pending_tokens = 0
+        pending_dtype = None
+
+        def _land(self, key_states=None, value_states=None):
+            """The prefix (and the new tokens) in the layer's own tensors; then a plain DynamicLayer."""
+            k_rows, v_rows = self.pending()
+            n = self.pending_tokens
+            extra = 0 if key_states is None else key_states.shape[-2]
+            device = key_states.device if key_states is not None else k_rows.device
+            out = []
+            for rows, new in ((k_rows, key_states), (v_rows, value_states)):
+                dest = torch.empty((1, rows.shape[1], n + extra, rows.shape[3]), dtype=self.pending_dtype, device=device)
+                dest[:, :, :n].copy_(rows)  # the one pass: transposed to heads-major, widened to the model dtype
+                if new is not None:
+                    dest[:, :, n:].copy_(new)
+                out.append(dest)
+            self.keys, self.values = out
+            self.device, self.is_initialized = device, True
+            self.pending = None
+            self.__class__ = cu.DynamicLayer
+            return self.keys, self.values
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if self.pending is None:
+                return super().update(key_states, value_states, *args, **kwargs)
+            return self._land(key_states, value_states)
+
+        def get_seq_length(self) -> int:
+            return self.pending_tokens if self.pending is not None else super().get_seq_length()
+
+        def materialize(self) -> None:
+            if self.pending is not None:
+                self._land()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            self.materialize()
+            self.__class__.crop(self, tokens_to_remove)
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self.materialize()
+            self.__class__.batch_repeat_interleave(self, repeats)
+
+        def batch_select_indices(self, indices) -> None:
+            self.materialize()
+            self.__class__.batch_select_indices(self, indices)
+
+    _STREAMED["class"] = StreamedLayer
+    return StreamedLayer
+
+
 def tensor_bytes(torch, tensor) -> np.ndarray:
     """A tensor's raw bytes as a uint8 array (a copy only when it is on a device or strided)."""
     t = tensor.detach()
@@ -240,14 +334,50 @@ def tensor_bytes(torch, tensor) -> np.ndarray:
     return t.view(torch.uint8).numpy()
 
 
-def adapter_state(model) -> list:
+def named_tensors(torch, model) -> tuple[list, list | None]:
+    """``([("p:<name>", parameter)..., ("b:<name>", buffer)...], LoRA modules)``: what
+    ``named_parameters()`` and ``named_buffers()`` give, in their order, from one walk of the
+    modules that also finds the LoRA layers (three walks cost ~1.5 ms of a second worker's few ms
+    on a 273-tensor model). A model class overriding either method gets the methods themselves
+    (and None: ``adapter_state`` walks the modules)."""
+    base = torch.nn.Module
+    if type(model).named_parameters is not base.named_parameters or type(model).named_buffers is not base.named_buffers \
+            or type(model).named_modules is not base.named_modules:
+        return ([(f"p:{n}", t) for n, t in model.named_parameters()]
+                + [(f"b:{n}", t) for n, t in model.named_buffers()]), None
+    params, buffers, lora = [], [], []
+    seen_p: set = set()
+    seen_b: set = set()
+    for prefix, module in model.named_modules():
+        dot = prefix + "." if prefix else ""
+        for name, t in module._parameters.items():
+            if t is not None and t not in seen_p:
+                seen_p.add(t)
+                params.append((f"p:{dot}{name}", t))
+        for name, t in module._buffers.items():
+            if t is not None and t not in seen_b:
+                seen_b.add(t)
+                buffers.append((f"b:{dot}{name}", t))
+        if _has_lora(module):
+            lora.append((prefix, module))
+    return params + buffers, lora
+
+
+def _has_lora(module) -> bool:
+    """``hasattr(module, "lora_A")`` without ``nn.Module.__getattr__``'s raised AttributeError
+    for every module that has none (the same places: instance, class, parameters, buffers, modules)."""
+    return ("lora_A" in module.__dict__ or "lora_A" in module._modules or "lora_A" in module._parameters
+            or "lora_A" in module._buffers or hasattr(type(module), "lora_A"))
+
+
+def adapter_state(model, lora: list | None = None) -> list:
     """What unmerged adapters do with the same bytes: per LoRA layer (PEFT's, or transformers'
     own ``load_adapter``), its active adapters, whether they are merged or disabled, and their
-    scaling; and the PEFT configs."""
+    scaling; and the PEFT configs. ``lora``: the ``(name, module)`` LoRA layers when already
+    found (``named_tensors``)."""
     state: list = []
-    for name, module in model.named_modules():
-        if not hasattr(module, "lora_A"):
-            continue
+    found = lora if lora is not None else [(n, m) for n, m in model.named_modules() if hasattr(m, "lora_A")]
+    for name, module in found:
         active = getattr(module, "active_adapters", None)
         scaling = getattr(module, "scaling", None)
         state.append([name, sorted(active) if isinstance(active, list | tuple) else str(active),
