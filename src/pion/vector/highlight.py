@@ -361,12 +361,14 @@ def _settings_for(summary: Summary, name: str) -> FieldSettings | None:
 
 
 def order_fields(fields: list[tuple[bytes, Any]], summary: Summary, order: list[str],
-                 returns_given: bool) -> list[tuple[bytes, Any]]:
+                 returns_given: bool, sortby: str | None = None) -> list[tuple[bytes, Any]]:
     """RediSearch's field order with these options: its field list (RETURN's and FIELDS' names, in
-    the order given) first, then, without RETURN, the document's other fields."""
+    the order given) first, then, without RETURN, the document's other fields; SORTBY's before all."""
     if not order:
         return fields
     rank = {name.encode(): k for k, name in enumerate(order)}
+    if sortby is not None:  # the SORTBY property stays first, as without these options
+        rank[sortby.encode()] = -1
     if returns_given:
         return sorted(fields, key=lambda item: rank.get(item[0], len(rank)))
     named = sorted((item for item in fields if item[0] in rank), key=lambda item: rank[item[0]])
@@ -374,8 +376,9 @@ def order_fields(fields: list[tuple[bytes, Any]], summary: Summary, order: list[
 
 
 def apply(index, summary: Summary, order: list[str], terms: set[str], fields: list[tuple[bytes, Any]],
-          is_json: bool, language: str | None) -> list[tuple[bytes, Any]]:
-    """A result's fields with HIGHLIGHT/SUMMARIZE applied (``terms``: ``matched_terms``)."""
+          is_json: bool, language: str | None, sortby: str | None = None) -> list[tuple[bytes, Any]]:
+    """A result's fields with HIGHLIGHT/SUMMARIZE applied (``terms``: ``matched_terms``). A NUMERIC
+    SORTBY property is a number in RediSearch's row (read from its sort vector), never cut."""
     listed = {name.encode() for name in order}
     out = []
     for name, value in fields:
@@ -385,7 +388,8 @@ def apply(index, summary: Summary, order: list[str], terms: set[str], fields: li
         key = name.decode("utf-8", "replace")
         settings = _settings_for(summary, key)
         spec = index.definition.field(key)
-        if settings is None or (is_json and (spec is None or spec.type not in ("TEXT", "TAG"))):
+        numeric_sortkey = key == sortby and spec is not None and spec.type == "NUMERIC"
+        if settings is None or numeric_sortkey or (is_json and (spec is None or spec.type not in ("TEXT", "TAG"))):
             out.append((name, value))
             continue
         frags: list[Fragment] = []

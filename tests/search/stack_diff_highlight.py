@@ -1,0 +1,85 @@
+"""The HIGHLIGHT and SUMMARIZE cases of the differential suite (``stack_diff.py`` adds them).
+
+Documents longer than 64 bytes are hashes in a hash table on Redis, whose field order is the
+table's, so every long-document search names its fields with RETURN (RediSearch then answers them
+in the order of its field list: RETURN's and FIELDS' names as given).
+"""
+
+from __future__ import annotations
+
+BODY = ("The quick brown fox jumps over the lazy dog. Dogs are running in the park while the cats sleep on "
+        "the warm sofa and nobody cares about the running of the dogs at all, truly.")
+LONG = " ".join(f"word{i}" for i in range(60)) + " dog " + " ".join(f"w{i}" for i in range(40)) + " cats and dogs."
+
+
+def cases(S, setup, Case) -> list:
+    data = [setup("FT.CREATE", "h", "ON", "HASH", "PREFIX", "1", "h:", "SCHEMA", "title", "TEXT", "body", "TEXT",
+                  "tag", "TAG", "n", "NUMERIC", "raw", "TEXT", "NOSTEM"),
+            setup("HSET", "h:1", "title", "Running dogs, and cats!", "body", BODY, "tag", "red apple", "n", "12",
+                  "raw", "dogs running"),
+            setup("HSET", "h:2", "title", "Hello World", "body", "hello, hello   WORLD;\tworld-wide Hello.",
+                  "tag", "y", "n", "7"),
+            setup("HSET", "h:3", "title", "Long text", "body", LONG, "n", "3")]
+    ret = ("RETURN", "4", "title", "body", "tag", "n")
+    out = []
+
+    def add(name, *steps):
+        out.append(Case(name, [*data, *steps]))
+
+    add("highlight",
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", *ret, norm="docs"),
+        S("FT.SEARCH", "h", "running", "HIGHLIGHT", "RETURN", "2", "title", "raw"),
+        S("FT.SEARCH", "h", "hello", "HIGHLIGHT", "TAGS", "[", "]"),
+        S("FT.SEARCH", "h", "hello", "HIGHLIGHT", "FIELDS", "1", "title"),
+        S("FT.SEARCH", "h", '"quick brown"', "HIGHLIGHT", "RETURN", "1", "body"),
+        S("FT.SEARCH", "h", "qui*", "HIGHLIGHT", "RETURN", "1", "body"),
+        S("FT.SEARCH", "h", "@title:dog", "HIGHLIGHT", *ret, norm="docs"),
+        S("FT.SEARCH", "h", "dog cat", "HIGHLIGHT", *ret, norm="docs"),
+        S("FT.SEARCH", "h", "dog|hello", "HIGHLIGHT", "TAGS", "<em>", "</em>", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "-hello", "HIGHLIGHT", "RETURN", "1", "title", "SORTBY", "n"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "VERBATIM", *ret, norm="docs"),
+        S("FT.SEARCH", "h", "dogs", "HIGHLIGHT", "VERBATIM", *ret, norm="docs"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "NOCONTENT", norm="docs"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "FIELDS", "1", "title", "RETURN", "2", "body", "title"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "FIELDS", "1", "title", "RETURN", "3", "title", "AS", "t"),
+        S("FT.SEARCH", "h", "@tag:{y}", "HIGHLIGHT"),
+        S("FT.SEARCH", "h", "world", "HIGHLIGHT", "WITHSCORES", "SCORER", "TFIDF"),
+        S("FT.SEARCH", "h", "nothinghere", "HIGHLIGHT"))
+    add("summarize",
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "HIGHLIGHT", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FRAGS", "1", "LEN", "5", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FRAGS", "2", "LEN", "3", "SEPARATOR", "|", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "hello", "SUMMARIZE", "LEN", "2"),
+        S("FT.SEARCH", "h", "world", "HIGHLIGHT", "SUMMARIZE", "LEN", "3"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FRAGS", "0", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "LEN", "0", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FIELDS", "1", "title", "HIGHLIGHT", "FIELDS", "1", "body",
+          *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FIELDS", "1", "title", "HIGHLIGHT", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "cats", "SUMMARIZE", "FRAGS", "1", "LEN", "4", "HIGHLIGHT", *ret, "SORTBY", "n"),
+        S("FT.SEARCH", "h", "long", "SUMMARIZE", "LEN", "3", *ret))
+    add("highlight_errors",
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "FIELDS", "1", "nosuch"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "FIELDS", "x", "title"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "FIELDS", "3", "title"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "FIELDS"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "TAGS", "a"),
+        S("FT.SEARCH", "h", "dog", "HIGHLIGHT", "TAGS"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FRAGS", "x"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FRAGS", "-2"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FRAGS", "1.5"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "LEN", "-1"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "LEN"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "SEPARATOR"),
+        S("FT.SEARCH", "h", "dog", "SUMMARIZE", "FIELDS", "2", "title"))
+    out.append(Case("highlight_json", [
+        setup("FT.CREATE", "j", "ON", "JSON", "PREFIX", "1", "j:", "SCHEMA", "$.title", "AS", "title", "TEXT",
+              "$.tags", "AS", "tags", "TAG", "$.n", "AS", "n", "NUMERIC"),
+        setup("JSON.SET", "j:1", "$", '{"title":"Running dogs, and cats!","tags":"a,b","n":12}'),
+        S("FT.SEARCH", "j", "dog", "HIGHLIGHT"),
+        S("FT.SEARCH", "j", "dog", "SUMMARIZE"),
+        S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "RETURN", "1", "title"),
+        S("FT.SEARCH", "j", "dog", "SUMMARIZE", "RETURN", "3", "title", "tags", "n"),
+        S("FT.SEARCH", "j", "dog", "SUMMARIZE", "HIGHLIGHT", "TAGS", "*", "*", "RETURN", "1", "title")]))
+    return out
