@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pion.protocol.errors import ReplyError
-from pion.vector import query_exec, text
+from pion.vector import chinese, query_exec, text
 from pion.vector.query_parser import Node
 
 HIGHLIGHT = 1
@@ -125,11 +125,16 @@ def parse(argv: list[bytes], i: int, summary: Summary, order: list[str]) -> int:
     return i
 
 
-def check(index, summary: Summary) -> None:
-    """FIELDS must name the index's attributes (RediSearch: ``No such property``)."""
+def check(index, summary: Summary, returns: list[tuple[str, str]] | None) -> None:
+    """FIELDS must name the index's attributes (RediSearch: ``No such property``); with these
+    options RediSearch 2.10 also refuses a RETURN name that is not one (a raw field, a JSONPath, a
+    KNN distance): ``Property `x` is not in schema``."""
     for name in summary.fields:
         if index.definition.field(name) is None:
             raise ReplyError(f"No such property `{name}`")
+    for name, _ in returns or ():
+        if index.definition.field(name) is None:
+            raise ReplyError(f"Property `{name}` is not in schema")
 
 
 # -- the terms a document matched ---------------------------------------------------------------------
@@ -163,9 +168,13 @@ def _collect(node: Node, ctx: query_exec.ExecContext, fields: list[str] | None, 
         if query_exec._is_stopword(ctx, node.value):
             return
         expand = not node.attrs.get("exact")
-        names = query_exec.posting_names(ctx, node.value, expand, fields)
+        words = chinese.query_words(node.value) if query_exec._segmented(ctx) else (node.value,)
+        names = [name for word in words for name in query_exec.posting_names(ctx, word, expand, fields)]
     elif kind == "phrase":
-        names = [w for w in node.value if w in ctx.index.text.postings]
+        words = node.value
+        if query_exec._segmented(ctx):
+            words = [part for w in words for part in chinese.query_words(w)]
+        names = [w for w in words if w in ctx.index.text.postings]
     elif kind in ("prefix", "suffix", "infix", "fuzzy", "wildcard"):
         names = query_exec.expansion_terms(node, ctx)
     else:  # tags, numbers, geo, vectors, negations: no text offsets
@@ -221,13 +230,39 @@ def tokens(raw: bytes, stopwords: frozenset[str]):
         yield start, end, word
 
 
-def fragments(raw: bytes, terms: set[str], index, stem_language: str | None) -> list[Fragment]:
+def chinese_tokens(raw: bytes, stopwords: frozenset[str]):
+    """``tokens`` for LANGUAGE chinese: Chinese runs cut into words as the index cut them (each
+    token exactly its word, as RediSearch's exact token lengths there), the rest as ``tokens``."""
+    value = raw.decode("utf-8", "surrogateescape")
+    if not chinese.has_cjk(value):
+        yield from tokens(raw, stopwords)
+        return
+    try:
+        pieces = chinese._segmenter().cut(value, HMM=True)
+    except chinese.SegmenterMissing:
+        yield from tokens(raw, stopwords)
+        return
+    offset = 0
+    for piece in pieces:
+        encoded = piece.encode("utf-8", "surrogateescape")
+        if chinese.has_cjk(piece):
+            if piece.lower() not in stopwords:
+                yield offset, offset + len(encoded), piece.lower()
+        elif not piece.isspace():
+            for start, end, word in tokens(encoded, stopwords):
+                yield offset + start, offset + end, word
+        offset += len(encoded)
+
+
+def fragments(raw: bytes, terms: set[str], index, stem_language: str | None,
+              segmented: bool = False) -> list[Fragment]:
     """RediSearch's fragmenter over one field's text: matches of ``terms`` grouped into fragments."""
     frags: list[Fragment] = []
     since_last = 0
     stopwords = index.definition.stopword_set
     scores: dict[str, float] = {}
-    for pos, (start, end, word) in enumerate(tokens(raw, stopwords)):
+    found = chinese_tokens(raw, stopwords) if segmented else tokens(raw, stopwords)
+    for pos, (start, end, word) in enumerate(found):
         term = word if word in terms else None
         if term is None and stem_language is not None:
             root = text.stem(word, stem_language)
@@ -376,13 +411,15 @@ def order_fields(fields: list[tuple[bytes, Any]], summary: Summary, order: list[
 
 
 def apply(index, summary: Summary, order: list[str], terms: set[str], fields: list[tuple[bytes, Any]],
-          is_json: bool, language: str | None, sortby: str | None = None) -> list[tuple[bytes, Any]]:
+          is_json: bool, language: str | None, sortby: str | None = None,
+          computed: frozenset[bytes] = frozenset()) -> list[tuple[bytes, Any]]:
     """A result's fields with HIGHLIGHT/SUMMARIZE applied (``terms``: ``matched_terms``). A NUMERIC
-    SORTBY property is a number in RediSearch's row (read from its sort vector), never cut."""
+    SORTBY property is a number in RediSearch's row (read from its sort vector), never cut; nor are
+    ``computed`` values (a KNN distance)."""
     listed = {name.encode() for name in order}
     out = []
     for name, value in fields:
-        if not isinstance(value, bytes) or (listed and name not in listed):
+        if not isinstance(value, bytes) or name in computed or (listed and name not in listed):
             out.append((name, value))
             continue
         key = name.decode("utf-8", "replace")
@@ -394,8 +431,10 @@ def apply(index, summary: Summary, order: list[str], terms: set[str], fields: li
             continue
         frags: list[Fragment] = []
         if spec is not None and spec.type == "TEXT" and terms:
-            stem_language = None if spec.nostem else (language or index.definition.language)
-            frags = fragments(value, terms, index, stem_language)
+            lang = language or index.definition.language
+            segmented = lang == chinese.LANGUAGE
+            stem_language = None if spec.nostem or segmented else lang
+            frags = fragments(value, terms, index, stem_language, segmented)
         if not frags:
             out.append((name, trim(value, settings) if settings.mode == SUMMARIZE else value))
         elif settings.mode == HIGHLIGHT:

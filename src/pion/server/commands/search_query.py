@@ -60,7 +60,7 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
         return _knn_fast(ctx, eng, name, index, *fast)
     req = search.parse_search(argv, dialect)
     if req.summary is not None:
-        highlight.check(index, req.summary)
+        highlight.check(index, req.summary, req.returns)
     if b"=>" in argv[2] and req.summary is None:
         fast = knn_fast.compile_plan(index, argv, req, dialect)
         if fast is not None:

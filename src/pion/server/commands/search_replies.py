@@ -109,7 +109,8 @@ def _summarized(index: SearchIndex, plan, row, fields: list, is_json: bool) -> l
     query matched in this document (``vector.highlight``)."""
     req = plan.req
     terms = highlight.matched_terms(plan.query.root, plan.ctx, row.doc_id)
-    fields = highlight.apply(index, req.summary, req.fields_order, terms, fields, is_json, req.language, req.sortby)
+    fields = highlight.apply(index, req.summary, req.fields_order, terms, fields, is_json, req.language, req.sortby,
+                             frozenset(name.encode() for name in row.extras))
     return highlight.order_fields(fields, req.summary, req.fields_order, req.returns is not None, req.sortby)
 
 
