@@ -209,16 +209,18 @@ def tokens(raw: bytes, stopwords: frozenset[str]):
     """(byte start, byte end up to the next separator, lower-cased token) of each indexed token."""
     i, n = 0, len(raw)
     while i < n:
-        if raw[i] in _SEPS:
+        if raw[i] in _SEPS and not (raw[i] == _BACKSLASH and i + 1 < n):
             i += 1
             continue
         start = i
         chars = bytearray()
-        while i < n and raw[i] not in _SEPS:
-            if raw[i] == _BACKSLASH and i + 1 < n:
+        while i < n:
+            if raw[i] == _BACKSLASH and i + 1 < n:  # an escaped character stays in the token
                 chars.append(raw[i + 1])
                 i += 2
                 continue
+            if raw[i] in _SEPS:
+                break
             chars.append(raw[i])
             i += 1
         end = start
