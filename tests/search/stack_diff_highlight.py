@@ -81,5 +81,13 @@ def cases(S, setup, Case) -> list:
         S("FT.SEARCH", "j", "dog", "SUMMARIZE"),
         S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "RETURN", "1", "title"),
         S("FT.SEARCH", "j", "dog", "SUMMARIZE", "RETURN", "3", "title", "tags", "n"),
-        S("FT.SEARCH", "j", "dog", "SUMMARIZE", "HIGHLIGHT", "TAGS", "*", "*", "RETURN", "1", "title")]))
+        S("FT.SEARCH", "j", "dog", "SUMMARIZE", "HIGHLIGHT", "TAGS", "*", "*", "RETURN", "1", "title"),
+        S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "RETURN", "1", "$.title"),
+        S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "FIELDS", "1", "title")]))
+    out.append(Case("highlight_chinese", [
+        setup("FT.CREATE", "c", "ON", "HASH", "PREFIX", "1", "c:", "LANGUAGE", "chinese", "SCHEMA", "t", "TEXT"),
+        setup("HSET", "c:1", "t", "我爱北京天安门，天安门上太阳升。Hello world"),
+        S("FT.SEARCH", "c", "北京", "SUMMARIZE", "LEN", "2", "HIGHLIGHT"),
+        S("FT.SEARCH", "c", "hello", "HIGHLIGHT"),
+        S("FT.SEARCH", "c", "天安门", "HIGHLIGHT")]))
     return out
