@@ -84,6 +84,13 @@ def cases(S, setup, Case) -> list:
         S("FT.SEARCH", "j", "dog", "SUMMARIZE", "HIGHLIGHT", "TAGS", "*", "*", "RETURN", "1", "title"),
         S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "RETURN", "1", "$.title"),
         S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "FIELDS", "1", "title")]))
+    out.append(Case("highlight_no_offsets", [
+        setup("FT.CREATE", "a", "ON", "HASH", "PREFIX", "1", "a:", "NOOFFSETS", "SCHEMA", "txt", "TEXT"),
+        setup("FT.CREATE", "b", "ON", "HASH", "PREFIX", "1", "b:", "NOHL", "SCHEMA", "txt", "TEXT"),
+        setup("HSET", "a:1", "txt", "foo bar"), setup("HSET", "b:1", "txt", "foo bar"),
+        S("FT.SEARCH", "a", "foo", "SUMMARIZE", "FIELDS", "1", "txt"), S("FT.SEARCH", "a", "foo", "HIGHLIGHT"),
+        S("FT.SEARCH", "b", "foo", "SUMMARIZE"), S("FT.SEARCH", "b", "nomatch", "HIGHLIGHT"),
+        S("FT.SEARCH", "b", "foo")]))
     out.append(Case("highlight_chinese", [
         setup("FT.CREATE", "c", "ON", "HASH", "PREFIX", "1", "c:", "LANGUAGE", "chinese", "SCHEMA", "t", "TEXT"),
         setup("HSET", "c:1", "t", "我爱北京天安门，天安门上太阳升。Hello world"),

@@ -132,6 +132,18 @@ def test_errors(docs, args, text):
         cmd(docs, "FT.SEARCH", "h", "dog", *args)
 
 
+@pytest.mark.parametrize("option", ["NOOFFSETS", "NOHL"])
+def test_index_without_offsets_refuses(rr, option):
+    cmd(rr, "FT.CREATE", "a", "ON", "HASH", "PREFIX", "1", "a:", option, "SCHEMA", "txt", "TEXT")
+    rr.hset("a:1", "txt", "foo bar")
+    for opt in ("HIGHLIGHT", "SUMMARIZE"):
+        with pytest.raises(redis.ResponseError, match="NOOFSETS was specified at index level"):
+            cmd(rr, "FT.SEARCH", "a", "foo", opt)
+    assert cmd(rr, "FT.SEARCH", "a", "foo", "NOCONTENT") in ([1, b"a:1"], {
+        b"attributes": [], b"format": b"STRING", b"results": [{b"id": b"a:1", b"values": []}],
+        b"total_results": 1, b"warning": []})
+
+
 def test_fragmenter_units():
     frag = highlight.Fragment(start=4, end=7, last_pos=1, total_tokens=1, matches=1, locs=[(4, 7)])
     raw = b"one two three four"

@@ -128,7 +128,10 @@ def parse(argv: list[bytes], i: int, summary: Summary, order: list[str]) -> int:
 def check(index, summary: Summary, returns: list[tuple[str, str]] | None) -> None:
     """FIELDS must name the index's attributes (RediSearch: ``No such property``); with these
     options RediSearch 2.10 also refuses a RETURN name that is not one (a raw field, a JSONPath, a
-    KNN distance): ``Property `x` is not in schema``."""
+    KNN distance): ``Property `x` is not in schema``. An index created with NOOFFSETS or NOHL keeps
+    no offsets for them (RediSearch's text names NOOFFSETS for both)."""
+    if index.definition.options & {"NOOFFSETS", "NOHL"}:
+        raise ReplyError("Cannot use highlight/summarize because NOOFSETS was specified at index level")
     for name in summary.fields:
         if index.definition.field(name) is None:
             raise ReplyError(f"No such property `{name}`")
