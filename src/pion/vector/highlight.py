@@ -19,6 +19,7 @@ does.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,10 +175,10 @@ def _collect(node: Node, ctx: query_exec.ExecContext, fields: list[str] | None, 
         words = chinese.query_words(node.value) if query_exec._segmented(ctx) else (node.value,)
         names = [name for word in words for name in query_exec.posting_names(ctx, word, expand, fields)]
     elif kind == "phrase":
-        words = node.value
+        phrase: list[str] = list(node.value)
         if query_exec._segmented(ctx):
-            words = [part for w in words for part in chinese.query_words(w)]
-        names = [w for w in words if w in ctx.index.text.postings]
+            phrase = [part for w in phrase for part in chinese.query_words(w)]
+        names = [w for w in phrase if w in ctx.index.text.postings]
     elif kind in ("prefix", "suffix", "infix", "fuzzy", "wildcard"):
         names = query_exec.expansion_terms(node, ctx)
     else:  # tags, numbers, geo, vectors, negations: no text offsets
@@ -208,8 +209,17 @@ class Fragment:
     locs: list[tuple[int, int]] = field(default_factory=list)  # (byte start, byte end) of each match
 
 
+_WORD = re.compile(b"[^" + re.escape(bytes(sorted(_SEPS))) + b"]+")
+
+
 def tokens(raw: bytes, stopwords: frozenset[str]):
     """(byte start, byte end up to the next separator, lower-cased token) of each indexed token."""
+    if b"\\" not in raw:  # no escapes: a token is a run of non-separators (the common case, by regex)
+        for match in _WORD.finditer(raw):
+            word = match.group().decode("utf-8", "replace").lower()
+            if word not in stopwords:
+                yield match.start(), match.end(), word
+        return
     i, n = 0, len(raw)
     while i < n:
         if raw[i] in _SEPS and not (raw[i] == _BACKSLASH and i + 1 < n):
@@ -318,18 +328,12 @@ def highlight_whole(raw: bytes, frags: list[Fragment], tags: tuple[bytes, bytes]
     return bytes(out)
 
 
+_SPACE_RUN = re.compile(rb"[ \t\n\v\f\r]+")
+
+
 def _fold_spaces(chunk: bytes) -> bytes:
-    out = bytearray()
-    last_space = False
-    for b in chunk:
-        if b in _SPACES:
-            if not last_space:
-                out.append(0x20)
-            last_space = True
-        else:
-            out.append(b)
-            last_space = False
-    return bytes(out)
+    """Each run of whitespace as one space (RediSearch's stripDuplicateSpaces)."""
+    return _SPACE_RUN.sub(b" ", chunk)
 
 
 def _context(raw: bytes, frag: Fragment, lo: int | None, hi: int | None, size: int) -> tuple[int, int]:
