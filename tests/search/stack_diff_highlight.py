@@ -84,6 +84,24 @@ def cases(S, setup, Case) -> list:
         S("FT.SEARCH", "j", "dog", "SUMMARIZE", "HIGHLIGHT", "TAGS", "*", "*", "RETURN", "1", "title"),
         S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "RETURN", "1", "$.title"),
         S("FT.SEARCH", "j", "dog", "HIGHLIGHT", "FIELDS", "1", "title")]))
+    filler = " ".join(f"f{i}" for i in range(12))
+    scored = (f"rare word here {filler} common thing {filler} common again rare {filler} common {filler} "
+              f"rare common together {filler} thing alone {filler} the end")
+    out.append(Case("summarize_scores", [
+        setup("FT.CREATE", "s", "ON", "HASH", "PREFIX", "1", "s:", "SCHEMA", "t", "TEXT"),
+        setup("HSET", "s:1", "t", scored),
+        *[setup("HSET", f"s:{i}", "t", f"common thing {i}") for i in range(2, 9)],
+        setup("HSET", "s:9", "t", "Über straße ÉCOLE naïve café, l'été -- x.y.z foo_bar C++ e-mail 3.14 v2"),
+        S("FT.SEARCH", "s", "rare|common|thing", "SUMMARIZE", "FRAGS", "2", "LEN", "4", "HIGHLIGHT",
+          "RETURN", "1", "t", "SORTBY", "t"),
+        S("FT.SEARCH", "s", "rare|common|thing", "SUMMARIZE", "FRAGS", "3", "LEN", "6", "RETURN", "1", "t",
+          "SORTBY", "t"),
+        S("FT.SEARCH", "s", "common", "SUMMARIZE", "FRAGS", "1", "LEN", "2", "RETURN", "1", "t", "SORTBY", "t"),
+        S("FT.SEARCH", "s", "café|été|mail|foo_bar|3", "HIGHLIGHT", "RETURN", "1", "t", norm="docs"),
+        S("FT.SEARCH", "s", "naïve", "SUMMARIZE", "LEN", "2", "HIGHLIGHT", "RETURN", "1", "t"),
+        S("FT.SEARCH", "s", "@t:(x y)", "HIGHLIGHT", "RETURN", "1", "t"),
+        S("FT.SEARCH", "s", "%cafe%", "HIGHLIGHT", "RETURN", "1", "t"),
+        S("FT.SEARCH", "s", "*ail", "HIGHLIGHT", "RETURN", "1", "t")]))
     out.append(Case("highlight_no_offsets", [
         setup("FT.CREATE", "a", "ON", "HASH", "PREFIX", "1", "a:", "NOOFFSETS", "SCHEMA", "txt", "TEXT"),
         setup("FT.CREATE", "b", "ON", "HASH", "PREFIX", "1", "b:", "NOHL", "SCHEMA", "txt", "TEXT"),
