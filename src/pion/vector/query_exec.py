@@ -270,22 +270,25 @@ def _field_mask(ctx: ExecContext, fields: list[str] | None) -> int | None:
 
 def _postings(ctx: ExecContext, word: str, expand: bool, fields: list[str] | None) -> list[dict]:
     postings = ctx.index.text.postings
-    lists = []
-    direct = postings.get(word)
-    if direct is not None:
-        lists.append(direct)
+    return [postings[name] for name in posting_names(ctx, word, expand, fields)]
+
+
+def posting_names(ctx: ExecContext, word: str, expand: bool, fields: list[str] | None) -> list[str]:
+    """The index terms a query word reads: the word, its synonym groups and its stem (``+root``),
+    those the index has. HIGHLIGHT/SUMMARIZE ask the same to know which terms matched."""
+    postings = ctx.index.text.postings
+    names = []
+    if word in postings:
+        names.append(word)
     if expand and not ctx.verbatim:
         for group in ctx.index.synonyms.get(word, ()):
-            grouped = postings.get(SYNONYM_PREFIX + group)
-            if grouped is not None:
-                lists.append(grouped)
+            if SYNONYM_PREFIX + group in postings:
+                names.append(SYNONYM_PREFIX + group)
     if expand and not ctx.verbatim and ctx.expander != "SYNONYM":
         root = text.stem(word, ctx.language or ctx.index.definition.language)
-        stemmed = postings.get(STEM_PREFIX + (root or word))
-        if stemmed is not None:
-            if not _all_nostem(ctx, fields):
-                lists.append(stemmed)
-    return lists
+        if STEM_PREFIX + (root or word) in postings and not _all_nostem(ctx, fields):
+            names.append(STEM_PREFIX + (root or word))
+    return names
 
 
 def _all_nostem(ctx: ExecContext, fields: list[str] | None) -> bool:
@@ -402,11 +405,13 @@ def _within(positions: list[list[int]], slop: int, inorder: bool) -> bool:
     return False
 
 
-def _expansion(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:
+def expansion_terms(node: Node, ctx: ExecContext) -> list[str]:
+    """The index terms a prefix, suffix, infix, fuzzy or wildcard node expands to (at most
+    MAXEXPANSIONS, a prefix shorter than MINPREFIX: none)."""
     word = node.value
     kind = node.kind
     if kind in ("prefix", "suffix", "infix") and len(word) < ctx.min_prefix:
-        return {}
+        return []
     if kind == "prefix":
         def predicate(term): return term.startswith(word)
     elif kind == "suffix":
@@ -419,14 +424,19 @@ def _expansion(node: Node, ctx: ExecContext, fields: list[str] | None, weight: f
         def predicate(term): return text.edit_distance_at_most(term, word, distance)
     else:
         def predicate(term): return text.wildcard_match(word, term)
-    out: Hits = {}
     tick = ctx.budget.tick
     matches = predicate
 
     def counted(term: str) -> bool:  # the scan over every term of the index ticks the budget
         tick()
         return matches(term)
-    for term in ctx.index.text.terms_matching(counted, ctx.max_expansions):
+    return ctx.index.text.terms_matching(counted, ctx.max_expansions)
+
+
+def _expansion(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:
+    out: Hits = {}
+    tick = ctx.budget.tick
+    for term in expansion_terms(node, ctx):
         tick(EVERY_NODE)
         for doc, score in _term(term, ctx, fields, weight, expand=False).items():
             out[doc] = out.get(doc, 0.0) + score

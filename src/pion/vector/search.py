@@ -19,7 +19,7 @@ import numpy as np
 
 from pion.protocol.errors import ReplyError
 from pion.storage.budget import UNLIMITED, Budget, QueryTimeout
-from pion.vector import query_exec, scoring
+from pion.vector import highlight, query_exec, scoring
 from pion.vector.fields import UNITS
 from pion.vector.index import SearchIndex
 from pion.vector.query_parser import KnnClause, Node, Query, parse_query
@@ -54,6 +54,9 @@ class SearchRequest:
     withcount: bool = True
     expander: str = "DEFAULT"
     withpayloads: bool = False
+    #: HIGHLIGHT / SUMMARIZE (``vector.highlight``); ``fields_order``: RETURN's and FIELDS' names as given
+    summary: highlight.Summary | None = None
+    fields_order: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -157,9 +160,13 @@ def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
                 raise ReplyError("Bad arguments for RETURN: Expected an argument, but none provided")
             items = argv[i + 2:i + 2 + count]
             req.returns = _parse_return(items)
+            highlight.mention([alias for _, alias in req.returns], req.fields_order)
             i += 1 + count
         elif word == b"SUMMARIZE" or word == b"HIGHLIGHT":
-            raise ReplyError(f"{word.decode()} is not supported by Pion")
+            if req.summary is None:
+                req.summary = highlight.Summary()
+            i = highlight.parse(argv, i, req.summary, req.fields_order)
+            continue
         elif word == b"SLOP":
             need(1, "SLOP")
             req.slop = _int(argv[i + 1], "SLOP", None)

@@ -16,7 +16,7 @@ from pion.server.commands.search.admin import engine
 from pion.server.commands.search.replies import field_value, live_value, query_budget, renew, search_reply
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.vector import knn_fast, search
+from pion.vector import highlight, knn_fast, search
 from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_parser import Node, parse_query
 
@@ -59,7 +59,9 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
     if fast is not None:
         return _knn_fast(ctx, eng, name, index, *fast)
     req = search.parse_search(argv, dialect)
-    if b"=>" in argv[2]:
+    if req.summary is not None:
+        highlight.check(index, req.summary, req.returns)
+    if b"=>" in argv[2] and req.summary is None:
         fast = knn_fast.compile_plan(index, argv, req, dialect)
         if fast is not None:
             return _knn_fast(ctx, eng, name, index, *fast)

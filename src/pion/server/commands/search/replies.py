@@ -17,6 +17,7 @@ from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout, t
 from pion.storage.hash_value import HashValue
 from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
+from pion.vector import highlight
 from pion.vector.expressions import format_value
 from pion.vector.index import SearchIndex
 
@@ -103,6 +104,16 @@ def row_fields(index: SearchIndex, value: Any, extras: dict[str, Any], returns: 
     return out
 
 
+def _summarized(index: SearchIndex, plan, row, fields: list, is_json: bool) -> list:
+    """HIGHLIGHT / SUMMARIZE on a result's fields: its text re-tokenised against the terms the
+    query matched in this document (``vector.highlight``)."""
+    req = plan.req
+    terms = highlight.matched_terms(plan.query.root, plan.ctx, row.doc_id)
+    fields = highlight.apply(index, req.summary, req.fields_order, terms, fields, is_json, req.language, req.sortby,
+                             frozenset(name.encode() for name in row.extras))
+    return highlight.order_fields(fields, req.summary, req.fields_order, req.returns is not None, req.sortby)
+
+
 def _extra_text(value: Any) -> bytes:
     if isinstance(value, float):
         return format_value(value).encode()  # RediSearch's num_to_str: an integer, else %.12g
@@ -177,6 +188,9 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
             if value is None:
                 continue
             fields = row_fields(index, value, row.extras, req.returns, req.dialect, req.sortby)
+            summary = getattr(req, "summary", None)
+            if summary is not None and plan is not None:
+                fields = _summarized(index, plan, row, fields, value.__class__ is JsonValue)
         elif value is None:
             continue
         entries.append((row, fields, _payload(index, value) if req.withpayloads else None))
