@@ -50,6 +50,12 @@ DIFFERENCES: list[Difference] = [
                "appl(expanded)}`) and numbers as %f (`1.000000`); Pion prints the parsed tree without expansions"),
     Difference("info_definition", ("FT.INFO",), BOTH, "intentional",
                "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
+    Difference("phonetic_errors", ("FT.INFO",), BOTH, "intentional",
+               "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
+    Difference("phonetic_names", ("FT.EXPLAIN",), BOTH, "open",
+               "FT.EXPLAIN of a term on a PHONETIC field: RediSearch shows the code among the expansions "
+               "(`@name:<JN(expanded)`) and refuses `$phonetic` on a field set without a phonetic field while "
+               "explaining; Pion prints the parsed tree without expansions and refuses it when the query runs"),
     Difference("geoshape", ("FT.INFO",), BOTH, "intentional",
                "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
     Difference("geoshape", ("FT.SEARCH", "g", "@geom:[WITHIN $p]", "PARAMS", "2", "p",
