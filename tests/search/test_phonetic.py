@@ -38,6 +38,14 @@ def test_codes_are_primary_cut_to_four_and_prefixed():
     assert phonetic.code("123") is None and phonetic.code("h") is None
 
 
+def test_codes_follow_redisearchs_c_code_where_the_library_differs():
+    # RediSearch 2.10.5's codes (FT.EXPLAIN shows them); the library alone gives MX, TMP, NMPR, HH, AT, SLK, NNT
+    expected = {"much": "<MK", "each": "<AK", "ch": "<K", "rich": "<RX", "dumb": "<TM", "number": "<NMR",
+                "high": "<H", "higher": "<HR", "hugh": "<H", "ought": "<AKT", "laugh": "<LF", "çelik": "<LK",
+                "ñandú": "<NT", "müller": "<MLR", "straße": "<STR"}
+    assert {word: phonetic.code(word) for word in expected} == expected
+
+
 def test_matcher_and_flag_parsing():
     for good in phonetic.MATCHERS:
         assert phonetic.check_matcher(good) == good

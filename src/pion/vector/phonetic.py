@@ -58,14 +58,44 @@ def code(word: str) -> str | None:
     encode = _doublemetaphone()
     if encode is None or not word:
         return None
+    read = _as_redisearch_reads(word)
     try:
-        primary, secondary = encode(word)
+        primary, secondary = encode(read)
     except Exception:  # the library on an odd character: no code, as for a word without consonants
         return None
+    if read[:1] != word[:1] and read[:1] in "aeiouy" and primary[:1] == "A":
+        primary = primary[1:]  # the C code's initial vowel is a skipped byte there: no leading A
     if word == "jose":  # RediSearch reads the padded "JOSE " as the Spanish name
         primary = secondary or primary
     primary = primary[:CODE_LEN]
     return PREFIX + primary if primary else None
+
+
+def _as_redisearch_reads(word: str) -> str:
+    """The word as RediSearch's C code meets it, where the library would read it otherwise.
+
+    The C code walks UTF-8 bytes: a non-ASCII letter is two or more bytes it skips (``müller`` is
+    ``MLR``, ``ñandú`` is ``NT``: a vowel after it is not initial), so it is dropped here (the
+    library repeats the previous code for a character it does not know). It pads the word with spaces, which its rules read as a following space: a
+    final ``ch`` after a, o, u, e (or alone) is ``K`` (``much``: ``MK``), and a final ``umb`` or an
+    ``umber`` keeps the ``b`` silent (``dumb``: ``TM``, ``number``: ``NMR``). And a ``gh`` as the
+    second or third letter after a vowel goes on to Parker's rule there (``high``: ``H``, ``ought``:
+    ``AKT``), which the library skips."""
+    if not word.isascii():
+        word = "".join(ch for ch in word if ch.isascii())
+    if word.endswith("ch") and (len(word) == 2 or word[-3] in "aoue"):
+        word = word[:-2] + "k"
+    at = word.find("gh")
+    if at in (1, 2) and word[at - 1] in "aeiouy":  # the C code goes on to Parker's rule there
+        if at == 2 and word[0] in "bhd":
+            word = word[:at] + "w" + word[at + 2:]  # high, hugh: silent (a w after a vowel is, in a primary code)
+        elif word[at - 1] != "i":
+            word = word[:at] + "k" + word[at + 2:]  # ought: AKT
+    if word.endswith("umb"):
+        word = word[:-1]
+    elif "umber" in word:
+        word = word.replace("umber", "umer")
+    return word
 
 
 def min_len(config: dict[str, str] | None) -> int:
