@@ -92,6 +92,9 @@ def test_sounds_alike_on_the_phonetic_field_only(names):
         sorted(f"p:{i}".encode() for i in range(8))
     with pytest.raises(redis.ResponseError, match="^field does not support phonetics$"):
         cmd(r, "FT.SEARCH", "ph", "@t:jon=>{$phonetic:true}")
+    with pytest.raises(redis.ResponseError, match="^field does not support phonetics$"):
+        cmd(r, "FT.EXPLAIN", "ph", "@t:(a|jon=>{$phonetic:false})")  # refused while parsing, as RediSearch
+    assert cmd(r, "FT.EXPLAIN", "ph", "@name|t:jon=>{$phonetic:true}")  # one phonetic field is enough
     with pytest.raises(redis.ResponseError, match=r"^Invalid value \(maybe\) for `phonetic`$"):
         cmd(r, "FT.SEARCH", "ph", "@name:jon=>{$phonetic:maybe}")
 

@@ -337,6 +337,19 @@ def _phonetic(ctx: ExecContext, fields: list[str] | None, sounds: bool | None) -
     return has and sounds is not False
 
 
+def check_phonetic(node: Node, definition, fields: list[str] | None = None) -> None:
+    """RediSearch refuses ``$phonetic`` on fields none of which is phonetic while it parses the
+    query, so FT.EXPLAIN answers the error too (FT.SEARCH meets it in ``_phonetic``)."""
+    if node.kind == "fields":
+        fields = node.fields
+    elif node.kind == "term" and "phonetic" in node.attrs:
+        names = fields or [spec.name for spec in definition.fields if spec.type == "TEXT"]
+        if not any(spec is not None and spec.phonetic for spec in map(definition.field, names)):
+            raise ReplyError(phonetic.NOT_PHONETIC)
+    for child in node.children:
+        check_phonetic(child, definition, fields)
+
+
 def _all_nostem(ctx: ExecContext, fields: list[str] | None) -> bool:
     definition = ctx.index.definition
     names = fields or [spec.name for spec in definition.fields if spec.type == "TEXT"]
