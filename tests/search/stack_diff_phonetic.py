@@ -71,6 +71,17 @@ def cases(S, setup, Case) -> list:
         S("FT.SEARCH", "ml", "@name:alen", "NOCONTENT", "SORTBY", "name"),
         S("FT.CONFIG", "SET", "MIN_PHONETIC_TERM_LEN", "0"), S("FT.CONFIG", "SET", "MIN_PHONETIC_TERM_LEN", "x"),
         S("FT.CONFIG", "SET", "MIN_PHONETIC_TERM_LEN", "3"), S("FT.CONFIG", "GET", "MIN_PHONETIC_TERM_LEN"))
+    add("phonetic_filters",
+        setup("FT.CREATE", "pf", "ON", "HASH", "PREFIX", "1", "f:", "SCHEMA", "name", "TEXT", "PHONETIC", "dm:en",
+              "t", "TEXT", "n", "NUMERIC", "g", "TAG"),
+        *[setup("HSET", f"f:{i}", "name", name, "t", "jon", "n", str(i), "g", "a" if i % 2 else "b")
+          for i, name in enumerate(["Jon", "Jon Jon", "John", "Joan", "Jonas", "Smith", "Jon x y z", "Jon ab cd",
+                                    "x Jon", "Jon 123 ab", "ab Smith cd Jon ef"])],
+        setup("HSET", "f:20", "name", "ab cd", "t", "Jon"),
+        *[S("FT.SEARCH", "pf", query, "NOCONTENT", "WITHSCORES", "SCORER", scorer, norm="scores")
+          for query in ("@name:jon @n:[1 20]", "@name:jon @g:{a}", "@name:jon @t:jon", "@name:john @n:[0 3]",
+                        "@name:jon", "@name:jon=>{$phonetic:false}", "@name:smith", '@name:"jon ab"', "ab")
+          for scorer in ("TFIDF", "BM25", "DISMAX")])
     add("phonetic_json",
         setup("FT.CREATE", "pj", "ON", "JSON", "PREFIX", "1", "j:", "SCHEMA", "$.name", "AS", "name", "TEXT",
               "PHONETIC", "dm:en", "$.city", "AS", "city", "TEXT"),

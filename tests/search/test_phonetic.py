@@ -124,3 +124,18 @@ def test_phonetic_field_survives_a_reload(tmp_path):
         assert _ids(cmd(r, "FT.SEARCH", "ph", "@name:jon", "NOCONTENT")) == [b"p:0", b"p:1"]
     finally:
         server.stop()
+
+
+def test_a_short_word_repeats_the_code_before_it(any_client):
+    # Redis Stack (RediSearch 2.10.5) with the same commands: "Jon x y z" holds <JN 4 times, so
+    # TFIDF's norm is 4 for it: 0.5 against 1 for "Jon" (both with t "jon")
+    r = any_client
+    cmd(r, "FT.CREATE", "k0", "PREFIX", "1", "k0:", "SCHEMA", "name", "TEXT", "PHONETIC", "dm:en", "t", "TEXT")
+    r.hset("k0:1", mapping={"name": "Jon x y z", "t": "jon"})
+    r.hset("k0:2", mapping={"name": "Jon", "t": "jon"})
+    reply = cmd(r, "FT.SEARCH", "k0", "@name:jon=>{$phonetic:false}", "NOCONTENT", "WITHSCORES", "SCORER", "TFIDF")
+    if isinstance(reply, dict):
+        scores = {item[b"id"]: item[b"score"] for item in reply[b"results"]}
+    else:
+        scores = {reply[i]: float(reply[i + 1]) for i in range(1, len(reply), 2)}
+    assert scores == {b"k0:1": 0.5, b"k0:2": 1.0}

@@ -56,6 +56,7 @@ class TextIndex:
             for n, value in enumerate(texts):
                 if n:
                     position += MULTI_TEXT_SLOP  # no phrase across two values of a multi-value field
+                sound = None
                 for token in (chinese.tokenize(value) if language == chinese.LANGUAGE else text.tokenize(value)):
                     if token in stopwords:  # a stop-word takes no position: "king for henry" is "king henry"
                         continue
@@ -67,8 +68,11 @@ class TextIndex:
                         root = text.stem(token, language)
                         if root is not None:
                             _bump(terms, text.STEM_PREFIX + root, number, inc, where)
-                    if phonetic_len and len(token.encode()) >= phonetic_len:  # RediSearch counts bytes
-                        sound = phonetic.code(token)
+                    if phonetic_len:
+                        if len(token.encode()) >= phonetic_len:  # RediSearch counts bytes
+                            sound = phonetic.code(token)
+                        # a shorter token re-indexes the code before it in the value (RediSearch 2.10.5
+                        # keeps the last code in its tokenizer: "Jon x y z" holds <JN 4 times)
                         if sound is not None:
                             _bump(terms, sound, number, inc, where)
                     if synonyms and token in synonyms:

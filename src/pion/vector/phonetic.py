@@ -4,7 +4,9 @@
 and, as in RediSearch, give the same codes: its matcher ignores the language). Each token of such a
 field at least FT.CONFIG ``MIN_PHONETIC_TERM_LEN`` long (default 3) also indexes its *primary*
 Double Metaphone code, cut to 4 letters and prefixed ``<`` so it cannot collide with a word (the
-term ``<JN`` for "John"), at the token's position. RediSearch computes a secondary code too but
+term ``<JN`` for "John"), at the token's position; a shorter token indexes the last code of its
+value again (RediSearch's tokenizer keeps it: "Jon x y z" holds ``<JN`` 4 times, ``fields``
+does the same). RediSearch computes a secondary code too but
 indexes and expands the primary only (measured on RediSearch 2.10.5: "Schmidt", primary ``XMT``,
 does not find "Smith", whose secondary is ``XMT``). A query term on a phonetic field (or on all
 fields of an index that has one) is expanded with its code, whatever its length, so ``@name:jon``
