@@ -14,6 +14,8 @@ from pion.protocol.errors import ReplyError
 from pion.vector import phonetic, schema
 from tests.recovery.helpers import DirServer
 
+pytest.importorskip("metaphone")  # the search extra (make venv installs it)
+
 
 def cmd(r, *args):
     return r.execute_command(*args)
