@@ -30,6 +30,11 @@ _UNION_EXPANSIONS = ("a term under a union inside an intersection: RediSearch's 
                      "first matching expansion of `apple` (not its stem `+appl`) for one document, so its score "
                      "differs; Pion scores every expansion, as the documented formula does (the distance penalty "
                      "agrees)")
+_PHONETIC_REPEATS = ("a phonetic term inside an intersection, on a document where words under MIN_PHONETIC_TERM_LEN "
+                     "repeat the code before them (\"Jon x y z\" holds <JN 4 times, as RediSearch 2.10.5 indexes it): "
+                     "RediSearch counts the repeats in TFIDF's norm but scores the union under the intersection "
+                     "without them (TFIDF 0.75, DISMAX 3); Pion adds the code's frequency (1.75, 5); alone the term "
+                     "scores the same on both")
 _STREAMING_TOTAL = ("FT.AGGREGATE total_results of a pipeline without SORTBY or GROUPBY: RediSearch counts the rows "
                     "its iterator had read when the reply was built (here 1 for 2 rows); Pion counts every match")
 _JSON_PARSE = ("JSON.SET with malformed JSON: Pion's parser is Python's, its messages are serde_json's for the "
@@ -56,6 +61,14 @@ DIFFERENCES: list[Difference] = [
                "appl(expanded)}`) and numbers as %f (`1.000000`); Pion prints the parsed tree without expansions"),
     Difference("info_definition", ("FT.INFO",), BOTH, "intentional",
                "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
+    Difference("phonetic_errors", ("FT.INFO",), BOTH, "intentional",
+               "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
+    Difference("phonetic_names", ("FT.EXPLAIN", "ph", "@name:jon"), BOTH, "open",
+               "FT.EXPLAIN of a term on a PHONETIC field: RediSearch shows the code among the expansions "
+               "(`@name:<JN(expanded)`); Pion prints the parsed tree without expansions", whole=True),
+    *[Difference("phonetic_filters", ("FT.SEARCH", "pf", q, "NOCONTENT", "WITHSCORES", "SCORER", s), BOTH, "open",
+                 _PHONETIC_REPEATS, whole=True)
+      for q in ("@name:jon @n:[1 20]", "@name:jon @t:jon") for s in ("TFIDF", "BM25", "DISMAX")],
     Difference("geoshape", ("FT.INFO",), BOTH, "intentional",
                "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
     Difference("geoshape", ("FT.SEARCH", "g", "@geom:[WITHIN $p]", "PARAMS", "2", "p",

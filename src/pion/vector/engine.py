@@ -202,6 +202,7 @@ class SearchEngine:
         if key in self.aliases:
             raise ReplyError("Alias conflicts with an existing index name")
         index = SearchIndex(definition, db.id, hidden=hidden)
+        index.config = self.config
         if definition.filter:
             from pion.vector.expressions import document_filter
 

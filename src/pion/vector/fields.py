@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from pion.vector import chinese, text
+from pion.vector import chinese, phonetic, text
 
 FIELD_SHIFT = 1 << 20
 SYNONYM_PREFIX = "~"
@@ -44,17 +44,19 @@ class TextIndex:
         self.total_len = 0
         self.records = 0
 
-    def add(self, doc_id: int, fields: list[tuple[int, float, list[str], bool]], stopwords: frozenset[str],
+    def add(self, doc_id: int, fields: list[tuple[int, float, list[str], bool, int]], stopwords: frozenset[str],
             language: str, synonyms: dict[str, set[str]] | None = None) -> None:
-        """``fields``: (field number, weight, texts, stem?) for each TEXT field the doc has."""
+        """``fields``: (field number, weight, texts, stem?, phonetic minimum length or 0) for each TEXT
+        field the doc has; a phonetic field's long enough tokens also index their code (``phonetic``)."""
         terms: dict[str, Posting] = {}
         total = 0
         position = 0  # the document's offset, as RediSearch's: it runs on across fields (TFIDF's slop)
-        for number, weight, texts, do_stem in fields:
+        for number, weight, texts, do_stem, phonetic_len in fields:
             inc = max(1, int(weight))
             for n, value in enumerate(texts):
                 if n:
                     position += MULTI_TEXT_SLOP  # no phrase across two values of a multi-value field
+                sound = None
                 for token in (chinese.tokenize(value) if language == chinese.LANGUAGE else text.tokenize(value)):
                     if token in stopwords:  # a stop-word takes no position: "king for henry" is "king henry"
                         continue
@@ -66,6 +68,13 @@ class TextIndex:
                         root = text.stem(token, language)
                         if root is not None:
                             _bump(terms, text.STEM_PREFIX + root, number, inc, where)
+                    if phonetic_len:
+                        if len(token.encode()) >= phonetic_len:  # RediSearch counts bytes
+                            sound = phonetic.code(token)
+                        # a shorter token re-indexes the code before it in the value (RediSearch 2.10.5
+                        # keeps the last code in its tokenizer: "Jon x y z" holds <JN 4 times)
+                        if sound is not None:
+                            _bump(terms, sound, number, inc, where)
                     if synonyms and token in synonyms:
                         for group in synonyms[token]:
                             _bump(terms, SYNONYM_PREFIX + group, number, inc, where)
@@ -98,7 +107,7 @@ class TextIndex:
     def terms_matching(self, predicate, limit: int = 200) -> list[str]:
         out = []
         for term in self.postings:
-            if term[:1] not in (text.STEM_PREFIX, SYNONYM_PREFIX) and predicate(term):
+            if term[:1] not in (text.STEM_PREFIX, SYNONYM_PREFIX, phonetic.PREFIX) and predicate(term):
                 out.append(term)
                 if len(out) >= limit:
                     break

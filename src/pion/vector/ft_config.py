@@ -1,11 +1,11 @@
 """RediSearch 2.10's FT.CONFIG options: their names in its order, defaults, help texts, which may be
 changed at run time, and how a value is read (the same checks and error texts).
 
-Pion applies TIMEOUT, ON_TIMEOUT, DEFAULT_DIALECT, MINPREFIX and MAXEXPANSIONS (=
-MAXPREFIXEXPANSIONS). The others are kept, shown by GET and saved, and change nothing in Pion:
+Pion applies TIMEOUT, ON_TIMEOUT, DEFAULT_DIALECT, MINPREFIX, MAXEXPANSIONS (=
+MAXPREFIXEXPANSIONS) and MIN_PHONETIC_TERM_LEN (``phonetic``). The others are kept, shown by GET and saved, and change nothing in Pion:
 garbage collection, memory pools, the document table, thread pools and numeric-tree tuning belong
 to RediSearch's C engine and have no counterpart here; MINSTEMLEN (Pion stems words of 4 letters
-or more), MAXSEARCHRESULTS, MAXAGGREGATERESULTS, CURSOR_MAX_IDLE and MIN_PHONETIC_TERM_LEN are
+or more), MAXSEARCHRESULTS, MAXAGGREGATERESULTS and CURSOR_MAX_IDLE are
 not applied yet (docs/compat-differences.md lists them). The values are strings, as FT.CONFIG GET shows them,
 and are saved with the search state (the snapshot extension).
 """

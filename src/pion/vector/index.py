@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pion.vector import documents
+from pion.vector import documents, phonetic
 from pion.vector.documents import IndexingFailure
 from pion.vector.fields import GeoIndex, NumericIndex, TagIndex, TextIndex
 from pion.vector.geoshape import GeoShapeIndex
@@ -35,6 +35,8 @@ class SearchIndex:
         self.sortables: dict[str, dict[int, Any]] = {}
         self.next_doc = 1
         self.text = TextIndex()
+        #: the engine's FT.CONFIG values (MIN_PHONETIC_TERM_LEN is read at each document)
+        self.config: dict[str, str] = {}
         self.tags: dict[str, TagIndex] = {}
         self.numerics: dict[str, NumericIndex] = {}
         self.geos: dict[str, GeoIndex] = {}
@@ -164,7 +166,8 @@ class SearchIndex:
             if spec is None or spec.noindex:
                 continue
             stem = not spec.nostem and stemming_available(doc.language)
-            text_fields.append((self.text_numbers[name], spec.weight, values, stem))
+            sounds = phonetic.min_len(self.config) if spec.phonetic else 0
+            text_fields.append((self.text_numbers[name], spec.weight, values, stem, sounds))
             if name in self.empty and any(not v.strip() for v in values):
                 self.empty[name].add(doc_id)
         if text_fields:

@@ -18,7 +18,7 @@ import numpy as np
 
 from pion.protocol.errors import ReplyError
 from pion.storage.budget import UNLIMITED, Budget
-from pion.vector import chinese, geoshape, scoring, text
+from pion.vector import chinese, geoshape, phonetic, scoring, text
 from pion.vector.fields import FIELD_SHIFT, SYNONYM_PREFIX
 from pion.vector.index import SearchIndex
 from pion.vector.query_parser import Node
@@ -62,7 +62,35 @@ def evaluate(node: Node, ctx: ExecContext) -> Hits:
             root = root.children[0]
         if root.kind == "and":
             ctx.slops = _term_distances(root, ctx, hits, fields)
+        elif root.kind == "term":
+            ctx.slops = _expansion_distances(root, ctx, hits, fields)
     return {} if hits is None else hits
+
+
+def _expansion_distances(node: Node, ctx: ExecContext, hits: Hits, fields: list[str] | None) -> dict[int, int]:
+    """TFIDF's distance penalty of a lone term: RediSearch's root result is then the union of the
+    word and its expansions (synonyms, phonetic code, stem), and ``IndexResult_MinOffsetDelta``
+    walks the union's matching children as it walks an intersection's (measured on 2.10.5: "thomas"
+    matching itself, ``<TMS`` and ``+thoma`` at one offset scores a third less, 2 children apart)."""
+    lists = _offset_lists(node, ctx, fields)
+    if len(lists) < 2:
+        return {}
+    out: dict[int, int] = {}
+    low = _LOW
+    for doc in hits:
+        offsets = []
+        for plist, mask in lists:
+            posting = plist.get(doc)
+            if posting is None or (mask is not None and not posting.mask & mask):
+                continue
+            offsets.append(sorted({p & low for p in posting.positions if mask is None or (1 << (p >> 20)) & mask}))
+        if len(offsets) < 2 or not all(offsets):
+            continue
+        dist = sum(_least_distance(a, b) ** 2 for a, b in zip(offsets, offsets[1:], strict=False))
+        slop = math.isqrt(dist) if dist else len(offsets) - 1
+        if slop != 1:
+            out[doc] = max(slop, 1)
+    return out
 
 
 def _offset_lists(node: Node, ctx: ExecContext, fields: list[str] | None) -> list[tuple[dict, int | None]]:
@@ -74,7 +102,8 @@ def _offset_lists(node: Node, ctx: ExecContext, fields: list[str] | None) -> lis
         if _is_stopword(ctx, node.value):
             return []
         mask = _field_mask(ctx, fields)
-        return [(pl, mask) for pl in _postings(ctx, node.value, not node.attrs.get("exact"), fields)]
+        return [(pl, mask) for pl in _postings(ctx, node.value, not node.attrs.get("exact"), fields,
+                                               node.attrs.get("phonetic"))]
     if node.kind in ("or", "and"):
         return [item for child in node.children if child.kind != "opt" for item in _offset_lists(child, ctx, fields)]
     if node.kind == "phrase":
@@ -173,7 +202,8 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
     if kind == "term":
         if _is_stopword(ctx, node.value):
             return None  # dropped from the query, as RediSearch drops stop-words
-        return _term(node.value, ctx, fields, weight, expand=not node.attrs.get("exact"))
+        return _term(node.value, ctx, fields, weight, expand=not node.attrs.get("exact"),
+                     sounds=node.attrs.get("phonetic"))
     if kind == "phrase":
         return _phrase(node, ctx, fields, weight)
     if kind in ("prefix", "suffix", "infix", "fuzzy", "wildcard"):
@@ -237,12 +267,12 @@ def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) 
 
 def _proximity(ctx: ExecContext, terms: list[Node], fields: list[str] | None, base: Hits) -> Hits:
     """SLOP / INORDER over the terms of an intersection (positions of the word or its stem)."""
-    words = [t.value for t in terms if not _is_stopword(ctx, t.value)]
-    if len(words) < 2:
+    kept = [t for t in terms if not _is_stopword(ctx, t.value)]
+    if len(kept) < 2:
         return base
     slop = ctx.slop if ctx.slop is not None else 1 << 30
     mask = _field_mask(ctx, fields)
-    lists = [_postings(ctx, word, True, fields) for word in words]
+    lists = [_postings(ctx, t.value, True, fields, t.attrs.get("phonetic")) for t in kept]
     out: Hits = {}
     tick = ctx.budget.tick
     for doc, score in base.items():
@@ -268,12 +298,16 @@ def _field_mask(ctx: ExecContext, fields: list[str] | None) -> int | None:
     return mask
 
 
-def _postings(ctx: ExecContext, word: str, expand: bool, fields: list[str] | None) -> list[dict]:
+def _postings(ctx: ExecContext, word: str, expand: bool, fields: list[str] | None,
+              sounds: bool | None = None) -> list[dict]:
+    """The word's postings and its expansions' (synonyms, phonetic code, stem), as RediSearch's
+    DEFAULT expander. ``sounds``: the term's ``$phonetic`` attribute (None: not given)."""
     postings = ctx.index.text.postings
-    return [postings[name] for name in posting_names(ctx, word, expand, fields)]
+    return [postings[name] for name in posting_names(ctx, word, expand, fields, sounds)]
 
 
-def posting_names(ctx: ExecContext, word: str, expand: bool, fields: list[str] | None) -> list[str]:
+def posting_names(ctx: ExecContext, word: str, expand: bool, fields: list[str] | None,
+                  sounds: bool | None = None) -> list[str]:
     """The index terms a query word reads: the word, its synonym groups and its stem (``+root``),
     those the index has. HIGHLIGHT/SUMMARIZE ask the same to know which terms matched."""
     postings = ctx.index.text.postings
@@ -284,11 +318,39 @@ def posting_names(ctx: ExecContext, word: str, expand: bool, fields: list[str] |
         for group in ctx.index.synonyms.get(word, ()):
             if SYNONYM_PREFIX + group in postings:
                 names.append(SYNONYM_PREFIX + group)
+    if _phonetic(ctx, fields, sounds) and expand and not ctx.verbatim and ctx.expander != "SYNONYM":
+        sound = phonetic.code(word)
+        if sound is not None and sound in postings:
+            names.append(sound)
     if expand and not ctx.verbatim and ctx.expander != "SYNONYM":
         root = text.stem(word, ctx.language or ctx.index.definition.language)
         if STEM_PREFIX + (root or word) in postings and not _all_nostem(ctx, fields):
             names.append(STEM_PREFIX + (root or word))
     return names
+
+
+def _phonetic(ctx: ExecContext, fields: list[str] | None, sounds: bool | None) -> bool:
+    """A term is expanded with its sound where a field it searches is PHONETIC, unless its
+    ``$phonetic`` is false; the attribute on fields none of which is phonetic is RediSearch's error."""
+    definition = ctx.index.definition
+    names = fields or [spec.name for spec in definition.fields if spec.type == "TEXT"]
+    has = any(spec is not None and spec.phonetic for spec in map(definition.field, names))
+    if sounds is not None and not has:
+        raise ReplyError(phonetic.NOT_PHONETIC)
+    return has and sounds is not False
+
+
+def check_phonetic(node: Node, definition, fields: list[str] | None = None) -> None:
+    """RediSearch refuses ``$phonetic`` on fields none of which is phonetic while it parses the
+    query, so FT.EXPLAIN answers the error too (FT.SEARCH meets it in ``_phonetic``)."""
+    if node.kind == "fields":
+        fields = node.fields
+    elif node.kind == "term" and "phonetic" in node.attrs:
+        names = fields or [spec.name for spec in definition.fields if spec.type == "TEXT"]
+        if not any(spec is not None and spec.phonetic for spec in map(definition.field, names)):
+            raise ReplyError(phonetic.NOT_PHONETIC)
+    for child in node.children:
+        check_phonetic(child, definition, fields)
 
 
 def _all_nostem(ctx: ExecContext, fields: list[str] | None) -> bool:
@@ -303,12 +365,13 @@ def _segmented(ctx: ExecContext) -> bool:
     return (ctx.language or ctx.index.definition.language) == chinese.LANGUAGE
 
 
-def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, expand: bool = True) -> Hits:
+def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, expand: bool = True,
+          sounds: bool | None = None) -> Hits:
     index = ctx.index
     if _segmented(ctx) and chinese.has_cjk(word):
         words = chinese.query_words(word)
         if len(words) > 1:  # every word must match, as RediSearch intersects friso's words
-            parts = [_term(w, ctx, fields, weight, expand) for w in words]
+            parts = [_term(w, ctx, fields, weight, expand, sounds) for w in words]
             parts.sort(key=len)
             out = parts[0]
             for other in parts[1:]:
@@ -325,13 +388,16 @@ def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, 
     out: Hits = {}
     tick = ctx.budget.tick
     dismax = ctx.scorer == "DISMAX"
-    for plist in _postings(ctx, word, expand, fields):
+    direct = index.text.postings.get(word)
+    for plist in _postings(ctx, word, expand, fields, sounds):
         tick(len(plist) >> 3)
+        # RediSearch gives the term's weight to the word itself, not to its expansions
+        w = weight if plist is direct else 1.0
         matching = [(d, p) for d, p in plist.items() if mask is None or p.mask & mask]
-        n = len(matching)
+        n = len(plist)  # the term's document count, whatever the field mask (RediSearch's IDF)
         for doc, posting in matching:
             tick()
-            contribution = scoring.term_score(ctx.scorer, posting.freq, weight, total, n, doc_len.get(doc, 0), avg)
+            contribution = scoring.term_score(ctx.scorer, posting.freq, w, total, n, doc_len.get(doc, 0), avg)
             if dismax:  # the word and its expansions are a union: DISMAX takes the best
                 out[doc] = max(out.get(doc, 0.0), contribution)
             else:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pion.protocol.errors import ReplyError
+from pion.vector import phonetic
 from pion.vector.query_lexer import syntax_error
 
 
@@ -103,7 +104,9 @@ def parse_attributes(body: str, pos: int, params: dict[str, bytes]) -> dict[str,
                 raise ReplyError(f"Invalid value ({value}) for `{name[1:]}`") from None
         elif key == "inorder":
             out[key] = value.lower() in ("true", "1")
-        elif key in ("yield_distance_as", "hybrid_policy", "phonetic"):
+        elif key == "phonetic":
+            out[key] = phonetic.parse_flag(value)
+        elif key in ("yield_distance_as", "hybrid_policy"):
             out[key] = value
         else:
             raise ReplyError(f"Invalid attribute {name[1:]}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pion.protocol.errors import ReplyError
-from pion.vector import chinese, text
+from pion.vector import chinese, phonetic, text
 
 FIELD_TYPES = ("TEXT", "TAG", "NUMERIC", "GEO", "VECTOR", "GEOSHAPE")
 VECTOR_TYPES = {"FLOAT32": 4, "FLOAT64": 8, "FLOAT16": 2, "BFLOAT16": 2, "INT8": 1, "UINT8": 1}
@@ -57,6 +57,8 @@ class FieldSpec:
     unf: bool = False
     noindex: bool = False
     nostem: bool = False
+    #: TEXT PHONETIC's matcher (``dm:en`` ...): its tokens' Double Metaphone codes are indexed (``phonetic``)
+    phonetic: str | None = None
     weight: float = 1.0
     separator: str = ","
     case_sensitive: bool = False
@@ -311,7 +313,10 @@ def _parse_field_options(args: _Args, spec: FieldSpec) -> None:
             args.pos += 1
             spec.weight = args.next_float("weight")
         elif word == "PHONETIC" and spec.type == "TEXT":
-            raise _err("PHONETIC matching is not supported by Pion: create the field without PHONETIC")
+            args.pos += 1
+            if not args.more():
+                raise _err("PHONETIC requires an argument")
+            spec.phonetic = phonetic.check_matcher(args.next_str("PHONETIC"))
         elif word == "SEPARATOR" and spec.type == "TAG":
             args.pos += 1
             if not args.more():

@@ -16,7 +16,7 @@ from pion.server.commands.search.admin import engine
 from pion.server.commands.search.replies import field_value, live_value, query_budget, renew, search_reply
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.vector import highlight, knn_fast, search
+from pion.vector import highlight, knn_fast, query_exec, search
 from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_parser import Node, parse_query
 
@@ -196,9 +196,10 @@ def _num(value: float) -> str:
 
 def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     eng = engine(ctx)
-    eng.get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
+    index = eng.get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
     req = search.parse_search(argv, default_dialect(ctx))  # FT.SEARCH's options are accepted
     query = parse_query(req.query, req.dialect, req.params)
+    query_exec.check_phonetic(query.root, index.definition)
     lines = explain_lines(query.root)
     if query.knn is not None:
         knn = query.knn
