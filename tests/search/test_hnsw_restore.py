@@ -64,6 +64,18 @@ def _results(client: redis.Redis) -> list[list]:
     return out
 
 
+def _rebuilt_like(after: list[list], before: list[list]) -> bool:
+    """A graph rebuilt from the documents is a new approximate graph: its answers may differ from
+    the old graph's by a neighbour it misses (the same distance for every document both return,
+    at least 8 of each 10 shared). A loaded graph must answer exactly as before (``==``)."""
+    for got, was in zip(after, before, strict=True):
+        old = dict(was)
+        shared = [(key, d) for key, d in got if key in old]
+        if len(shared) < 8 or any(old[key] != d for key, d in shared):
+            return False
+    return True
+
+
 def _save(client: redis.Redis) -> None:
     assert client.bgsave()
     deadline = time.time() + 30
@@ -155,7 +167,7 @@ def test_a_damaged_graph_file_is_refused_and_the_graph_rebuilt(proc, how):
     assert info["search_hnsw_graphs_loaded"] == 0 and info["search_hnsw_graphs_rebuilt"] == 1
     assert info["search_hnsw_graph_files_refused"] == 1
     assert info["search_hnsw_vectors_restored"] == 0 and info["search_hnsw_vectors_built"] == N
-    assert _results(client) == before
+    assert _rebuilt_like(_results(client), before)
     assert "rebuilt from the documents" in proc.log()
 
 
@@ -174,7 +186,7 @@ def test_a_graph_file_of_other_parameters_is_refused(proc):
     info = _settled(client)
     assert info["search_hnsw_graphs_loaded"] == 0 and info["search_hnsw_graph_files_refused"] == 1
     assert info["search_hnsw_vectors_built"] == N
-    assert _results(client) == before
+    assert _rebuilt_like(_results(client), before)
 
 
 def test_a_torn_temp_file_is_ignored_and_cleaned_up(proc):

@@ -98,11 +98,15 @@ def test_aggregate_apply_timeout(big):
 def test_aggregate_cursor_return_keeps_partial_rows(big):
     reply, cursor = cmd(big, "FT.AGGREGATE", "idx", "*", "LOAD", "1", "@n", "APPLY", LONG_EXPR, "AS", "s",
                         "WITHCURSOR", "COUNT", "10", "TIMEOUT", "1")
+    # what timed out may be the match or the APPLY stage (which one depends on the machine's speed):
+    # either way the cursor delivers fewer rows than match, and RESP3 says why
     if _is_resp3(big):
         assert reply[b"warning"] == [TIMEOUT_TEXT]
-        assert reply[b"total_results"] < N_DOCS
-    else:
-        assert reply[0] < N_DOCS
+    rows = len(reply[b"results"]) if _is_resp3(big) else len(reply) - 1
+    while cursor:
+        reply, cursor = cmd(big, "FT.CURSOR", "READ", "idx", str(cursor))
+        rows += len(reply[b"results"]) if _is_resp3(big) else len(reply) - 1
+    assert rows < N_DOCS
 
 
 def test_hybrid_timeout(big):
