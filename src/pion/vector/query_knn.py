@@ -1,9 +1,12 @@
 """The vector part of a RediSearch query, and the ``=>{$attr: v; ...}`` attribute lists.
 
 ``filter=>[KNN k @v $B [EF_RUNTIME n] [HYBRID_POLICY p] [BATCH_SIZE n] [EPSILON e] [SHARD_K_RATIO r]
-[AS d]]`` with an optional ``=>{$yield_distance_as: d; ...}`` after it: ``split_knn`` finds the
+[SEARCH_WINDOW_SIZE n] [SEARCH_BUFFER_CAPACITY n] [USE_SEARCH_HISTORY OFF|ON|AUTO] [AS d]]`` with an optional ``=>{$yield_distance_as: d; ...}`` after it: ``split_knn`` finds the
 arrow that opens the clause at the top level, ``parse_knn`` reads it into a ``KnnClause``;
 ``parse_attributes`` reads the attribute lists the parser also meets after any group or term.
+SVS-VAMANA's runtime parameters land in the graph's one search window (``svs_graph``):
+SEARCH_WINDOW_SIZE and SEARCH_BUFFER_CAPACITY set ``ef`` (the larger of the two);
+USE_SEARCH_HISTORY is checked and kept (the usearch graph always searches with its window).
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ class KnnClause:
     alias: str | None = None
     epsilon: float | None = None
     shard_ratio: float | None = None
+    #: SVS-VAMANA's USE_SEARCH_HISTORY (OFF, ON or AUTO), when the query names it
+    search_history: str | None = None
+
+
+SEARCH_HISTORY = ("OFF", "ON", "AUTO")
 
 
 def split_knn(text: str) -> tuple[str, str | None, int]:
@@ -97,7 +105,7 @@ def parse_attributes(body: str, pos: int, params: dict[str, bytes]) -> dict[str,
                 out[key] = float(value)
             except ValueError:
                 raise ReplyError(f"Invalid value ({value}) for `{name[1:]}`") from None
-        elif key in ("slop", "ef_runtime", "batch_size"):
+        elif key in ("slop", "ef_runtime", "batch_size", "search_window_size", "search_buffer_capacity"):
             try:
                 out[key] = int(value)
             except ValueError:
@@ -106,7 +114,7 @@ def parse_attributes(body: str, pos: int, params: dict[str, bytes]) -> dict[str,
             out[key] = value.lower() in ("true", "1")
         elif key == "phonetic":
             out[key] = phonetic.parse_flag(value)
-        elif key in ("yield_distance_as", "hybrid_policy"):
+        elif key in ("yield_distance_as", "hybrid_policy", "use_search_history"):
             out[key] = value
         else:
             raise ReplyError(f"Invalid attribute {name[1:]}")
@@ -161,6 +169,10 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
                 knn.epsilon = float(value)
             elif word == "SHARD_K_RATIO":
                 knn.shard_ratio = float(value)
+            elif word in ("SEARCH_WINDOW_SIZE", "SEARCH_BUFFER_CAPACITY"):
+                knn.ef = _window(knn.ef, int(value), word)
+            elif word == "USE_SEARCH_HISTORY":
+                knn.search_history = _history(value)
             else:
                 raise ReplyError(f"Invalid attribute {inside[i]}")
         except ValueError:
@@ -179,11 +191,30 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
             knn.policy = str(attrs["hybrid_policy"]).upper()
         knn.batch_size = attrs.get("batch_size", knn.batch_size)
         knn.shard_ratio = attrs.get("shard_k_ratio", knn.shard_ratio)
+        for key in ("search_window_size", "search_buffer_capacity"):
+            if key in attrs:
+                knn.ef = _window(knn.ef, attrs[key], key.upper())
+        if "use_search_history" in attrs:
+            knn.search_history = _history(str(attrs["use_search_history"]))
     if knn.policy not in (None, "BATCHES", "ADHOC_BF"):
         raise ReplyError("invalid hybrid policy was given")
     if knn.ef is not None and knn.ef <= 0:
         raise ReplyError("Invalid value for EF_RUNTIME")
     return knn
+
+
+def _window(ef: int | None, value: int, name: str) -> int:
+    """SEARCH_WINDOW_SIZE / SEARCH_BUFFER_CAPACITY: the graph's search window, the larger one."""
+    if value <= 0:
+        raise ReplyError(f"Invalid value for {name}")
+    return value if ef is None else max(ef, value)
+
+
+def _history(value: str) -> str:
+    word = value.upper()
+    if word not in SEARCH_HISTORY:
+        raise ReplyError(f"Invalid value ({value}) for `USE_SEARCH_HISTORY`")
+    return word
 
 
 def _param(params: dict[str, bytes], name: str) -> str:

@@ -6,7 +6,9 @@ argv, not a private encoding), so parsing must stay deterministic. Error texts a
 (``spec.c``): ``Unknown argument `X```, ``Duplicate field in schema - f``, ``No schema found``,
 ``Missing mandatory parameter: cannot create HNSW index without specifying DIM argument``.
 Defaults are Redis's: HNSW ``M 16``, ``EF_CONSTRUCTION 200``, ``EF_RUNTIME 10``, ``EPSILON 0.01``;
-TEXT ``WEIGHT 1``; TAG ``SEPARATOR ,``; ``SCORE 1.0``; ``LANGUAGE english``.
+SVS-VAMANA ``GRAPH_MAX_DEGREE 32``, ``CONSTRUCTION_WINDOW_SIZE 200``, ``SEARCH_WINDOW_SIZE 10``,
+``TRAINING_THRESHOLD 10240``, ``REDUCE DIM/2`` (``svs_graph`` says how they run); TEXT ``WEIGHT 1``;
+TAG ``SEPARATOR ,``; ``SCORE 1.0``; ``LANGUAGE english``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ MIN_M, MAX_M = 2, 32767
 #: EF_CONSTRUCTION / EF_RUNTIME: usearch sizes per-search buffers by it (10^9 is an
 #: out-of-memory at the first add); a query's EF_RUNTIME is clamped to the graph's size instead
 MAX_EF = 1_000_000
+#: SVS-VAMANA's defaults (Redis 8.2's documentation): GRAPH_MAX_DEGREE 32 (HNSW's 2M),
+#: CONSTRUCTION_WINDOW_SIZE 200, SEARCH_WINDOW_SIZE 10, TRAINING_THRESHOLD 10 * 1024 (at most
+#: 100 * 1024), REDUCE DIM / 2; TYPE FLOAT16 or FLOAT32 only
+SVS_GRAPH_MAX_DEGREE = 32
+SVS_CONSTRUCTION_WINDOW_SIZE = 200
+SVS_SEARCH_WINDOW_SIZE = 10
+SVS_TRAINING_THRESHOLD = 10 * 1024
+SVS_TRAINING_MAX = 100 * 1024
+SVS_TYPES = ("FLOAT16", "FLOAT32")
+#: COMPRESSION's kinds, by their upper-case spelling -> Redis's spelling
+SVS_COMPRESSIONS = {name.upper(): name for name in ("LVQ8", "LVQ4", "LVQ4x4", "LVQ4x8", "LeanVec4x8", "LeanVec8x8")}
 #: rows a FLAT/HNSW field allocates up front, whatever INITIAL_CAP says (it grows by doubling)
 PREALLOCATE_MAX = 1024
 
@@ -42,6 +55,15 @@ class VectorParams:
     epsilon: float = 0.01
     initial_cap: int = 0
     block_size: int = 1024
+    #: SVS-VAMANA (``svs_graph``): what FT.CREATE said, for FT.INFO; the graph runs on ``m``,
+    #: ``ef_construction`` and ``ef_runtime``, which ``_parse_vector`` derives from them
+    graph_max_degree: int = SVS_GRAPH_MAX_DEGREE
+    construction_window_size: int = SVS_CONSTRUCTION_WINDOW_SIZE
+    search_window_size: int = SVS_SEARCH_WINDOW_SIZE
+    #: COMPRESSION as given (None: none); every kind runs as ``GlobalSQ8`` (see ``svs_graph``)
+    compression: str | None = None
+    training_threshold: int = SVS_TRAINING_THRESHOLD
+    reduce: int | None = None
 
     @property
     def blob_size(self) -> int:
@@ -339,9 +361,7 @@ def _parse_field_options(args: _Args, spec: FieldSpec) -> None:
 
 def _parse_vector(args: _Args) -> VectorParams:
     algo = args.next_str("vector similarity algorithm").upper()
-    if algo == "SVS-VAMANA":
-        raise _err("SVS-VAMANA is not supported by Pion: use HNSW (usearch) or FLAT")
-    if algo not in ("FLAT", "HNSW"):
+    if algo not in ("FLAT", "HNSW", "SVS-VAMANA"):
         raise _err(f"Bad arguments for vector similarity algorithm: Unknown argument `{algo}`")
     try:
         count = int(args.next_str("vector similarity number of parameters"))
@@ -355,13 +375,14 @@ def _parse_vector(args: _Args) -> VectorParams:
     params = VectorParams(algorithm=algo)
     seen = set()
     end = args.pos + count
+    svs = algo == "SVS-VAMANA"
     while args.pos < end:
         name = args.next_str("vector").upper()
         seen.add(name)
         what = f"algorithm {algo} parameter {name}"
         if name == "TYPE":
             kind = args.next_str(what).upper()
-            if kind not in VECTOR_TYPES:
+            if kind not in VECTOR_TYPES or (svs and kind not in SVS_TYPES):
                 raise _err(f"Bad arguments for vector similarity {algo} index type: {kind}")
             params.data_type = kind
         elif name == "DIM":
@@ -373,7 +394,7 @@ def _parse_vector(args: _Args) -> VectorParams:
             if metric not in METRICS:
                 raise _err(f"Bad arguments for vector similarity {algo} index metric: {metric}")
             params.metric = metric
-        elif name == "INITIAL_CAP":
+        elif name == "INITIAL_CAP" and not svs:
             params.initial_cap = args.next_int(what)
         elif name == "BLOCK_SIZE" and algo == "FLAT":
             params.block_size = args.next_int(what, minimum=1)
@@ -383,17 +404,66 @@ def _parse_vector(args: _Args) -> VectorParams:
             params.ef_construction = args.next_int(what, minimum=1, maximum=MAX_EF)
         elif name == "EF_RUNTIME" and algo == "HNSW":
             params.ef_runtime = args.next_int(what, minimum=1, maximum=MAX_EF)
-        elif name == "EPSILON" and algo == "HNSW":
+        elif name == "EPSILON" and algo != "FLAT":
             params.epsilon = args.next_float(what)
             if params.epsilon < 0:
                 raise _err(f"Bad arguments for {what}: Value is outside acceptable bounds")
+        elif svs and name in _SVS_PARAMS:
+            _svs_param(args, params, name, what)
         else:
             raise _err(f"Bad arguments for algorithm {algo}: {name}")
     for required in ("TYPE", "DIM", "DISTANCE_METRIC"):
         if required not in seen:
             raise _err(f"Missing mandatory parameter: cannot create {algo} index without specifying {required} argument")
+    if svs:
+        _check_svs(params, seen)
     _check_memory(params)
     return params
+
+
+_SVS_PARAMS = ("GRAPH_MAX_DEGREE", "CONSTRUCTION_WINDOW_SIZE", "SEARCH_WINDOW_SIZE", "COMPRESSION",
+               "TRAINING_THRESHOLD", "REDUCE")
+
+
+def _svs_param(args: _Args, params: VectorParams, name: str, what: str) -> None:
+    if name == "COMPRESSION":
+        kind = args.next_str(what)
+        if kind.upper() not in SVS_COMPRESSIONS:
+            raise _err(f"Bad arguments for vector similarity SVS-VAMANA index compression: {kind}")
+        params.compression = SVS_COMPRESSIONS[kind.upper()]
+    elif name == "TRAINING_THRESHOLD":
+        params.training_threshold = args.next_int(what, minimum=1)
+    elif name == "REDUCE":
+        params.reduce = args.next_int(what, minimum=1)
+    elif name == "GRAPH_MAX_DEGREE":
+        params.graph_max_degree = args.next_int(what, minimum=1, maximum=2 * MAX_M)
+    elif name == "CONSTRUCTION_WINDOW_SIZE":
+        params.construction_window_size = args.next_int(what, minimum=1, maximum=MAX_EF)
+    else:
+        params.search_window_size = args.next_int(what, minimum=1, maximum=MAX_EF)
+
+
+def _check_svs(params: VectorParams, seen: set[str]) -> None:
+    """The cross-parameter rules (Redis's documentation: TRAINING_THRESHOLD applies only with
+    COMPRESSION and is below 100 * 1024; REDUCE only with a LeanVec COMPRESSION, below DIM),
+    then the usearch graph's parameters: GRAPH_MAX_DEGREE is HNSW's level-0 degree 2M."""
+    if "TRAINING_THRESHOLD" in seen:
+        if params.compression is None:
+            raise _err("Bad arguments for algorithm SVS-VAMANA: TRAINING_THRESHOLD is only applicable with COMPRESSION")
+        if params.training_threshold >= SVS_TRAINING_MAX:
+            raise _err("Bad arguments for algorithm SVS-VAMANA parameter TRAINING_THRESHOLD: "
+                       f"Value is outside acceptable bounds (must be less than {SVS_TRAINING_MAX})")
+    if "REDUCE" in seen:
+        if params.compression is None or not params.compression.startswith("LeanVec"):
+            raise _err("Bad arguments for algorithm SVS-VAMANA: REDUCE is only applicable with LeanVec COMPRESSION")
+        if params.reduce is not None and params.reduce >= params.dim:
+            raise _err("Bad arguments for algorithm SVS-VAMANA parameter REDUCE: "
+                       f"Value is outside acceptable bounds (must be less than DIM {params.dim})")
+    elif params.compression is not None and params.compression.startswith("LeanVec"):
+        params.reduce = max(params.dim // 2, 1)
+    params.m = max(MIN_M, params.graph_max_degree // 2)
+    params.ef_construction = params.construction_window_size
+    params.ef_runtime = params.search_window_size
 
 
 def element_size(params: VectorParams) -> int:
@@ -402,6 +472,8 @@ def element_size(params: VectorParams) -> int:
     size = params.dim * VECTOR_TYPES[params.data_type] + 8
     if params.algorithm == "HNSW":
         size += 3 * params.m * 4 + 16
+    elif params.algorithm == "SVS-VAMANA":  # one level of GRAPH_MAX_DEGREE links
+        size += params.graph_max_degree * 4 + 16
     return size
 
 

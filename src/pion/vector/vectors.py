@@ -1,4 +1,4 @@
-"""Vector fields: exact FLAT search with numpy, HNSW with usearch, and KNN/range queries.
+"""Vector fields: exact FLAT search with numpy, HNSW and SVS-VAMANA with usearch, and KNN/range queries.
 
 Every vector lives in a row of one float32 matrix (a *slot*; COSINE rows are stored unit-length,
 so cosine distance is ``1 - dot``); the matrix is what FLAT scans, what a filtered query
@@ -86,10 +86,15 @@ class VectorField:
         #: restore counts: graph entries documents claimed, entries nobody claimed (removed)
         self.restored = 0
         self.dropped = 0
-        if params.algorithm == "HNSW":
+        if params.algorithm in ("HNSW", "SVS-VAMANA"):
             if not usearch_available():
-                raise ReplyError("ERR HNSW vector fields need the usearch library: pip install 'pion[search]'")
-            self.graph = HnswGraph(params, self)
+                raise ReplyError(f"ERR {params.algorithm} vector fields need the usearch library: pip install 'pion[search]'")
+            if params.algorithm == "HNSW":
+                self.graph = HnswGraph(params, self)
+            else:
+                from pion.vector.svs_graph import SvsGraph
+
+                self.graph = SvsGraph(params, self)
 
     # -- writes (event loop) --------------------------------------------------------------------
 

@@ -230,6 +230,8 @@ def _attribute(index: SearchIndex, spec, resp3: bool) -> Any:
         if params.algorithm == "HNSW":
             pairs += [(b"M", params.m), (b"ef_construction", params.ef_construction),
                       (b"ef_runtime", params.ef_runtime), (b"epsilon", float(params.epsilon))]
+        elif params.algorithm == "SVS-VAMANA":
+            pairs += _svs_attributes(params)
     flags = [flag.encode() for flag in spec.flags()]
     if resp3:
         out = dict(pairs)
@@ -239,6 +241,22 @@ def _attribute(index: SearchIndex, spec, resp3: bool) -> Any:
     for key, value in pairs:
         flat += [key, value]
     return flat + flags
+
+
+def _svs_attributes(params) -> list[tuple[bytes, Any]]:
+    """An SVS-VAMANA field's parameters as FT.CREATE set them; ``compression`` is what runs:
+    every kind falls back to ``GlobalSQ8`` off Intel's proprietary build (``vector/svs_graph``)."""
+    pairs: list[tuple[bytes, Any]] = []
+    if params.compression is not None:
+        pairs.append((b"compression", b"GlobalSQ8"))
+    pairs += [(b"graph_max_degree", params.graph_max_degree),
+              (b"construction_window_size", params.construction_window_size),
+              (b"search_window_size", params.search_window_size), (b"epsilon", float(params.epsilon))]
+    if params.compression is not None:
+        pairs.append((b"training_threshold", params.training_threshold))
+    if params.reduce is not None:
+        pairs.append((b"reduce", params.reduce))
+    return pairs
 
 
 def _errors_map(count: int, last: str, last_key: bytes, with_status: bool) -> dict[bytes, Any]:
