@@ -22,7 +22,7 @@ DIM = 16
 def _svs(metric: str, compression: str | None = None, threshold: int = 100) -> VectorField:
     params = VectorParams(algorithm="SVS-VAMANA", dim=DIM, metric=metric, compression=compression,
                           training_threshold=threshold)
-    schema._check_svs(params, set())
+    schema.finish_svs(params)
     return VectorField(params)
 
 
@@ -126,17 +126,24 @@ BASE = ("TYPE", "FLOAT32", "DIM", str(DIM), "DISTANCE_METRIC", "L2")
 
 
 @pytest.mark.parametrize("params, error", [
-    (("TYPE", "FLOAT64", "DIM", "4", "DISTANCE_METRIC", "L2"), "index type: FLOAT64"),
-    (("TYPE", "INT8", "DIM", "4", "DISTANCE_METRIC", "L2"), "index type: INT8"),
-    (BASE + ("COMPRESSION", "PQ8"), "index compression: PQ8"),
-    (BASE + ("TRAINING_THRESHOLD", "1024"), "TRAINING_THRESHOLD is only applicable with COMPRESSION"),
-    (BASE + ("COMPRESSION", "LVQ8", "TRAINING_THRESHOLD", "102400"), "must be less than 102400"),
-    (BASE + ("COMPRESSION", "LVQ8", "REDUCE", "4"), "REDUCE is only applicable with LeanVec"),
-    (BASE + ("COMPRESSION", "LeanVec4x8", "REDUCE", "16"), "must be less than DIM 16"),
+    (("TYPE", "FLOAT64", "DIM", "4", "DISTANCE_METRIC", "L2"), "Not supported data type is given. Expected: FLOAT16, FLOAT32"),
+    (("TYPE", "FLOAT33", "DIM", "4", "DISTANCE_METRIC", "L2"),
+     "Bad arguments for vector similarity SVS-VAMANA index `TYPE`: Unknown argument"),
+    (("TYPE", "FLOAT32", "DIM", "4", "DISTANCE_METRIC", "L3"),
+     "Bad arguments for vector similarity SVS-VAMANA index `DISTANCE_METRIC`: Unknown argument"),
+    (BASE + ("COMPRESSION", "PQ8"), "Bad arguments for vector similarity SVS-VAMANA index `COMPRESSION`: Unknown argument"),
+    (BASE + ("TRAINING_THRESHOLD", "1024"), "TRAINING_THRESHOLD is irrelevant when compression was not requested"),
+    (BASE + ("COMPRESSION", "LVQ8", "TRAINING_THRESHOLD", "100"),
+     r"Invalid TRAINING_THRESHOLD: cannot be lower than DEFAULT_BLOCK_SIZE \(1024\)"),
+    (BASE + ("COMPRESSION", "LVQ8", "REDUCE", "4"), "REDUCE is irrelevant when compression is not of type LeanVec"),
     (BASE + ("M", "16"), "Bad arguments for algorithm SVS-VAMANA: M"),
-    (BASE + ("GRAPH_MAX_DEGREE", "0"), "Value is outside acceptable bounds"),
-    (BASE + ("SEARCH_WINDOW_SIZE", "x"), "Could not convert argument to expected type"),
-    (("TYPE", "FLOAT32", "DISTANCE_METRIC", "L2"), "without specifying DIM argument"),
+    (BASE + ("INITIAL_CAP", "16"), "Bad arguments for algorithm SVS-VAMANA: INITIAL_CAP"),
+    (BASE + ("GRAPH_MAX_DEGREE", "0"),
+     "Bad arguments for vector similarity SVS-VAMANA index `GRAPH_MAX_DEGREE`: Value is outside acceptable bounds"),
+    (BASE + ("SEARCH_WINDOW_SIZE", "x"),
+     "Bad arguments for vector similarity SVS-VAMANA index `SEARCH_WINDOW_SIZE`: Could not convert argument"),
+    (BASE + ("EPSILON", "-1"), "index `EPSILON`: Value is outside acceptable bounds"),
+    (("TYPE", "FLOAT32", "DISTANCE_METRIC", "L2"), "cannot create SVS-VAMANA index without specifying DIM argument"),
 ])
 def test_create_checks_and_creates_nothing_on_error(r, params, error):
     client = r
@@ -145,25 +152,30 @@ def test_create_checks_and_creates_nothing_on_error(r, params, error):
     assert client.execute_command("FT._LIST") == []
 
 
+def _field_info(client: redis.Redis, name: str, protocol: int) -> dict:
+    info = client.execute_command("FT.INFO", name)
+    field = info[b"attributes"][0] if protocol == 3 else info[info.index(b"attributes") + 1][0]
+    return field if protocol == 3 else dict(zip(field[::2], field[1::2], strict=False))
+
+
 @pytest.mark.parametrize("protocol", [2, 3])
-def test_info_reports_the_svs_attributes(server, protocol):
+def test_info_reports_the_svs_attributes_as_redisearch_8_4(server, protocol):
     client = redis.Redis(port=server.port, protocol=protocol, socket_timeout=30)
     _create(client, *BASE, "COMPRESSION", "LeanVec8x8", "GRAPH_MAX_DEGREE", "48", "CONSTRUCTION_WINDOW_SIZE", "250",
-            "SEARCH_WINDOW_SIZE", "20", "EPSILON", "0.02", "TRAINING_THRESHOLD", "2048")
+            "SEARCH_WINDOW_SIZE", "20", "EPSILON", "0.02", "TRAINING_THRESHOLD", "2048", "REDUCE", "8")
     _create(client, *BASE, name="plain")
-    attrs = client.execute_command("FT.INFO", "idx")
-    field = attrs[b"attributes"][0] if protocol == 3 else attrs[attrs.index(b"attributes") + 1][0]
-    if protocol == 2:
-        field = dict(zip(field[::2], field[1::2], strict=False))
-    assert field[b"algorithm"] == b"SVS-VAMANA" and field[b"compression"] == b"GlobalSQ8"
-    assert (field[b"graph_max_degree"], field[b"construction_window_size"], field[b"search_window_size"]) == (48, 250, 20)
-    assert float(field[b"epsilon"]) == pytest.approx(0.02)
-    assert (field[b"training_threshold"], field[b"reduce"]) == (2048, DIM // 2)  # REDUCE's default: DIM / 2
-    plain = client.execute_command("FT.INFO", "plain")
-    plain = plain[b"attributes"][0] if protocol == 3 else plain[plain.index(b"attributes") + 1][0]
-    plain = dict(zip(plain[::2], plain[1::2], strict=False)) if protocol == 2 else plain
-    assert b"compression" not in plain and b"training_threshold" not in plain
-    assert (plain[b"graph_max_degree"], plain[b"construction_window_size"], plain[b"search_window_size"]) == (32, 200, 10)
+    field = _field_info(client, "idx", protocol)
+    keys = [key for key in field if key != b"flags"]
+    assert keys == [b"identifier", b"attribute", b"type", b"algorithm", b"data_type", b"dim", b"distance_metric",
+                    b"graph_max_degree", b"construction_window_size", b"compression", b"training_threshold"]
+    assert (field[b"algorithm"], field[b"data_type"], field[b"dim"]) == (b"SVS-VAMANA", b"FLOAT32", DIM)
+    # every COMPRESSION kind runs as Redis's non-Intel fallback, which FT.INFO names
+    assert (field[b"graph_max_degree"], field[b"construction_window_size"], field[b"compression"],
+            field[b"training_threshold"]) == (48, 250, b"GlobalSQ8", 2048)
+    plain = _field_info(client, "plain", protocol)
+    assert (plain[b"graph_max_degree"], plain[b"construction_window_size"], plain[b"compression"]) == (
+        32, 200, b"NO_COMPRESSION")
+    assert b"training_threshold" not in plain
 
 
 def _populate(client: redis.Redis, n: int = 200, seed: int = 1) -> np.ndarray:
@@ -181,21 +193,29 @@ def _knn(client: redis.Redis, q: bytes, clause: str = "", index: str = "idx") ->
     return res[1::2]
 
 
-def test_query_time_window_and_history_attributes(r):
+def test_query_time_parameters_as_vecsim_resolves_them(r):
     client = r
     _create(client, *BASE)
+    client.execute_command("FT.CREATE", "h", "ON", "HASH", "PREFIX", "1", "doc:", "SCHEMA", "v", "VECTOR", "HNSW", "6",
+                           *BASE)
     data = _populate(client)
     q = data[17].tobytes()
     assert _knn(client, q)[0] == b"doc:17"
-    assert _knn(client, q, "SEARCH_WINDOW_SIZE 50 USE_SEARCH_HISTORY ON")[0] == b"doc:17"
-    res = client.execute_command("FT.SEARCH", "idx", "*=>[KNN 5 @v $q]=>{$search_window_size: 40; "
-                                 "$use_search_history: auto; $yield_distance_as: d}", "PARAMS", "2", "q", q,
-                                 "SORTBY", "d", "DIALECT", "2")
-    assert res[1] == b"doc:17"
-    with pytest.raises(redis.ResponseError, match="USE_SEARCH_HISTORY"):
-        _knn(client, q, "USE_SEARCH_HISTORY MAYBE")
-    with pytest.raises(redis.ResponseError, match="SEARCH_WINDOW_SIZE"):
-        _knn(client, q, "SEARCH_WINDOW_SIZE 0")
+    assert _knn(client, q, "SEARCH_WINDOW_SIZE 50 SEARCH_BUFFER_CAPACITY 60 USE_SEARCH_HISTORY on")[0] == b"doc:17"
+    assert _knn(client, q, "EF_RUNTIME 50", index="h")[0] == b"doc:17"
+    bad = [("idx", "USE_SEARCH_HISTORY MAYBE", "Invalid value was given"),
+           ("idx", "SEARCH_WINDOW_SIZE 0", "Invalid value was given"),
+           ("idx", "SEARCH_WINDOW_SIZE 5 SEARCH_WINDOW_SIZE 6", "Parameter was specified twice"),
+           ("idx", "EF_RUNTIME 50", "Invalid option"),  # HNSW's parameter
+           ("h", "SEARCH_WINDOW_SIZE 50", "Invalid option")]  # SVS-VAMANA's parameter
+    for _ in range(2):  # the second round goes through the KNN fast path's plan cache, if it took one
+        for index, clause, why in bad:
+            with pytest.raises(redis.ResponseError, match=f"^Error parsing vector similarity parameters: {why}$"):
+                _knn(client, q, clause, index=index)
+    # RediSearch takes the SVS parameters in the clause only, not as =>{$attributes}
+    with pytest.raises(redis.ResponseError, match="Invalid attribute search_window_size"):
+        client.execute_command("FT.SEARCH", "idx", "*=>[KNN 5 @v $q]=>{$search_window_size: 40}", "PARAMS", "2", "q", q,
+                               "DIALECT", "2")
 
 
 def _settled(client: redis.Redis, timeout: float = 60.0) -> dict:
@@ -208,21 +228,24 @@ def _settled(client: redis.Redis, timeout: float = 60.0) -> dict:
         time.sleep(0.05)
 
 
+N_RESTART = 1100  # past the smallest TRAINING_THRESHOLD (1024), so the compressed graph is built
+
+
 def test_restart_loads_an_uncompressed_graph_and_rebuilds_a_compressed_one(proc):
     client = _client(proc.start())
     _create(client, *BASE, "GRAPH_MAX_DEGREE", "24")
-    _create(client, *BASE, "COMPRESSION", "LVQ8", "TRAINING_THRESHOLD", "100", name="cidx")
-    data = _populate(client)
+    _create(client, *BASE, "COMPRESSION", "LVQ8", "TRAINING_THRESHOLD", "1024", name="cidx")
+    data = _populate(client, N_RESTART)
     _settled(client)
-    queries = [data[i].tobytes() for i in range(0, 200, 20)]
+    queries = [data[i].tobytes() for i in range(0, N_RESTART, 110)]
     before = [_knn(client, q) for q in queries]
     proc.stop()
     client = _client(proc.start())
     info = _settled(client)
     # the plain graph came back from its file; the compressed one (no file) was built again
-    assert info["search_hnsw_graphs_loaded"] == 1 and info["search_hnsw_vectors_restored"] == 200
-    assert info["search_hnsw_vectors_built"] == 200
+    assert info["search_hnsw_graphs_loaded"] == 1 and info["search_hnsw_vectors_restored"] == N_RESTART
+    assert info["search_hnsw_vectors_built"] == N_RESTART
     assert [_knn(client, q) for q in queries] == before
-    assert int(client.ft("cidx").info()["num_docs"]) == 200
-    for i, q in zip(range(0, 200, 20), queries, strict=True):
+    assert int(client.ft("cidx").info()["num_docs"]) == N_RESTART
+    for i, q in zip(range(0, N_RESTART, 110), queries, strict=True):
         assert _knn(client, q, index="cidx")[0] == f"doc:{i}".encode()

@@ -4,9 +4,13 @@
 [SEARCH_WINDOW_SIZE n] [SEARCH_BUFFER_CAPACITY n] [USE_SEARCH_HISTORY OFF|ON|AUTO] [AS d]]`` with an optional ``=>{$yield_distance_as: d; ...}`` after it: ``split_knn`` finds the
 arrow that opens the clause at the top level, ``parse_knn`` reads it into a ``KnnClause``;
 ``parse_attributes`` reads the attribute lists the parser also meets after any group or term.
-SVS-VAMANA's runtime parameters land in the graph's one search window (``svs_graph``):
-SEARCH_WINDOW_SIZE and SEARCH_BUFFER_CAPACITY set ``ef`` (the larger of the two);
-USE_SEARCH_HISTORY is checked and kept (the usearch graph always searches with its window).
+SVS-VAMANA's runtime parameters (only in the clause: RediSearch takes no ``$search_window_size``
+attribute) land in the graph's one search window (``svs_graph``): SEARCH_WINDOW_SIZE and
+SEARCH_BUFFER_CAPACITY set ``ef`` (the larger of the two); USE_SEARCH_HISTORY is checked and kept
+(the usearch graph always searches with its window). VecSim's resolver texts:
+``Error parsing vector similarity parameters: Invalid value was given`` (not a positive integer,
+not ON/OFF/AUTO), ``...: Parameter was specified twice``; which field accepts which parameter is
+``VectorField.query_error``'s (``...: Invalid option``).
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ class KnnClause:
     alias: str | None = None
     epsilon: float | None = None
     shard_ratio: float | None = None
-    #: SVS-VAMANA's USE_SEARCH_HISTORY (OFF, ON or AUTO), when the query names it
-    search_history: str | None = None
+    #: SVS-VAMANA's runtime parameters the clause names (SEARCH_WINDOW_SIZE -> 20, ...)
+    svs: dict[str, Any] | None = None
+    #: the clause or its attributes named EF_RUNTIME (an HNSW parameter: refused on SVS-VAMANA)
+    ef_runtime: bool = False
 
 
 SEARCH_HISTORY = ("OFF", "ON", "AUTO")
+SVS_QUERY_PARAMS = ("SEARCH_WINDOW_SIZE", "SEARCH_BUFFER_CAPACITY", "USE_SEARCH_HISTORY")
+VECSIM_ERROR = "Error parsing vector similarity parameters: "
 
 
 def split_knn(text: str) -> tuple[str, str | None, int]:
@@ -105,7 +113,7 @@ def parse_attributes(body: str, pos: int, params: dict[str, bytes]) -> dict[str,
                 out[key] = float(value)
             except ValueError:
                 raise ReplyError(f"Invalid value ({value}) for `{name[1:]}`") from None
-        elif key in ("slop", "ef_runtime", "batch_size", "search_window_size", "search_buffer_capacity"):
+        elif key in ("slop", "ef_runtime", "batch_size"):
             try:
                 out[key] = int(value)
             except ValueError:
@@ -114,7 +122,7 @@ def parse_attributes(body: str, pos: int, params: dict[str, bytes]) -> dict[str,
             out[key] = value.lower() in ("true", "1")
         elif key == "phonetic":
             out[key] = phonetic.parse_flag(value)
-        elif key in ("yield_distance_as", "hybrid_policy", "use_search_history"):
+        elif key in ("yield_distance_as", "hybrid_policy"):
             out[key] = value
         else:
             raise ReplyError(f"Invalid attribute {name[1:]}")
@@ -161,6 +169,7 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
         try:
             if word == "EF_RUNTIME":
                 knn.ef = int(value)
+                knn.ef_runtime = True
             elif word == "HYBRID_POLICY":
                 knn.policy = value.upper()
             elif word == "BATCH_SIZE":
@@ -169,10 +178,8 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
                 knn.epsilon = float(value)
             elif word == "SHARD_K_RATIO":
                 knn.shard_ratio = float(value)
-            elif word in ("SEARCH_WINDOW_SIZE", "SEARCH_BUFFER_CAPACITY"):
-                knn.ef = _window(knn.ef, int(value), word)
-            elif word == "USE_SEARCH_HISTORY":
-                knn.search_history = _history(value)
+            elif word in SVS_QUERY_PARAMS:
+                _svs_param(knn, word, value)
             else:
                 raise ReplyError(f"Invalid attribute {inside[i]}")
         except ValueError:
@@ -186,16 +193,12 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
             raise syntax_error(pos + end + 3, body[:10])
         attrs = parse_attributes(body[1:-1], pos + end + 3, params)
         knn.alias = attrs.get("yield_distance_as", knn.alias)
-        knn.ef = attrs.get("ef_runtime", knn.ef)
+        if "ef_runtime" in attrs:
+            knn.ef, knn.ef_runtime = attrs["ef_runtime"], True
         if "hybrid_policy" in attrs:
             knn.policy = str(attrs["hybrid_policy"]).upper()
         knn.batch_size = attrs.get("batch_size", knn.batch_size)
         knn.shard_ratio = attrs.get("shard_k_ratio", knn.shard_ratio)
-        for key in ("search_window_size", "search_buffer_capacity"):
-            if key in attrs:
-                knn.ef = _window(knn.ef, attrs[key], key.upper())
-        if "use_search_history" in attrs:
-            knn.search_history = _history(str(attrs["use_search_history"]))
     if knn.policy not in (None, "BATCHES", "ADHOC_BF"):
         raise ReplyError("invalid hybrid policy was given")
     if knn.ef is not None and knn.ef <= 0:
@@ -203,18 +206,22 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
     return knn
 
 
-def _window(ef: int | None, value: int, name: str) -> int:
-    """SEARCH_WINDOW_SIZE / SEARCH_BUFFER_CAPACITY: the graph's search window, the larger one."""
-    if value <= 0:
-        raise ReplyError(f"Invalid value for {name}")
-    return value if ef is None else max(ef, value)
-
-
-def _history(value: str) -> str:
-    word = value.upper()
-    if word not in SEARCH_HISTORY:
-        raise ReplyError(f"Invalid value ({value}) for `USE_SEARCH_HISTORY`")
-    return word
+def _svs_param(knn: KnnClause, word: str, value: str) -> None:
+    """One SVS-VAMANA runtime parameter, checked as VecSim's resolver checks it."""
+    svs = knn.svs if knn.svs is not None else {}
+    if word in svs:
+        raise ReplyError(VECSIM_ERROR + "Parameter was specified twice")
+    if word == "USE_SEARCH_HISTORY":
+        if value.upper() not in SEARCH_HISTORY:
+            raise ReplyError(VECSIM_ERROR + "Invalid value was given")
+        svs[word] = value.upper()
+    else:
+        if not value.isdigit() or int(value) <= 0:
+            raise ReplyError(VECSIM_ERROR + "Invalid value was given")
+        svs[word] = int(value)
+        windows = [svs[name] for name in ("SEARCH_WINDOW_SIZE", "SEARCH_BUFFER_CAPACITY") if name in svs]
+        knn.ef = max(windows) if not knn.ef_runtime else knn.ef
+    knn.svs = svs
 
 
 def _param(params: dict[str, bytes], name: str) -> str:

@@ -30,11 +30,13 @@ MIN_M, MAX_M = 2, 32767
 MAX_EF = 1_000_000
 #: SVS-VAMANA's defaults (Redis 8.2's documentation): GRAPH_MAX_DEGREE 32 (HNSW's 2M),
 #: CONSTRUCTION_WINDOW_SIZE 200, SEARCH_WINDOW_SIZE 10, TRAINING_THRESHOLD 10 * 1024 (at most
-#: 100 * 1024), REDUCE DIM / 2; TYPE FLOAT16 or FLOAT32 only
+#: 100 * 1024 used), REDUCE DIM / 2; TYPE FLOAT16 or FLOAT32 only
 SVS_GRAPH_MAX_DEGREE = 32
 SVS_CONSTRUCTION_WINDOW_SIZE = 200
 SVS_SEARCH_WINDOW_SIZE = 10
 SVS_TRAINING_THRESHOLD = 10 * 1024
+SVS_TRAINING_MIN = 1024
+#: VecSim trains on at most this many vectors (a larger TRAINING_THRESHOLD is clamped, not refused)
 SVS_TRAINING_MAX = 100 * 1024
 SVS_TYPES = ("FLOAT16", "FLOAT32")
 #: COMPRESSION's kinds, by their upper-case spelling -> Redis's spelling
@@ -372,17 +374,18 @@ def _parse_vector(args: _Args) -> VectorParams:
                    "algorithm parameters (should be submitted as named arguments)")
     if args.pos + count > len(args.argv):
         raise _err(f"Expected {count} parameters but got {len(args.argv) - args.pos}")
+    if algo == "SVS-VAMANA":
+        return _parse_svs(args, count)
     params = VectorParams(algorithm=algo)
     seen = set()
     end = args.pos + count
-    svs = algo == "SVS-VAMANA"
     while args.pos < end:
         name = args.next_str("vector").upper()
         seen.add(name)
         what = f"algorithm {algo} parameter {name}"
         if name == "TYPE":
             kind = args.next_str(what).upper()
-            if kind not in VECTOR_TYPES or (svs and kind not in SVS_TYPES):
+            if kind not in VECTOR_TYPES:
                 raise _err(f"Bad arguments for vector similarity {algo} index type: {kind}")
             params.data_type = kind
         elif name == "DIM":
@@ -394,7 +397,7 @@ def _parse_vector(args: _Args) -> VectorParams:
             if metric not in METRICS:
                 raise _err(f"Bad arguments for vector similarity {algo} index metric: {metric}")
             params.metric = metric
-        elif name == "INITIAL_CAP" and not svs:
+        elif name == "INITIAL_CAP":
             params.initial_cap = args.next_int(what)
         elif name == "BLOCK_SIZE" and algo == "FLAT":
             params.block_size = args.next_int(what, minimum=1)
@@ -404,63 +407,81 @@ def _parse_vector(args: _Args) -> VectorParams:
             params.ef_construction = args.next_int(what, minimum=1, maximum=MAX_EF)
         elif name == "EF_RUNTIME" and algo == "HNSW":
             params.ef_runtime = args.next_int(what, minimum=1, maximum=MAX_EF)
-        elif name == "EPSILON" and algo != "FLAT":
+        elif name == "EPSILON" and algo == "HNSW":
             params.epsilon = args.next_float(what)
             if params.epsilon < 0:
                 raise _err(f"Bad arguments for {what}: Value is outside acceptable bounds")
-        elif svs and name in _SVS_PARAMS:
-            _svs_param(args, params, name, what)
         else:
             raise _err(f"Bad arguments for algorithm {algo}: {name}")
     for required in ("TYPE", "DIM", "DISTANCE_METRIC"):
         if required not in seen:
             raise _err(f"Missing mandatory parameter: cannot create {algo} index without specifying {required} argument")
-    if svs:
-        _check_svs(params, seen)
     _check_memory(params)
     return params
 
 
-_SVS_PARAMS = ("GRAPH_MAX_DEGREE", "CONSTRUCTION_WINDOW_SIZE", "SEARCH_WINDOW_SIZE", "COMPRESSION",
-               "TRAINING_THRESHOLD", "REDUCE")
+def _parse_svs(args: _Args, count: int) -> VectorParams:
+    """SVS-VAMANA's parameters, with RediSearch 8.4's texts (``spec.c`` parseVectorField_svs):
+    ``Bad arguments for vector similarity SVS-VAMANA index `NAME`: <why>``, an unknown name
+    ``Bad arguments for algorithm SVS-VAMANA: NAME``, a TYPE other than FLOAT16/FLOAT32 ``Not
+    supported data type is given. Expected: FLOAT16, FLOAT32``, TRAINING_THRESHOLD at least
+    1024 and only with COMPRESSION, REDUCE only with a LeanVec COMPRESSION."""
+    params = VectorParams(algorithm="SVS-VAMANA")
+    seen: set[str] = set()
+    end = args.pos + count
+    while args.pos < end:
+        name = args.next_str("vector").upper()
+        what = f"vector similarity SVS-VAMANA index `{name}`"
+        if name not in _SVS_PARAMS:
+            raise _err(f"Bad arguments for algorithm SVS-VAMANA: {args.argv[args.pos - 1].decode('utf-8', 'replace')}")
+        seen.add(name)
+        if name in ("TYPE", "DISTANCE_METRIC", "COMPRESSION"):
+            word = args.next_str(what).upper()
+            known = {"TYPE": VECTOR_TYPES, "DISTANCE_METRIC": METRICS, "COMPRESSION": SVS_COMPRESSIONS}[name]
+            if word not in known:
+                raise _err(f"Bad arguments for {what}: Unknown argument")
+            if name == "TYPE":
+                if word not in SVS_TYPES:
+                    raise _err("Not supported data type is given. Expected: FLOAT16, FLOAT32")
+                params.data_type = word
+            elif name == "DISTANCE_METRIC":
+                params.metric = word
+            else:
+                params.compression = SVS_COMPRESSIONS[word]
+        elif name == "EPSILON":
+            params.epsilon = args.next_float(what)
+            if params.epsilon < 0:
+                raise _err(f"Bad arguments for {what}: Value is outside acceptable bounds")
+        else:
+            # DIM up to MAX_DIM and the windows up to MAX_EF, as for HNSW (usearch allocates by them)
+            top = {"DIM": MAX_DIM, "GRAPH_MAX_DEGREE": 2 * MAX_M, "TRAINING_THRESHOLD": None, "REDUCE": None}
+            value = args.next_int(what, minimum=1, maximum=top.get(name, MAX_EF))
+            if name == "TRAINING_THRESHOLD" and value < SVS_TRAINING_MIN:
+                raise _err(f"Invalid TRAINING_THRESHOLD: cannot be lower than DEFAULT_BLOCK_SIZE ({SVS_TRAINING_MIN})")
+            setattr(params, _SVS_PARAMS[name], value)
+    for required in ("TYPE", "DIM", "DISTANCE_METRIC"):
+        if required not in seen:
+            raise _err(f"Missing mandatory parameter: cannot create SVS-VAMANA index without specifying {required} argument")
+    if params.compression is None and "TRAINING_THRESHOLD" in seen:
+        raise _err("TRAINING_THRESHOLD is irrelevant when compression was not requested")
+    leanvec = params.compression is not None and params.compression.startswith("LeanVec")
+    if not leanvec and "REDUCE" in seen:
+        raise _err("REDUCE is irrelevant when compression is not of type LeanVec")
+    if leanvec and params.reduce is None:
+        params.reduce = params.dim // 2
+    finish_svs(params)
+    _check_memory(params)
+    return params
 
 
-def _svs_param(args: _Args, params: VectorParams, name: str, what: str) -> None:
-    if name == "COMPRESSION":
-        kind = args.next_str(what)
-        if kind.upper() not in SVS_COMPRESSIONS:
-            raise _err(f"Bad arguments for vector similarity SVS-VAMANA index compression: {kind}")
-        params.compression = SVS_COMPRESSIONS[kind.upper()]
-    elif name == "TRAINING_THRESHOLD":
-        params.training_threshold = args.next_int(what, minimum=1)
-    elif name == "REDUCE":
-        params.reduce = args.next_int(what, minimum=1)
-    elif name == "GRAPH_MAX_DEGREE":
-        params.graph_max_degree = args.next_int(what, minimum=1, maximum=2 * MAX_M)
-    elif name == "CONSTRUCTION_WINDOW_SIZE":
-        params.construction_window_size = args.next_int(what, minimum=1, maximum=MAX_EF)
-    else:
-        params.search_window_size = args.next_int(what, minimum=1, maximum=MAX_EF)
+#: SVS-VAMANA's parameter names -> the VectorParams attribute an integer one sets
+_SVS_PARAMS = {"TYPE": "", "DIM": "dim", "DISTANCE_METRIC": "", "GRAPH_MAX_DEGREE": "graph_max_degree",
+               "CONSTRUCTION_WINDOW_SIZE": "construction_window_size", "SEARCH_WINDOW_SIZE": "search_window_size",
+               "EPSILON": "", "COMPRESSION": "", "TRAINING_THRESHOLD": "training_threshold", "REDUCE": "reduce"}
 
 
-def _check_svs(params: VectorParams, seen: set[str]) -> None:
-    """The cross-parameter rules (Redis's documentation: TRAINING_THRESHOLD applies only with
-    COMPRESSION and is below 100 * 1024; REDUCE only with a LeanVec COMPRESSION, below DIM),
-    then the usearch graph's parameters: GRAPH_MAX_DEGREE is HNSW's level-0 degree 2M."""
-    if "TRAINING_THRESHOLD" in seen:
-        if params.compression is None:
-            raise _err("Bad arguments for algorithm SVS-VAMANA: TRAINING_THRESHOLD is only applicable with COMPRESSION")
-        if params.training_threshold >= SVS_TRAINING_MAX:
-            raise _err("Bad arguments for algorithm SVS-VAMANA parameter TRAINING_THRESHOLD: "
-                       f"Value is outside acceptable bounds (must be less than {SVS_TRAINING_MAX})")
-    if "REDUCE" in seen:
-        if params.compression is None or not params.compression.startswith("LeanVec"):
-            raise _err("Bad arguments for algorithm SVS-VAMANA: REDUCE is only applicable with LeanVec COMPRESSION")
-        if params.reduce is not None and params.reduce >= params.dim:
-            raise _err("Bad arguments for algorithm SVS-VAMANA parameter REDUCE: "
-                       f"Value is outside acceptable bounds (must be less than DIM {params.dim})")
-    elif params.compression is not None and params.compression.startswith("LeanVec"):
-        params.reduce = max(params.dim // 2, 1)
+def finish_svs(params: VectorParams) -> None:
+    """The usearch graph's parameters from SVS's: GRAPH_MAX_DEGREE is HNSW's level-0 degree 2M."""
     params.m = max(MIN_M, params.graph_max_degree // 2)
     params.ef_construction = params.construction_window_size
     params.ef_runtime = params.search_window_size

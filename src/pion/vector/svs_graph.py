@@ -3,11 +3,11 @@
 Redis 8.2 added ``VECTOR SVS-VAMANA`` (Intel's Scalable Vector Search: one Vamana graph built by
 greedy search and RobustPrune). Pion builds no Vamana graph of its own: the field runs on the
 same usearch graph as HNSW (``hnsw_graph``), with SVS's parameters mapped to their nearest
-analogues (``schema._check_svs``): GRAPH_MAX_DEGREE is the graph's base-layer degree (usearch's
+analogues (``schema.finish_svs``): GRAPH_MAX_DEGREE is the graph's base-layer degree (usearch's
 ``connectivity`` is half of it, as HNSW's level 0 holds 2M links), CONSTRUCTION_WINDOW_SIZE its
 build window (``expansion_add``), SEARCH_WINDOW_SIZE its search window (``expansion_search``,
 and a query's SEARCH_WINDOW_SIZE overrides it as EF_RUNTIME does for HNSW), EPSILON the range
-queries' factor. FT.INFO reports the parameters as FT.CREATE gave them (docs/vector.md).
+queries' factor. FT.INFO shows RediSearch 8.4's keys for the field (docs/vector.md).
 
 **COMPRESSION.** Redis Open Source, and Redis on any non-Intel CPU, does not run Intel's LVQ or
 LeanVec: every COMPRESSION kind falls back to global 8-bit scalar quantisation (Redis's
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from pion.vector.hnsw_graph import HnswGraph
-from pion.vector.schema import VectorParams
+from pion.vector.schema import SVS_TRAINING_MAX, VectorParams
 
 #: int8 codes span -127..127 (255 levels; usearch's i8 kernels take them as they are)
 LEVELS = 127
@@ -46,7 +46,7 @@ class SvsGraph(HnswGraph):
     def __init__(self, params: VectorParams, owner: Any) -> None:
         self.compressed = params.compression is not None
         self.owner = owner
-        self.threshold = params.training_threshold
+        self.threshold = min(params.training_threshold, SVS_TRAINING_MAX)  # VecSim clamps it so
         #: COMPRESSION before training: slot -> (version, row) of the live rows waiting for it
         self.held: dict[int, tuple[int, np.ndarray]] = {}
         self.center: float | None = None  # trained: value -> (value - center) * scale

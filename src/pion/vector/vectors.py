@@ -250,6 +250,15 @@ class VectorField:
 
     # -- queries --------------------------------------------------------------------------------
 
+    def query_error(self, knn: Any) -> str | None:
+        """The error VecSim's resolver gives a KNN clause's parameters on this field, or None:
+        EF_RUNTIME is HNSW's alone, SEARCH_WINDOW_SIZE / SEARCH_BUFFER_CAPACITY /
+        USE_SEARCH_HISTORY SVS-VAMANA's (``query_knn`` has checked their values)."""
+        svs = self.params.algorithm == "SVS-VAMANA"
+        if (svs and knn.ef_runtime) or (knn.svs and not svs):
+            return "Error parsing vector similarity parameters: Invalid option"
+        return None
+
     def prepare_query(self, blob: bytes) -> np.ndarray:
         from pion.vector.documents import NUMPY_TYPES
 

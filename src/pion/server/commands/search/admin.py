@@ -244,18 +244,15 @@ def _attribute(index: SearchIndex, spec, resp3: bool) -> Any:
 
 
 def _svs_attributes(params) -> list[tuple[bytes, Any]]:
-    """An SVS-VAMANA field's parameters as FT.CREATE set them; ``compression`` is what runs:
-    every kind falls back to ``GlobalSQ8`` off Intel's proprietary build (``vector/svs_graph``)."""
-    pairs: list[tuple[bytes, Any]] = []
-    if params.compression is not None:
-        pairs.append((b"compression", b"GlobalSQ8"))
-    pairs += [(b"graph_max_degree", params.graph_max_degree),
-              (b"construction_window_size", params.construction_window_size),
-              (b"search_window_size", params.search_window_size), (b"epsilon", float(params.epsilon))]
+    """An SVS-VAMANA field's FT.INFO keys, RediSearch 8.4's (``info_command.c``): no
+    search_window_size or epsilon; ``compression`` is what runs, ``NO_COMPRESSION`` or, off
+    Intel's LVQ build, ``GlobalSQ8`` for every kind (``vector/svs_graph``); ``training_threshold``
+    when compressed (``reduced_dim`` only on an LVQ build, so never here)."""
+    pairs: list[tuple[bytes, Any]] = [(b"graph_max_degree", params.graph_max_degree),
+                                      (b"construction_window_size", params.construction_window_size),
+                                      (b"compression", b"GlobalSQ8" if params.compression else b"NO_COMPRESSION")]
     if params.compression is not None:
         pairs.append((b"training_threshold", params.training_threshold))
-    if params.reduce is not None:
-        pairs.append((b"reduce", params.reduce))
     return pairs
 
 
