@@ -249,3 +249,34 @@ def test_restart_loads_an_uncompressed_graph_and_rebuilds_a_compressed_one(proc)
     assert int(client.ft("cidx").info()["num_docs"]) == N_RESTART
     for i, q in zip(range(0, N_RESTART, 110), queries, strict=True):
         assert _knn(client, q, index="cidx")[0] == f"doc:{i}".encode()
+
+
+@pytest.mark.parametrize("compression", [None, "LVQ8"])
+def test_redisvl_svs_index_and_its_runtime_parameters(server, compression):
+    """RedisVL, unchanged: an ``svs-vamana`` field (its schema sends every SVS parameter), a
+    VectorQuery with SEARCH_WINDOW_SIZE / USE_SEARCH_HISTORY / SEARCH_BUFFER_CAPACITY as $params,
+    and ``from_existing`` reading a compressed field back from FT.INFO (an uncompressed one it
+    cannot read: this RedisVL refuses RediSearch's ``compression NO_COMPRESSION``, on Redis too)."""
+    from redisvl.index import SearchIndex
+    from redisvl.query import VectorQuery
+
+    attrs = {"dims": DIM, "distance_metric": "cosine", "algorithm": "svs-vamana", "datatype": "float32"}
+    if compression:
+        attrs |= {"compression": compression, "training_threshold": 1024}
+    schema_ = {"index": {"name": "vl", "prefix": "vl", "storage_type": "hash"},
+               "fields": [{"name": "tag", "type": "tag"}, {"name": "v", "type": "vector", "attrs": attrs}]}
+    client = redis.Redis(port=server.port, socket_timeout=30)
+    index = SearchIndex.from_dict(schema_, redis_client=client)
+    index.create(overwrite=True)
+    data = np.random.default_rng(3).standard_normal((60, DIM)).astype(np.float32)
+    index.load([{"tag": "a" if i % 2 else "b", "v": row.tobytes()} for i, row in enumerate(data)],
+               keys=[f"vl:{i}" for i in range(len(data))])
+    query = VectorQuery(data[11].tolist(), "v", return_fields=["tag"], num_results=3, search_window_size=40,
+                        use_search_history="ON", search_buffer_capacity=50)
+    found = index.query(query)
+    assert found[0]["id"] == "vl:11" and float(found[0]["vector_distance"]) == pytest.approx(0.0, abs=1e-5)
+    if compression:
+        field = SearchIndex.from_existing("vl", redis_client=client).schema.fields["v"]
+        assert (field.attrs.algorithm.value, field.attrs.dims) == ("SVS-VAMANA", DIM)
+        assert field.attrs.graph_max_degree == 40  # RedisVL's default, which its schema sent
+    index.delete(drop=True)
