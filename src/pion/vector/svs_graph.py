@@ -22,9 +22,9 @@ scans), so the distances a query reports are exact; only which candidates the gr
 depends on the codes. REDUCE (LeanVec's dimension) is checked and reported, and, as in Redis's
 fallback, reduces nothing.
 
-**Restart.** An uncompressed field's graph is saved and loaded as HNSW's is (``graph_store``);
-a compressed one is not saved (its codes depend on the trained range) and is rebuilt from the
-documents at start, like any index without a saved graph.
+**Restart.** The graph is saved and loaded as HNSW's is (``graph_store``); a compressed one's
+file also holds the trained code map, and a document claims its saved entry when its row's codes
+equal the entry's. Before training there is no graph to save: the rows wait again at start.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class SvsGraph(HnswGraph):
         self.threshold = min(params.training_threshold, SVS_TRAINING_MAX)  # VecSim clamps it so
         #: COMPRESSION before training: slot -> (version, row) of the live rows waiting for it
         self.held: dict[int, tuple[int, np.ndarray]] = {}
+        self.training = False  # the builder is training and adding the held rows
         self.center: float | None = None  # trained: value -> (value - center) * scale
         self.scale = 1.0
         super().__init__(params, owner)
@@ -95,23 +96,51 @@ class SvsGraph(HnswGraph):
             super()._apply(batch)
             return
         if not self.trained:
-            for slot, version, row in batch:
-                if version:
-                    self.held[slot] = (version, row)
-                else:
-                    self.held.pop(slot, None)
-            if len(self.held) < self.threshold:
-                return
-            batch = [(slot, version, row) for slot, (version, row) in self.held.items()]
-            self.held = {}
-            self.train(np.stack([row for _, _, row in batch]))
+            # flagged before the rows join ``held``, so ``waiting`` never counts rows about to train
+            self.training = len(self.held) + sum(1 for _, version, _ in batch if version) >= self.threshold
+            try:
+                for slot, version, row in batch:
+                    if version:
+                        self.held[slot] = (version, row)
+                    else:
+                        self.held.pop(slot, None)
+                if len(self.held) < self.threshold:
+                    return
+                batch = [(slot, version, row) for slot, (version, row) in self.held.items()]
+                self.held = {}
+                self.train(np.stack([row for _, _, row in batch]))
+                super()._apply([(slot, version, self.encode(row)) for slot, version, row in batch])
+            finally:
+                self.training = False
+            return
         super()._apply([(slot, version, None if row is None else self.encode(row)) for slot, version, row in batch])
 
+    def waiting(self) -> int:
+        """Rows held for TRAINING_THRESHOLD (not the builder's backlog: they wait for more rows)."""
+        return 0 if self.training else len(self.held)
+
+    def code_map(self) -> tuple[float, float] | None:
+        """(center, scale) once trained, for the graph file (``graph_store``)."""
+        return (float(self.center), self.scale) if self.compressed and self.center is not None else None
+
+    def claim_rows(self, rows: np.ndarray) -> np.ndarray:
+        """What a loaded graph holds for these rows: their codes when compressed."""
+        return self.encode(rows) if self.compressed else rows
+
     def adopt(self, loaded: Any) -> bool:
-        return False if self.compressed else super().adopt(loaded)
+        if self.compressed:
+            if loaded.codes is None or self.held or self.trained:
+                return False
+            if not super().adopt(loaded):
+                return False
+            self.center, self.scale = loaded.codes
+            return True
+        return loaded.codes is None and super().adopt(loaded)
 
     def save_bytes(self) -> bytearray | None:
-        return None if self.compressed else super().save_bytes()
+        if self.compressed and not self.trained:
+            return None  # nothing in the graph yet: the rows wait for TRAINING_THRESHOLD
+        return super().save_bytes()
 
     def _search_one(self, query: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         if not self.compressed:

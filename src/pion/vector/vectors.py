@@ -174,6 +174,9 @@ class VectorField:
         if not saved or len(saved) < len(rows):
             return None
         position, vectors = restore.position, restore.vectors
+        claim_rows = getattr(self.graph, "claim_rows", None)
+        if claim_rows is not None:  # a compressed SVS-VAMANA graph holds codes
+            rows = claim_rows(rows)
         free = [s for s in saved if 0 <= s < len(position) and position[s] >= 0 and not taken[s]]
         out = []
         for row in rows:
