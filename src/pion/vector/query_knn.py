@@ -1,9 +1,10 @@
 """The vector part of a RediSearch query, and the ``=>{$attr: v; ...}`` attribute lists.
 
 ``filter=>[KNN k @v $B [EF_RUNTIME n] [HYBRID_POLICY p] [BATCH_SIZE n] [EPSILON e] [SHARD_K_RATIO r]
-[SEARCH_WINDOW_SIZE n] [SEARCH_BUFFER_CAPACITY n] [USE_SEARCH_HISTORY OFF|ON|AUTO] [AS d]]`` with an optional ``=>{$yield_distance_as: d; ...}`` after it: ``split_knn`` finds the
-arrow that opens the clause at the top level, ``parse_knn`` reads it into a ``KnnClause``;
-``parse_attributes`` reads the attribute lists the parser also meets after any group or term.
+[SEARCH_WINDOW_SIZE n] [SEARCH_BUFFER_CAPACITY n] [USE_SEARCH_HISTORY OFF|ON|AUTO] [AS d]]`` with
+an optional ``=>{$yield_distance_as: d; ...}`` after it: ``split_knn`` finds the arrow that opens
+the clause at the top level, ``parse_knn`` reads it into a ``KnnClause``; ``parse_attributes``
+reads the attribute lists the parser also meets after any group or term.
 SVS-VAMANA's runtime parameters (only in the clause: RediSearch takes no ``$search_window_size``
 attribute) land in the graph's one search window (``svs_graph``): SEARCH_WINDOW_SIZE and
 SEARCH_BUFFER_CAPACITY set ``ef`` (the larger of the two); USE_SEARCH_HISTORY is checked and kept

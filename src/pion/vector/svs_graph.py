@@ -64,16 +64,12 @@ class SvsGraph(HnswGraph):
     def trained(self) -> bool:
         return self.center is not None
 
-    def compression_name(self) -> str | None:
-        """What FT.INFO reports as ``compression``: the fallback every kind runs as."""
-        return "GlobalSQ8" if self.compressed else None
-
     # -- the compressed path ----------------------------------------------------------------------
 
     def train(self, rows: np.ndarray) -> None:
         """Fix the global affine map from these rows' minimum and maximum."""
         lo, hi = float(rows.min()), float(rows.max())
-        if self.params_metric_centered:
+        if self.owner.metric in ("IP", "COSINE"):  # centred on 0: dot products keep their order
             half = max(abs(lo), abs(hi))
             center = 0.0
         else:
@@ -81,10 +77,6 @@ class SvsGraph(HnswGraph):
             center = (hi + lo) / 2
         self.scale = LEVELS / half if half > 0 else 1.0
         self.center = center
-
-    @property
-    def params_metric_centered(self) -> bool:
-        return self.owner.metric in ("IP", "COSINE")
 
     def encode(self, rows: np.ndarray) -> np.ndarray:
         """The int8 codes of float32 rows (values past the trained range clip to its ends)."""
