@@ -159,7 +159,10 @@ class SearchEngine:
         for index in self.indexes.values():
             for vec in index.vectors.values():
                 if vec.graph is not None:
-                    total += len(vec.graph.pending_slots(vec.slot_ver))
+                    # rows a compressed SVS-VAMANA field holds until TRAINING_THRESHOLD are not
+                    # the builder's backlog (they wait for more rows, scanned exactly meanwhile)
+                    waiting = getattr(vec.graph, "waiting", None)
+                    total += max(len(vec.graph.pending_slots(vec.slot_ver)) - (waiting() if waiting else 0), 0)
         return total
 
     # -- lookup ---------------------------------------------------------------------------------

@@ -1,11 +1,15 @@
 """HNSW graphs saved beside the snapshot and loaded at start, so a restart does not rebuild them.
 
+SVS-VAMANA fields' graphs (``svs_graph``) are saved the same way; a compressed one holds int8
+codes, so its file also carries the trained code map and its vectors are compared as codes.
+
 Every snapshot (BGSAVE, BGREWRITEAOF, SAVE, a save rule) and a clean shutdown write one file per
 HNSW field, ``search/<name>.hnsw`` in the data directory (``name``: a hash of the database,
 index and field names). Layout, little-endian::
 
     PIONHNSW  u16 version  u16 0  u32 meta length  u64 keys length  u64 graph length
-    meta      pack_tree({db, index, field, dim, metric, m, ef_construction, count})
+    meta      pack_tree({db, index, field, dim, metric, m, ef_construction, count
+                         [, compression, codes: [center, scale]]})  (a compressed SVS-VAMANA field)
     keys      u64 slot[count], u32 key length[count], the keys one after another
     graph     usearch's own serialization (``Index.save()``)
     u32       crc32c of every byte before it
@@ -56,9 +60,12 @@ def file_name(db_id: int, index: str, field: str) -> str:
 
 
 def _meta(db_id: int, index: str, field: str, params: Any, count: int) -> dict:
-    return {b"db": db_id, b"index": index.encode("utf-8", "replace"), b"field": field.encode("utf-8", "replace"),
+    meta = {b"db": db_id, b"index": index.encode("utf-8", "replace"), b"field": field.encode("utf-8", "replace"),
             b"dim": params.dim, b"metric": params.metric.encode(), b"m": params.m,
             b"ef_construction": params.ef_construction, b"count": count}
+    if getattr(params, "compression", None) is not None:  # an SVS-VAMANA graph of int8 codes (svs_graph)
+        meta[b"compression"] = b"GlobalSQ8"
+    return meta
 
 
 @dataclass(slots=True)
@@ -84,12 +91,18 @@ class LoadedGraph:
     vectors: tuple  # float32 (dim,) arrays: the loaded graph's vector of each slot, by position
     position: np.ndarray  # int64 slot -> row of ``vectors`` (-1: not in the graph)
     high: int  # 1 + the largest slot in the graph
+    #: a compressed SVS-VAMANA graph's trained code map (center, scale); None: float32 vectors
+    codes: tuple[float, float] | None = None
 
 
 def encode(image: GraphImage, graph_bytes: bytes | bytearray) -> list[bytes | bytearray]:
     """The file's pieces (header, meta, keys, graph, crc), in order."""
     count = len(image.keys)
-    meta = pack_tree(_meta(image.db_id, image.index, image.field, image.params, count))
+    fields = _meta(image.db_id, image.index, image.field, image.params, count)
+    code_map = getattr(image.graph, "code_map", None)
+    if code_map is not None and code_map() is not None:
+        fields[b"codes"] = list(code_map())
+    meta = pack_tree(fields)
     lengths = np.fromiter((len(k) for k in image.keys), dtype=np.uint32, count=count)
     keys = np.ascontiguousarray(image.slots, dtype="<u8").tobytes() + lengths.astype("<u4").tobytes() + b"".join(image.keys)
     head = _HEAD.pack(MAGIC, VERSION, 0, len(meta), len(keys), len(graph_bytes))
@@ -178,6 +191,7 @@ def read(directory: str, db_id: int, index: str, field: str, params: Any) -> Loa
     except PayloadError as exc:
         raise GraphFileError(f"{path}: {exc}") from None
     pos += meta_len
+    codes = meta.pop(b"codes", None)
     want = _meta(db_id, index, field, params, meta.get(b"count", -1))
     if meta != want:
         raise GraphFileError(f"{path} was saved for other parameters")
@@ -193,8 +207,12 @@ def read(directory: str, db_id: int, index: str, field: str, params: Any) -> Loa
     for slot, lo, hi in zip(slots.tolist(), starts, ends, strict=True):
         claims.setdefault(data[lo:hi], []).append(slot)
     pos += keys_len
-    graph = Index(ndim=params.dim, metric={"COSINE": "ip", "IP": "ip", "L2": "l2sq"}[params.metric], dtype="f32",
-                  connectivity=params.m, expansion_add=params.ef_construction, expansion_search=params.ef_runtime)
+    compressed = b"compression" in meta
+    if compressed and (not isinstance(codes, list) or len(codes) != 2):
+        raise GraphFileError(f"{path}: a compressed graph without its code map")
+    graph = Index(ndim=params.dim, metric={"COSINE": "ip", "IP": "ip", "L2": "l2sq"}[params.metric],
+                  dtype="i8" if compressed else "f32", connectivity=params.m, expansion_add=params.ef_construction,
+                  expansion_search=params.ef_runtime)
     try:
         graph.load(memoryview(data)[pos:pos + graph_len])
     except Exception as exc:  # noqa: BLE001 - usearch raises RuntimeError on a bad stream
@@ -209,4 +227,5 @@ def read(directory: str, db_id: int, index: str, field: str, params: Any) -> Loa
     position[keys] = np.arange(len(keys), dtype=np.int64)
     # one array per entry, not stacked: ``Index.vectors`` stacks them, which costs twice the lookup
     vectors = tuple(graph.get(keys.astype(np.uint64))) if len(keys) else ()
-    return LoadedGraph(graph, claims, vectors, position, high)
+    return LoadedGraph(graph, claims, vectors, position, high,
+                       (float(codes[0]), float(codes[1])) if compressed and codes is not None else None)

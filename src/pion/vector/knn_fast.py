@@ -79,7 +79,7 @@ def compile_plan(index: SearchIndex, argv: list, req: SearchRequest, dialect: in
     if filters is None:
         return None
     vec = index.vectors.get(knn.field)
-    if vec is None or (knn.policy is not None and not filters) or (knn.policy == "ADHOC_BF" and knn.batch_size is not None):
+    if vec is None or vec.query_error(knn) is not None or (knn.policy is not None and not filters) or (knn.policy == "ADHOC_BF" and knn.batch_size is not None):
         return None
     names = [name for name, value in req.params.items() if value == knn.blob]
     if len(names) != 1 or req.query.count("$" + names[0]) != 1:

@@ -1,9 +1,17 @@
 """The vector part of a RediSearch query, and the ``=>{$attr: v; ...}`` attribute lists.
 
 ``filter=>[KNN k @v $B [EF_RUNTIME n] [HYBRID_POLICY p] [BATCH_SIZE n] [EPSILON e] [SHARD_K_RATIO r]
-[AS d]]`` with an optional ``=>{$yield_distance_as: d; ...}`` after it: ``split_knn`` finds the
-arrow that opens the clause at the top level, ``parse_knn`` reads it into a ``KnnClause``;
-``parse_attributes`` reads the attribute lists the parser also meets after any group or term.
+[SEARCH_WINDOW_SIZE n] [SEARCH_BUFFER_CAPACITY n] [USE_SEARCH_HISTORY OFF|ON|AUTO] [AS d]]`` with
+an optional ``=>{$yield_distance_as: d; ...}`` after it: ``split_knn`` finds the arrow that opens
+the clause at the top level, ``parse_knn`` reads it into a ``KnnClause``; ``parse_attributes``
+reads the attribute lists the parser also meets after any group or term.
+SVS-VAMANA's runtime parameters (only in the clause: RediSearch takes no ``$search_window_size``
+attribute) land in the graph's one search window (``svs_graph``): SEARCH_WINDOW_SIZE and
+SEARCH_BUFFER_CAPACITY set ``ef`` (the larger of the two); USE_SEARCH_HISTORY is checked and kept
+(the usearch graph always searches with its window). VecSim's resolver texts:
+``Error parsing vector similarity parameters: Invalid value was given`` (not a positive integer,
+not ON/OFF/AUTO), ``...: Parameter was specified twice``; which field accepts which parameter is
+``VectorField.query_error``'s (``...: Invalid option``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,15 @@ class KnnClause:
     alias: str | None = None
     epsilon: float | None = None
     shard_ratio: float | None = None
+    #: SVS-VAMANA's runtime parameters the clause names (SEARCH_WINDOW_SIZE -> 20, ...)
+    svs: dict[str, Any] | None = None
+    #: the clause or its attributes named EF_RUNTIME (an HNSW parameter: refused on SVS-VAMANA)
+    ef_runtime: bool = False
+
+
+SEARCH_HISTORY = ("OFF", "ON", "AUTO")
+SVS_QUERY_PARAMS = ("SEARCH_WINDOW_SIZE", "SEARCH_BUFFER_CAPACITY", "USE_SEARCH_HISTORY")
+VECSIM_ERROR = "Error parsing vector similarity parameters: "
 
 
 def split_knn(text: str) -> tuple[str, str | None, int]:
@@ -153,6 +170,7 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
         try:
             if word == "EF_RUNTIME":
                 knn.ef = int(value)
+                knn.ef_runtime = True
             elif word == "HYBRID_POLICY":
                 knn.policy = value.upper()
             elif word == "BATCH_SIZE":
@@ -161,6 +179,8 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
                 knn.epsilon = float(value)
             elif word == "SHARD_K_RATIO":
                 knn.shard_ratio = float(value)
+            elif word in SVS_QUERY_PARAMS:
+                _svs_param(knn, word, value)
             else:
                 raise ReplyError(f"Invalid attribute {inside[i]}")
         except ValueError:
@@ -174,7 +194,8 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
             raise syntax_error(pos + end + 3, body[:10])
         attrs = parse_attributes(body[1:-1], pos + end + 3, params)
         knn.alias = attrs.get("yield_distance_as", knn.alias)
-        knn.ef = attrs.get("ef_runtime", knn.ef)
+        if "ef_runtime" in attrs:
+            knn.ef, knn.ef_runtime = attrs["ef_runtime"], True
         if "hybrid_policy" in attrs:
             knn.policy = str(attrs["hybrid_policy"]).upper()
         knn.batch_size = attrs.get("batch_size", knn.batch_size)
@@ -184,6 +205,24 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
     if knn.ef is not None and knn.ef <= 0:
         raise ReplyError("Invalid value for EF_RUNTIME")
     return knn
+
+
+def _svs_param(knn: KnnClause, word: str, value: str) -> None:
+    """One SVS-VAMANA runtime parameter, checked as VecSim's resolver checks it."""
+    svs = knn.svs if knn.svs is not None else {}
+    if word in svs:
+        raise ReplyError(VECSIM_ERROR + "Parameter was specified twice")
+    if word == "USE_SEARCH_HISTORY":
+        if value.upper() not in SEARCH_HISTORY:
+            raise ReplyError(VECSIM_ERROR + "Invalid value was given")
+        svs[word] = value.upper()
+    else:
+        if not value.isdigit() or int(value) <= 0:
+            raise ReplyError(VECSIM_ERROR + "Invalid value was given")
+        svs[word] = int(value)
+        windows = [svs[name] for name in ("SEARCH_WINDOW_SIZE", "SEARCH_BUFFER_CAPACITY") if name in svs]
+        knn.ef = max(windows) if not knn.ef_runtime else knn.ef
+    knn.svs = svs
 
 
 def _param(params: dict[str, bytes], name: str) -> str:

@@ -6,7 +6,9 @@ argv, not a private encoding), so parsing must stay deterministic. Error texts a
 (``spec.c``): ``Unknown argument `X```, ``Duplicate field in schema - f``, ``No schema found``,
 ``Missing mandatory parameter: cannot create HNSW index without specifying DIM argument``.
 Defaults are Redis's: HNSW ``M 16``, ``EF_CONSTRUCTION 200``, ``EF_RUNTIME 10``, ``EPSILON 0.01``;
-TEXT ``WEIGHT 1``; TAG ``SEPARATOR ,``; ``SCORE 1.0``; ``LANGUAGE english``.
+SVS-VAMANA ``GRAPH_MAX_DEGREE 32``, ``CONSTRUCTION_WINDOW_SIZE 200``, ``SEARCH_WINDOW_SIZE 10``,
+``TRAINING_THRESHOLD 10240``, ``REDUCE DIM/2`` (``svs_graph`` says how they run); TEXT ``WEIGHT 1``;
+TAG ``SEPARATOR ,``; ``SCORE 1.0``; ``LANGUAGE english``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,19 @@ MIN_M, MAX_M = 2, 32767
 #: EF_CONSTRUCTION / EF_RUNTIME: usearch sizes per-search buffers by it (10^9 is an
 #: out-of-memory at the first add); a query's EF_RUNTIME is clamped to the graph's size instead
 MAX_EF = 1_000_000
+#: SVS-VAMANA's defaults (Redis 8.2's documentation): GRAPH_MAX_DEGREE 32 (HNSW's 2M),
+#: CONSTRUCTION_WINDOW_SIZE 200, SEARCH_WINDOW_SIZE 10, TRAINING_THRESHOLD 10 * 1024 (at most
+#: 100 * 1024 used), REDUCE DIM / 2; TYPE FLOAT16 or FLOAT32 only
+SVS_GRAPH_MAX_DEGREE = 32
+SVS_CONSTRUCTION_WINDOW_SIZE = 200
+SVS_SEARCH_WINDOW_SIZE = 10
+SVS_TRAINING_THRESHOLD = 10 * 1024
+SVS_TRAINING_MIN = 1024
+#: VecSim trains on at most this many vectors (a larger TRAINING_THRESHOLD is clamped, not refused)
+SVS_TRAINING_MAX = 100 * 1024
+SVS_TYPES = ("FLOAT16", "FLOAT32")
+#: COMPRESSION's kinds, by their upper-case spelling -> Redis's spelling
+SVS_COMPRESSIONS = {name.upper(): name for name in ("LVQ8", "LVQ4", "LVQ4x4", "LVQ4x8", "LeanVec4x8", "LeanVec8x8")}
 #: rows a FLAT/HNSW field allocates up front, whatever INITIAL_CAP says (it grows by doubling)
 PREALLOCATE_MAX = 1024
 
@@ -42,6 +57,15 @@ class VectorParams:
     epsilon: float = 0.01
     initial_cap: int = 0
     block_size: int = 1024
+    #: SVS-VAMANA (``svs_graph``): what FT.CREATE said, for FT.INFO; the graph runs on ``m``,
+    #: ``ef_construction`` and ``ef_runtime``, which ``_parse_vector`` derives from them
+    graph_max_degree: int = SVS_GRAPH_MAX_DEGREE
+    construction_window_size: int = SVS_CONSTRUCTION_WINDOW_SIZE
+    search_window_size: int = SVS_SEARCH_WINDOW_SIZE
+    #: COMPRESSION as given (None: none); every kind runs as ``GlobalSQ8`` (see ``svs_graph``)
+    compression: str | None = None
+    training_threshold: int = SVS_TRAINING_THRESHOLD
+    reduce: int | None = None
 
     @property
     def blob_size(self) -> int:
@@ -339,9 +363,7 @@ def _parse_field_options(args: _Args, spec: FieldSpec) -> None:
 
 def _parse_vector(args: _Args) -> VectorParams:
     algo = args.next_str("vector similarity algorithm").upper()
-    if algo == "SVS-VAMANA":
-        raise _err("SVS-VAMANA is not supported by Pion: use HNSW (usearch) or FLAT")
-    if algo not in ("FLAT", "HNSW"):
+    if algo not in ("FLAT", "HNSW", "SVS-VAMANA"):
         raise _err(f"Bad arguments for vector similarity algorithm: Unknown argument `{algo}`")
     try:
         count = int(args.next_str("vector similarity number of parameters"))
@@ -352,6 +374,8 @@ def _parse_vector(args: _Args) -> VectorParams:
                    "algorithm parameters (should be submitted as named arguments)")
     if args.pos + count > len(args.argv):
         raise _err(f"Expected {count} parameters but got {len(args.argv) - args.pos}")
+    if algo == "SVS-VAMANA":
+        return _parse_svs(args, count)
     params = VectorParams(algorithm=algo)
     seen = set()
     end = args.pos + count
@@ -396,12 +420,81 @@ def _parse_vector(args: _Args) -> VectorParams:
     return params
 
 
+def _parse_svs(args: _Args, count: int) -> VectorParams:
+    """SVS-VAMANA's parameters, with RediSearch 8.4's texts (``spec.c`` parseVectorField_svs):
+    ``Bad arguments for vector similarity SVS-VAMANA index `NAME`: <why>``, an unknown name
+    ``Bad arguments for algorithm SVS-VAMANA: NAME``, a TYPE other than FLOAT16/FLOAT32 ``Not
+    supported data type is given. Expected: FLOAT16, FLOAT32``, TRAINING_THRESHOLD at least
+    1024 and only with COMPRESSION, REDUCE only with a LeanVec COMPRESSION."""
+    params = VectorParams(algorithm="SVS-VAMANA")
+    seen: set[str] = set()
+    end = args.pos + count
+    while args.pos < end:
+        name = args.next_str("vector").upper()
+        what = f"vector similarity SVS-VAMANA index `{name}`"
+        if name not in _SVS_PARAMS:
+            raise _err(f"Bad arguments for algorithm SVS-VAMANA: {args.argv[args.pos - 1].decode('utf-8', 'replace')}")
+        seen.add(name)
+        if name in ("TYPE", "DISTANCE_METRIC", "COMPRESSION"):
+            word = args.next_str(what).upper()
+            known = {"TYPE": VECTOR_TYPES, "DISTANCE_METRIC": METRICS, "COMPRESSION": SVS_COMPRESSIONS}[name]
+            if word not in known:
+                raise _err(f"Bad arguments for {what}: Unknown argument")
+            if name == "TYPE":
+                if word not in SVS_TYPES:
+                    raise _err("Not supported data type is given. Expected: FLOAT16, FLOAT32")
+                params.data_type = word
+            elif name == "DISTANCE_METRIC":
+                params.metric = word
+            else:
+                params.compression = SVS_COMPRESSIONS[word]
+        elif name == "EPSILON":
+            params.epsilon = args.next_float(what)
+            if params.epsilon < 0:
+                raise _err(f"Bad arguments for {what}: Value is outside acceptable bounds")
+        else:
+            # DIM up to MAX_DIM and the windows up to MAX_EF, as for HNSW (usearch allocates by them)
+            top = {"DIM": MAX_DIM, "GRAPH_MAX_DEGREE": 2 * MAX_M, "TRAINING_THRESHOLD": None, "REDUCE": None}
+            value = args.next_int(what, minimum=1, maximum=top.get(name, MAX_EF))
+            if name == "TRAINING_THRESHOLD" and value < SVS_TRAINING_MIN:
+                raise _err(f"Invalid TRAINING_THRESHOLD: cannot be lower than DEFAULT_BLOCK_SIZE ({SVS_TRAINING_MIN})")
+            setattr(params, _SVS_PARAMS[name], value)
+    for required in ("TYPE", "DIM", "DISTANCE_METRIC"):
+        if required not in seen:
+            raise _err(f"Missing mandatory parameter: cannot create SVS-VAMANA index without specifying {required} argument")
+    if params.compression is None and "TRAINING_THRESHOLD" in seen:
+        raise _err("TRAINING_THRESHOLD is irrelevant when compression was not requested")
+    leanvec = params.compression is not None and params.compression.startswith("LeanVec")
+    if not leanvec and "REDUCE" in seen:
+        raise _err("REDUCE is irrelevant when compression is not of type LeanVec")
+    if leanvec and params.reduce is None:
+        params.reduce = params.dim // 2
+    finish_svs(params)
+    _check_memory(params)
+    return params
+
+
+#: SVS-VAMANA's parameter names -> the VectorParams attribute an integer one sets
+_SVS_PARAMS = {"TYPE": "", "DIM": "dim", "DISTANCE_METRIC": "", "GRAPH_MAX_DEGREE": "graph_max_degree",
+               "CONSTRUCTION_WINDOW_SIZE": "construction_window_size", "SEARCH_WINDOW_SIZE": "search_window_size",
+               "EPSILON": "", "COMPRESSION": "", "TRAINING_THRESHOLD": "training_threshold", "REDUCE": "reduce"}
+
+
+def finish_svs(params: VectorParams) -> None:
+    """The usearch graph's parameters from SVS's: GRAPH_MAX_DEGREE is HNSW's level-0 degree 2M."""
+    params.m = max(MIN_M, params.graph_max_degree // 2)
+    params.ef_construction = params.construction_window_size
+    params.ef_runtime = params.search_window_size
+
+
 def element_size(params: VectorParams) -> int:
     """Bytes one vector costs, as RediSearch's VecSim estimates it: the vector and its label,
     and for HNSW its level-0 links (2M) and one upper level (M), 4 bytes each."""
     size = params.dim * VECTOR_TYPES[params.data_type] + 8
     if params.algorithm == "HNSW":
         size += 3 * params.m * 4 + 16
+    elif params.algorithm == "SVS-VAMANA":  # one level of GRAPH_MAX_DEGREE links
+        size += params.graph_max_degree * 4 + 16
     return size
 
 

@@ -337,6 +337,9 @@ def _knn_job(index: SearchIndex, knn: KnnClause, allowed: np.ndarray | None):
         raise ReplyError("'batch size' is irrelevant for the selected policy")
     if knn.policy is not None and allowed is None:
         raise ReplyError("hybrid query attributes were sent for a non-hybrid query")
+    error = vec.query_error(knn)
+    if error is not None:
+        raise ReplyError(error)
     query = vec.prepare_query(knn.blob)
     return vec.plan_knn(query, knn.k, allowed, knn.ef, knn.policy, knn.batch_size)
 

@@ -230,6 +230,8 @@ def _attribute(index: SearchIndex, spec, resp3: bool) -> Any:
         if params.algorithm == "HNSW":
             pairs += [(b"M", params.m), (b"ef_construction", params.ef_construction),
                       (b"ef_runtime", params.ef_runtime), (b"epsilon", float(params.epsilon))]
+        elif params.algorithm == "SVS-VAMANA":
+            pairs += _svs_attributes(params)
     flags = [flag.encode() for flag in spec.flags()]
     if resp3:
         out = dict(pairs)
@@ -239,6 +241,19 @@ def _attribute(index: SearchIndex, spec, resp3: bool) -> Any:
     for key, value in pairs:
         flat += [key, value]
     return flat + flags
+
+
+def _svs_attributes(params) -> list[tuple[bytes, Any]]:
+    """An SVS-VAMANA field's FT.INFO keys, RediSearch 8.4's (``info_command.c``): no
+    search_window_size or epsilon; ``compression`` is what runs, ``NO_COMPRESSION`` or, off
+    Intel's LVQ build, ``GlobalSQ8`` for every kind (``vector/svs_graph``); ``training_threshold``
+    when compressed (``reduced_dim`` only on an LVQ build, so never here)."""
+    pairs: list[tuple[bytes, Any]] = [(b"graph_max_degree", params.graph_max_degree),
+                                      (b"construction_window_size", params.construction_window_size),
+                                      (b"compression", b"GlobalSQ8" if params.compression else b"NO_COMPRESSION")]
+    if params.compression is not None:
+        pairs.append((b"training_threshold", params.training_threshold))
+    return pairs
 
 
 def _errors_map(count: int, last: str, last_key: bytes, with_status: bool) -> dict[bytes, Any]:
