@@ -228,3 +228,28 @@ def test_switch_reports_the_path():
     kernel.use(True)
     assert kernel.compiled() and "compiled" in kernel.describe()
     assert build.kernel is kernel
+
+
+@pytest.mark.parametrize("dim", [1, 31, 32, 33, 96, 384, 385, 1040])
+def test_the_vnni_q8_dot_gives_the_plain_loop_s_integer_for_any_bytes(dim):
+    """The AVX-VNNI dot (where the CPU has it) against the plain loop on raw bytes, -128 and 127
+    included (stored Q8 rows never hold -128, a loaded one might): the same distance bits."""
+    k = kernel._compiled
+    rng = np.random.default_rng(dim)
+    rows = rng.integers(-128, 128, size=(40, dim)).astype(np.int8)
+    rows[0], rows[1], rows[2] = -128, 127, 0
+    ranges = rng.random(40).astype(np.float32)
+    slots = np.arange(40, dtype=np.int32)
+    for j in (0, 1, 5):
+        probe = np.empty(dim + 1, dtype=np.float32)
+        probe[:-1], probe[-1] = rows[j], np.float32(0.37)
+        want = quant.distances(rows, ranges, probe, quant.Q8, dim).view(np.uint32).tolist()
+        had = k.simd() == "avxvnni"
+        try:
+            k.use_simd(False)
+            plain = k.distances(rows, ranges, probe, quant.Q8, dim, slots).view(np.uint32).tolist()
+            k.use_simd(True)
+            fast = k.distances(rows, ranges, probe, quant.Q8, dim, slots).view(np.uint32).tolist()
+        finally:
+            k.use_simd(had)
+        assert plain == want and fast == want
