@@ -253,3 +253,44 @@ def test_the_vnni_q8_dot_gives_the_plain_loop_s_integer_for_any_bytes(dim):
         finally:
             k.use_simd(had)
         assert plain == want and fast == want
+
+
+def test_the_compiled_q8_encoding_equals_the_reference_bit_for_bit():
+    """encode_q8 (one C pass) against quant.encode: scales from 1e-30 to 1e30, zeros, halves."""
+    k = kernel._compiled
+    rng = np.random.default_rng(8)
+    cases = [np.zeros(5, np.float32), np.array([0.5, -0.5, 1.5 / 127, -2.5 / 127, 1.0], np.float32)]
+    for dim in (1, 2, 7, 64, 384, 1000):
+        for t in range(40):
+            v = (rng.normal(size=dim) * 10.0 ** rng.uniform(-30, 30)).astype(np.float32)
+            if t % 5 == 0:
+                v[: dim // 2] = 0
+            if t % 7 == 0:
+                v[:] = v[0]
+            with np.errstate(over="ignore"):  # 1e30 squared: normalize takes its float64 path
+                cases.append(quant.normalize(v)[0] if t % 3 else v)
+    for unit in cases:
+        want_row, want_rng = quant.encode(unit, quant.Q8)
+        got_row, got_rng = k.encode_q8(np.ascontiguousarray(unit))
+        assert got_row.dtype == np.int8 and got_row.tobytes() == want_row.tobytes()
+        assert type(got_rng) is float and got_rng == want_rng
+
+
+@pytest.mark.parametrize("qt", QUANTS)
+def test_a_walk_cut_to_count_and_clamped_is_the_same_on_both_paths(graph_paths, qt):
+    """Graph.search's limit (VSIM's COUNT) and clamped distances: the first ``limit`` of the full
+    walk's results, each distance as quant.clamp reports it, identical on both paths."""
+    data = clustered(900, 20, seed=31)
+    vs = _build(True, data, qt, 8, seed=5)
+    g = vs.graph
+    for q in clustered(15, 20, seed=32):
+        unit, _ = vs.unit(q)
+        probe = g.probe(*g.encode(unit))
+        per_path = []
+        for compiled in (False, True):
+            kernel.use(compiled)
+            full = g.search(probe, 40)
+            cut = g.search(probe, 40, None, 0, 7, True)
+            assert cut == [(quant.clamp(d), s, uid) for d, s, uid in full[:7]]
+            per_path.append((full, cut))
+        assert per_path[0] == per_path[1]

@@ -17,7 +17,7 @@ links and runs on the loop, with the GIL, as the reference does.
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, copysignf, fabsf, floorf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memset
@@ -754,8 +754,10 @@ cdef list _beam(const Store *st, Walk *w, Item *entry, int nentry, int ef, int l
         free(found.h.items)
 
 
-def search(g, probe, int ef, accept=None, int effort=0):
-    """Graph.search: up to ``ef`` nearest nodes (nearest first) as (distance, slot, uid)."""
+def search(g, probe, int ef, accept=None, int effort=0, int limit=0, bint clamped=False):
+    """Graph.search: up to ``ef`` nearest nodes (nearest first) as (distance, slot, uid); with
+    ``limit`` only the first ``limit`` of them (the walk is the same: VSIM's COUNT cuts its
+    EF results), with ``clamped`` each distance as ``quant.clamp`` reports it."""
     cdef _Arrays a = _of_graph(g, probe)
     cdef Store *st = &a.st
     cdef Walk w
@@ -776,7 +778,39 @@ def search(g, probe, int ef, accept=None, int effort=0):
         hits = _beam(st, &w, &ep, 1, ef, 0, accept, effort)
     finally:
         _walk_free(&w)
+    if limit > 0 and len(hits) > limit:
+        hits = hits[:limit]
+    if clamped:
+        return [(0.0 if d < 0.0 else 2.0 if d > 2.0 else d, s, <long long> uids[s]) for d, s in hits]
     return [(d, s, <long long> uids[s]) for d, s in hits]
+
+
+def encode_q8(unit):
+    """``quant.encode(unit, Q8)`` bit for bit: the largest |component| maps to 127, each
+    component scaled by float32(127 / max), rounded half away from zero (C's roundf, as
+    ``floor(|x| + 0.5)`` with its sign), clipped to +-127; the range is that largest |component|.
+    The same float32 operations in the same order, one pass in C instead of seven numpy calls."""
+    cdef const float[::1] u = unit
+    cdef Py_ssize_t i, n = u.shape[0]
+    cdef float max_abs = 0, a, factor, x
+    out = np.zeros(n, dtype=np.int8)
+    cdef int8_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            a = fabsf(u[i])
+            if a > max_abs:
+                max_abs = a
+        if max_abs != 0:
+            factor = <float> 127.0 / max_abs
+            for i in range(n):
+                x = u[i] * factor
+                x = copysignf(floorf(fabsf(x) + <float> 0.5), x)
+                if x > 127:
+                    x = 127
+                elif x < -127:
+                    x = -127
+                o[i] = <int8_t> x
+    return out, (<double> max_abs if max_abs != 0 else 0.0)
 
 
 def layer_candidates(g, probe, int level, int ef, int lowest=0):
