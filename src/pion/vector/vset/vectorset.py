@@ -228,11 +228,15 @@ class VectorSet:
             return g.search(probe, min(ef, size), accept, filter_ef if accept is not None else 0, count, True)
         return [(quant.clamp(d), s, uid) for d, s, uid in hits[:count]]
 
-    def resolve(self, matches: list[Match]) -> list[tuple[bytes, float, bytes | None]]:
-        """On the loop: (element, distance, attributes) for the matches still current."""
+    def resolve(self, matches: list[Match], fresh: bool = False) -> list[tuple[bytes, float, bytes | None]]:
+        """On the loop: (element, distance, attributes) for the matches still current.
+        ``fresh``: the search ran on the loop just now (inline), so nothing changed since and
+        every match is current without a check."""
         if not matches:
             return []
         g, names, attrs = self.graph, self.names, self.attrs
+        if fresh:
+            return [(names[s], d, attrs[s]) for d, s, _ in matches]
         slots = [s for _, s, _ in matches]
         if max(slots) >= g.cap:  # compacted meanwhile: check them one by one
             return [(names[s], d, attrs[s]) for d, s, uid in matches if g.alive(s, uid) and names[s] is not None]
