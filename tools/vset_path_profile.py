@@ -38,56 +38,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def resp(*args: bytes | str | int) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
-
-
-def read_reply(sock: socket.socket, buf: bytearray) -> None:
-    """Read one whole reply (the shapes these commands answer: simple, integer, bool, array of bulks)."""
-
-    def need(pred):
-        while True:
-            r = pred()
-            if r is not None:
-                return r
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("closed")
-            buf.extend(chunk)
-
-    def line(at: int):
-        end = buf.find(b"\r\n", at)
-        return None if end < 0 else end
-
-    def parse(at: int):
-        end = line(at)
-        if end is None:
-            return None
-        kind = buf[at:at + 1]
-        if kind in (b"+", b"-", b":", b"#", b"_"):
-            return end + 2
-        if kind == b"$":
-            n = int(buf[at + 1:end])
-            stop = end + 2 + max(n, 0) + (2 if n >= 0 else 0)
-            return stop if len(buf) >= stop else None
-        if kind in (b"*", b"%"):
-            n = int(buf[at + 1:end]) * (2 if kind == b"%" else 1)
-            pos = end + 2
-            for _ in range(max(n, 0)):
-                pos = parse(pos)
-                if pos is None:
-                    return None
-            return pos
-        raise ValueError(f"unexpected reply {bytes(buf[at:at + 20])!r}")
-
-    stop = need(lambda: parse(0))
-    del buf[:stop]
+from tests.support.raw_resp import RawClient, encode  # noqa: E402
 
 
 def client(port: int, n: int, dim: int, calls: int) -> None:
@@ -104,9 +57,7 @@ def client(port: int, n: int, dim: int, calls: int) -> None:
         for i in range(lo, min(n, lo + 500)):
             pipe.execute_command("VADD", "vs", "FP32", data[i].tobytes(), f"e{i}")
         pipe.execute()
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf = bytearray()
+    raw = RawClient(port)
     next_new = n
     print("ready", flush=True)
     for line in sys.stdin:
@@ -118,14 +69,13 @@ def client(port: int, n: int, dim: int, calls: int) -> None:
             times = []
             for p in payloads:
                 t0 = time.perf_counter()
-                sock.sendall(p)
-                read_reply(sock, buf)
+                raw.call(p)
                 times.append(time.perf_counter() - t0)
             out[label] = round(float(np.median(times)) * 1e6, 1)
 
-        timed("PING", [resp("PING")] * calls)
-        timed("VSIM", [resp("VSIM", "vs", "FP32", q.tobytes(), "COUNT", 10) for q in queries])
-        vadds = [resp("VADD", "vs", "FP32", data[next_new + j].tobytes(), f"e{next_new + j}") for j in range(calls)]
+        timed("PING", [encode("PING")] * calls)
+        timed("VSIM", [encode("VSIM", "vs", "FP32", q.tobytes(), "COUNT", 10) for q in queries])
+        vadds = [encode("VADD", "vs", "FP32", data[next_new + j].tobytes(), f"e{next_new + j}") for j in range(calls)]
         next_new += calls
         timed("VADD (new element)", vadds)
         times = []
