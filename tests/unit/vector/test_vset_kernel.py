@@ -294,3 +294,21 @@ def test_a_walk_cut_to_count_and_clamped_is_the_same_on_both_paths(graph_paths, 
             assert cut == [(quant.clamp(d), s, uid) for d, s, uid in full[:7]]
             per_path.append((full, cut))
         assert per_path[0] == per_path[1]
+
+
+@pytest.mark.parametrize("qt", QUANTS)
+def test_packed_candidates_read_as_the_walk_s_lists(graph_paths, qt):
+    """An insertion's candidates kept in C (``Found``) hold what layer_candidates lists, level by
+    level, and the pure-Python linking takes them alike."""
+    k = kernel._compiled
+    data = clustered(700, 16, seed=41)
+    vs = _build(True, data, qt, 8, seed=3)
+    g = vs.graph
+    for q in clustered(10, 16, seed=42):
+        probe = g.probe(*g.encode(vs.unit(q)[0]))
+        for level in (0, 1, 3):
+            want = g.layer_candidates(probe, level, 30)
+            got = k.packed_candidates(g, probe, level, 30)
+            assert len(got) == len(want) and [got[lc] for lc in range(len(got))] == want
+            with pytest.raises(IndexError):
+                got[len(got)]

@@ -539,18 +539,24 @@ cdef inline void _nearest_added(Nearest *r, Py_ssize_t n) noexcept nogil:
             r.pending = 0
 
 
-cdef list _nearest_hits(Nearest *r):
-    """The results nearest first, as (distance, slot)."""
-    cdef Py_ssize_t n = r.h.size, i
+cdef Py_ssize_t _nearest_sort(Nearest *r) noexcept nogil:
+    """Heap-sort the results in place, nearest first (the largest goes last); their count."""
+    cdef Py_ssize_t n = r.h.size
     cdef Item *items = r.h.items
     cdef Item top
-    # heap-sort the max-heap in place: the largest goes last
     while r.h.size > 1:
         top = items[0]
         r.h.size -= 1
         _sift_down(&r.h, items[r.h.size], True)
         items[r.h.size] = top
     r.h.size = n
+    return n
+
+
+cdef list _nearest_hits(Nearest *r):
+    """The results nearest first, as (distance, slot)."""
+    cdef Py_ssize_t n = _nearest_sort(r), i
+    cdef Item *items = r.h.items
     return [(<double> items[i].d, <int> items[i].s) for i in range(n)]
 
 
@@ -844,6 +850,84 @@ def layer_candidates(g, probe, int level, int ef, int lowest=0):
         _walk_free(&w)
 
 
+cdef class Found:
+    """An insertion's candidates per level (``layer_candidates``' lists), kept as C arrays from
+    the walk to the linking: no Python tuple per candidate (an insertion collects EF of them per
+    level, 200 by default). Reads as those lists too (``len``, ``found[level]``), so the
+    pure-Python linking takes it alike."""
+    cdef Item **items
+    cdef Py_ssize_t *counts
+    cdef int nlevels
+
+    def __cinit__(self, int nlevels):
+        self.nlevels = 0
+        self.items = <Item **> calloc(nlevels if nlevels > 0 else 1, sizeof(Item *))
+        self.counts = <Py_ssize_t *> calloc(nlevels if nlevels > 0 else 1, sizeof(Py_ssize_t))
+        if self.items == NULL or self.counts == NULL:
+            raise MemoryError()
+        self.nlevels = nlevels
+
+    def __dealloc__(self):
+        cdef int i
+        if self.items != NULL:
+            for i in range(self.nlevels):
+                free(self.items[i])
+            free(self.items)
+        free(self.counts)
+
+    def __len__(self):
+        return self.nlevels
+
+    def __getitem__(self, int level):
+        cdef Py_ssize_t i
+        if level < 0 or level >= self.nlevels:
+            raise IndexError(level)
+        return [(<double> self.items[level][i].d, <int> self.items[level][i].s) for i in range(self.counts[level])]
+
+
+def packed_candidates(g, probe, int level, int ef):
+    """``layer_candidates(g, probe, level, ef)`` (all levels down to 0) as a ``Found``: the same
+    walks, the same candidates in the same order."""
+    cdef _Arrays a = _of_graph(g, probe)
+    cdef Store *st = &a.st
+    cdef Walk w
+    cdef Item ep
+    cdef Nearest found
+    cdef int lc, top = g.max_level, upto, rc
+    cdef Py_ssize_t n, entry = g.entry
+    cdef Found out
+    if entry < 0 or entry >= st.cap:
+        return Found(0)
+    upto = level if level < top else top
+    out = Found(upto + 1)
+    if _walk_init(&w, st) < 0:
+        _walk_free(&w)
+        raise MemoryError()
+    try:
+        ep.s = <int32_t> entry
+        ep.d = _dist(st, entry)
+        for lc in range(top, level, -1):
+            _greedy(st, &w, lc, &ep)
+        for lc in range(upto, -1, -1):
+            found.h.items = NULL
+            if lc == 0:
+                with nogil:
+                    rc = _beam_plain(st, &w, &ep, 1, ef, lc, &found)
+            else:
+                rc = _beam_plain(st, &w, &ep, 1, ef, lc, &found)
+            if rc < 0:
+                free(found.h.items)
+                raise MemoryError()
+            n = _nearest_sort(&found)
+            out.items[lc] = found.h.items  # the Found owns the array now
+            out.counts[lc] = n
+            if n:
+                ep = found.h.items[0]
+        return out
+    finally:
+        _walk_free(&w)
+
+
 # -- linking: build._select and _take_link ----------------------------------------------------------
 
 
@@ -1072,7 +1156,7 @@ def select(g, int new, list hits, int level, int required, int aggressive):
         _scratch_free(&sc)
 
 
-def commit_links(g, int slot, int level, list found):
+def commit_links(g, int slot, int level, found):
     """The linking loop of build.commit (the entry point is the caller's): per level from the
     top, the candidates still alive there (build._still_there), then the three efforts."""
     cdef _Arrays a = _of_graph(g, None)
@@ -1081,15 +1165,31 @@ def commit_links(g, int slot, int level, list found):
     cdef int lc, i, n, upto, most = 0
     cdef int top = g.max_level
     cdef int32_t s
-    for hits in found:
-        most = max(most, len(hits))
+    cdef Found packed = found if isinstance(found, Found) else None
+    cdef Item *items
+    cdef Py_ssize_t j
+    if packed is not None:
+        for lc in range(packed.nlevels):
+            most = max(most, packed.counts[lc])
+    else:
+        for hits in found:
+            most = max(most, len(hits))
     upto = level if level < top else top
     try:
         if _scratch_init(&sc, most, st.m0) < 0:
             raise MemoryError()
         for lc in range(upto, -1, -1):
             n = 0
-            if lc < len(found):
+            if packed is not None:
+                if lc < packed.nlevels:
+                    items = packed.items[lc]
+                    for j in range(packed.counts[lc]):
+                        s = items[j].s
+                        if 0 <= s < st.cap and st.levels[s] >= lc and s != slot:
+                            sc.hd[n] = <double> items[j].d
+                            sc.slots[n] = s
+                            n += 1
+            elif lc < len(found):
                 for hit in found[lc]:
                     s = hit[1]
                     if 0 <= s < st.cap and st.levels[s] >= lc and s != slot:
