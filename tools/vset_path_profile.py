@@ -16,6 +16,7 @@ load average, the per-command round trips (median, microseconds) and the profile
 
     python tools/vset_path_profile.py              # 10,000 x 384 Q8
     python tools/vset_path_profile.py --n 3000 --dim 64 --calls 300
+    python tools/vset_path_profile.py --src ../other/src   # another tree's server, this client
 """
 
 from __future__ import annotations
@@ -97,12 +98,14 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--src", default=str(ROOT / "src"),
+                    help="the tree whose server runs (its src/ directory; default this checkout's)")
     ap.add_argument("--client-port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client_port:
         client(args.client_port, args.n, args.dim, args.calls)
         return
-    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(Path(args.src).resolve()))
     import uvloop
 
     from pion.config import settings_from_pairs
