@@ -19,6 +19,7 @@ Prints the load average and a table of p50/p99 in milliseconds and a JSON line.
 
     python benchmarks/bench_mcp_latency.py                          # 10,000 memories, hash
     python benchmarks/bench_mcp_latency.py --baseline-src ../main/src
+    python benchmarks/bench_mcp_latency.py --smoke      # CI-sized
 """
 
 from __future__ import annotations
@@ -164,7 +165,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--provider", default="hash", choices=["hash", "minilm"])
     ap.add_argument("--baseline-src", default="", metavar="DIR", help="also a `pion mcp` from another tree's src/")
+    ap.add_argument("--smoke", action="store_true", help="CI size: 300 memories, 10 calls in 2 rounds")
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.calls, args.rounds = 300, 10, 2
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         server = ProcessServer(Path(tmp), "--embed-provider", args.provider, "--appendfsync", "no").start(timeout=120)
