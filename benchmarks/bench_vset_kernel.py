@@ -13,7 +13,9 @@ a change in the machine's load hits all of them alike):
   vector at a time and ``Index.search`` with one thread.
 - **resp**: two ``pion-server`` processes, one compiled, one with ``PION_PURE=1``; VADDs
   pipelined (batches of ``--batch``) from one writer, VSIM COUNT 10 from one client, beside a
-  fresh usearch index built and searched in this process.
+  fresh usearch index built and searched in this process. VSIM is also sent to the compiled
+  server from a raw socket client (commands encoded in advance, no client library), which
+  separates redis-py's own cost per command from the server's.
 
 Per system: inserts/s, queries/s, recall@10, and the ratio to usearch measured round by round
 (the median of the per-round ratios, which the load cannot bias). Prints the load average, a
@@ -22,6 +24,8 @@ with ``--smoke`` or a single ``--phase``).
 
     python benchmarks/bench_vset_kernel.py              # 10,000 x 384
     python benchmarks/bench_vset_kernel.py --smoke      # CI-sized
+    python benchmarks/bench_vset_kernel.py --phase resp --no-pure --baseline-src ../other/src
+                                                        # before/after: another tree's server beside this one
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from tests.support.raw_resp import RawClient, encode  # noqa: E402
 from tests.support.servers import ProcessServer  # noqa: E402
 
 from pion.vector.vset import kernel, quant  # noqa: E402
@@ -134,6 +139,26 @@ class PionServer:
                 for q in queries]
 
 
+class RawServer(PionServer):
+    """The same server from a client with no library: commands encoded in advance and sent over a
+    plain socket (``tests/support/raw_resp.py``), so the rate is the server's, without redis-py's
+    own cost per command; VADD pipelined as above, VSIM one at a time."""
+
+    def __init__(self, srv: ProcessServer, quant_opt: str, batch: int) -> None:
+        super().__init__(srv, quant_opt, batch)
+        self.raw = RawClient(srv.port)
+
+    def insert(self, data: np.ndarray, ids: range) -> None:
+        payloads = [encode("VADD", "vs", "FP32", data[i].tobytes(), f"e{i}", self.quant_opt) for i in ids]
+        for lo in range(0, len(payloads), self.batch):
+            self.raw.pipeline(payloads[lo:lo + self.batch])
+
+    def query(self, queries: np.ndarray) -> list[list[int]]:
+        payloads = [encode("VSIM", "vs", "FP32", q.tobytes(), "COUNT", 10) for q in queries]
+        call = self.raw.call
+        return [[int(name[1:]) for name in call(p)] for p in payloads]
+
+
 # -- interleaving ------------------------------------------------------------------------------------
 
 
@@ -206,6 +231,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="VADDs per pipeline")
     ap.add_argument("--quant", default="Q8", choices=sorted(QUANTS))
     ap.add_argument("--phase", default="both", choices=["both", "engine", "resp"])
+    ap.add_argument("--no-pure", action="store_true", help="resp: leave out the pure-Python server (faster)")
+    ap.add_argument("--baseline-src", default="", metavar="DIR",
+                    help="resp: also a compiled server running another tree's code (its src/ directory, "
+                         "kernel built there), interleaved with this one: a before/after in one run")
     ap.add_argument("--smoke", action="store_true", help="CI size: 1,500 x 16, 40 queries, 4 rounds")
     args = ap.parse_args()
     if args.smoke:
@@ -240,24 +269,42 @@ def main() -> None:
             base = ["--appendfsync", "no"]
             compiled_srv = ProcessServer(Path(tmp) / "compiled", *base).start()
             pure_srv = ProcessServer(Path(tmp) / "pure", *base)
+            baseline_srv = ProcessServer(Path(tmp) / "baseline", *base)
             try:
-                os.environ[kernel.PURE_ENV] = "1"
-                try:
-                    pure_srv.start()
-                finally:
-                    os.environ.pop(kernel.PURE_ENV, None)
-                for srv, want in ((compiled_srv, "compiled HNSW kernel"), (pure_srv, "pure-Python HNSW")):
+                expected = [(compiled_srv, "compiled HNSW kernel")]
+                if not args.no_pure:
+                    os.environ[kernel.PURE_ENV] = "1"
+                    try:
+                        pure_srv.start()
+                    finally:
+                        os.environ.pop(kernel.PURE_ENV, None)
+                    expected.append((pure_srv, "pure-Python HNSW"))
+                if args.baseline_src:
+                    mine = os.environ["PYTHONPATH"]
+                    os.environ["PYTHONPATH"] = str(Path(args.baseline_src).resolve())
+                    try:
+                        baseline_srv.start()
+                    finally:
+                        os.environ["PYTHONPATH"] = mine
+                    expected.append((baseline_srv, "compiled HNSW kernel"))
+                for srv, want in expected:
                     wait_for_log(srv, want)
-                systems = {"pion-server pure": PionServer(pure_srv, args.quant, args.batch),
-                           "pion-server compiled": PionServer(compiled_srv, args.quant, args.batch),
-                           "usearch": USearch(args.dim, udtype, args.m)}
+                systems = {}
+                if not args.no_pure:
+                    systems["pion-server pure"] = PionServer(pure_srv, args.quant, args.batch)
+                if args.baseline_src:
+                    systems["pion-server compiled, baseline tree"] = PionServer(baseline_srv, args.quant, args.batch)
+                systems["pion-server compiled"] = PionServer(compiled_srv, args.quant, args.batch)
+                systems["usearch"] = USearch(args.dim, udtype, args.m)
                 # VSIM on a large set runs in a worker thread (as Redis's); NOTHREAD on the loop
-                nothread = {"pion-server compiled NOTHREAD": PionServer(compiled_srv, args.quant, args.batch, True)}
+                nothread = {"pion-server compiled NOTHREAD": PionServer(compiled_srv, args.quant, args.batch, True),
+                            "pion-server compiled, raw RESP client": RawServer(compiled_srv, args.quant, args.batch)}
                 stats = interleaved(systems, data, queries, args.rounds, nothread)
                 rows += summarize(stats, args.n, args.queries, truth, "usearch", "resp")
             finally:
                 compiled_srv.stop()
                 pure_srv.stop()
+                baseline_srv.stop()
     load_after = os.getloadavg()
     summary = {"n": args.n, "dim": args.dim, "quant": args.quant, "m": args.m, "build_ef": DEFAULT_BUILD_EF,
                "search_ef": DEFAULT_SEARCH_EF, "queries": args.queries, "rounds": args.rounds,
@@ -274,7 +321,7 @@ def main() -> None:
         print(f"| {r['phase']} | {r['system']} | {r['insert_per_s'] or '-'} | {r['insert_vs_usearch'] or '-'} | "
               f"{r['query_per_s']} | {r['query_vs_usearch']} | {r['recall@10']} |")
     print("\n(x usearch: the median over the rounds of usearch's time / this system's time on the same slice)")
-    if args.smoke or args.phase != "both":
+    if args.smoke or args.phase != "both" or args.no_pure or args.baseline_src:
         return  # the published results are of a whole run
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)

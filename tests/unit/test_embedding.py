@@ -92,6 +92,29 @@ def test_batches_never_exceed_the_batch_size():
     embedder.stop()
 
 
+def test_lookup_answers_only_when_every_text_is_cached():
+    """The loop's shortcut for a repeated query: None unless all texts are cached (for that
+    scope), then the same rows embed gave, counted as a request of cache hits; nothing reaches
+    the model."""
+    provider = SlowProvider(delay=0.0)
+    embedder = Embedder(EmbedConfig(provider="hash"), provider)
+    assert embedder.lookup(["a"]) is None and embedder.lookup([]) is None
+    first = embedder.embed(["a", "b"], scope=b"t1")
+    assert embedder.lookup(["a", "c"], scope=b"t1") is None  # one missing: the caller embeds
+    assert embedder.lookup(["a"], scope=b"t2") is None  # another tenant's cache
+    before = dict(embedder.stats)
+    got = embedder.lookup(["b", "a"], scope=b"t1")
+    assert got is not None and np.array_equal(got, first[[1, 0]])
+    assert len(provider.batches) == 1
+    assert embedder.stats["requests"] == before["requests"] + 1
+    assert embedder.stats["cache_hits"] == before["cache_hits"] + 2
+    off = Embedder(EmbedConfig(provider="hash", cache_entries=0), SlowProvider(delay=0.0))
+    off.embed(["a"])
+    assert off.lookup(["a"]) is None
+    embedder.stop()
+    off.stop()
+
+
 def test_cache_hits_are_per_scope():
     provider = SlowProvider(delay=0.0)
     embedder = Embedder(EmbedConfig(provider="hash"), provider)

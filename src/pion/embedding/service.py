@@ -132,6 +132,23 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack(rows)  # type: ignore[arg-type]
 
+    def lookup(self, texts: list[str], scope: bytes = b"") -> np.ndarray | None:
+        """The texts' vectors when every one is in the cache (counted as ``embed`` counts a
+        request), else None: a caller on the event loop answers a repeated query at once, with
+        no hand-off to a waiting thread and the batcher and back."""
+        if not texts or not self.config.cache_entries:
+            return None
+        with self._cache_lock:
+            rows = [self._cache.get((scope, t)) for t in texts]
+            if any(row is None for row in rows):
+                return None
+            for t in texts:
+                self._cache.move_to_end((scope, t))
+        self.stats["requests"] += 1
+        self.stats["texts"] += len(texts)
+        self.stats["cache_hits"] += len(texts)
+        return np.stack(rows)  # type: ignore[arg-type]
+
     def _cached(self, scope: bytes, text: str) -> np.ndarray | None:
         if not self.config.cache_entries:
             return None

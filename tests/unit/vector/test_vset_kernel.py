@@ -228,3 +228,87 @@ def test_switch_reports_the_path():
     kernel.use(True)
     assert kernel.compiled() and "compiled" in kernel.describe()
     assert build.kernel is kernel
+
+
+@pytest.mark.parametrize("dim", [1, 31, 32, 33, 96, 384, 385, 1040])
+def test_the_vnni_q8_dot_gives_the_plain_loop_s_integer_for_any_bytes(dim):
+    """The AVX-VNNI dot (where the CPU has it) against the plain loop on raw bytes, -128 and 127
+    included (stored Q8 rows never hold -128, a loaded one might): the same distance bits."""
+    k = kernel._compiled
+    rng = np.random.default_rng(dim)
+    rows = rng.integers(-128, 128, size=(40, dim)).astype(np.int8)
+    rows[0], rows[1], rows[2] = -128, 127, 0
+    ranges = rng.random(40).astype(np.float32)
+    slots = np.arange(40, dtype=np.int32)
+    for j in (0, 1, 5):
+        probe = np.empty(dim + 1, dtype=np.float32)
+        probe[:-1], probe[-1] = rows[j], np.float32(0.37)
+        want = quant.distances(rows, ranges, probe, quant.Q8, dim).view(np.uint32).tolist()
+        had = k.simd() == "avxvnni"
+        try:
+            k.use_simd(False)
+            plain = k.distances(rows, ranges, probe, quant.Q8, dim, slots).view(np.uint32).tolist()
+            k.use_simd(True)
+            fast = k.distances(rows, ranges, probe, quant.Q8, dim, slots).view(np.uint32).tolist()
+        finally:
+            k.use_simd(had)
+        assert plain == want and fast == want
+
+
+def test_the_compiled_q8_encoding_equals_the_reference_bit_for_bit():
+    """encode_q8 (one C pass) against quant.encode: scales from 1e-30 to 1e30, zeros, halves."""
+    k = kernel._compiled
+    rng = np.random.default_rng(8)
+    cases = [np.zeros(5, np.float32), np.array([0.5, -0.5, 1.5 / 127, -2.5 / 127, 1.0], np.float32)]
+    for dim in (1, 2, 7, 64, 384, 1000):
+        for t in range(40):
+            v = (rng.normal(size=dim) * 10.0 ** rng.uniform(-30, 30)).astype(np.float32)
+            if t % 5 == 0:
+                v[: dim // 2] = 0
+            if t % 7 == 0:
+                v[:] = v[0]
+            with np.errstate(over="ignore"):  # 1e30 squared: normalize takes its float64 path
+                cases.append(quant.normalize(v)[0] if t % 3 else v)
+    for unit in cases:
+        want_row, want_rng = quant.encode(unit, quant.Q8)
+        got_row, got_rng = k.encode_q8(np.ascontiguousarray(unit))
+        assert got_row.dtype == np.int8 and got_row.tobytes() == want_row.tobytes()
+        assert type(got_rng) is float and got_rng == want_rng
+
+
+@pytest.mark.parametrize("qt", QUANTS)
+def test_a_walk_cut_to_count_and_clamped_is_the_same_on_both_paths(graph_paths, qt):
+    """Graph.search's limit (VSIM's COUNT) and clamped distances: the first ``limit`` of the full
+    walk's results, each distance as quant.clamp reports it, identical on both paths."""
+    data = clustered(900, 20, seed=31)
+    vs = _build(True, data, qt, 8, seed=5)
+    g = vs.graph
+    for q in clustered(15, 20, seed=32):
+        unit, _ = vs.unit(q)
+        probe = g.probe(*g.encode(unit))
+        per_path = []
+        for compiled in (False, True):
+            kernel.use(compiled)
+            full = g.search(probe, 40)
+            cut = g.search(probe, 40, None, 0, 7, True)
+            assert cut == [(quant.clamp(d), s, uid) for d, s, uid in full[:7]]
+            per_path.append((full, cut))
+        assert per_path[0] == per_path[1]
+
+
+@pytest.mark.parametrize("qt", QUANTS)
+def test_packed_candidates_read_as_the_walk_s_lists(graph_paths, qt):
+    """An insertion's candidates kept in C (``Found``) hold what layer_candidates lists, level by
+    level, and the pure-Python linking takes them alike."""
+    k = kernel._compiled
+    data = clustered(700, 16, seed=41)
+    vs = _build(True, data, qt, 8, seed=3)
+    g = vs.graph
+    for q in clustered(10, 16, seed=42):
+        probe = g.probe(*g.encode(vs.unit(q)[0]))
+        for level in (0, 1, 3):
+            want = g.layer_candidates(probe, level, 30)
+            got = k.packed_candidates(g, probe, level, 30)
+            assert len(got) == len(want) and [got[lc] for lc in range(len(got))] == want
+            with pytest.raises(IndexError):
+                got[len(got)]

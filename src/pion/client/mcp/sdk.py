@@ -57,8 +57,10 @@ def run(server: Any, transport: str, *, token: str | None = None, allowed_hosts:
     ``pion.client.mcp.http``: the Host/Origin allow-list always, the bearer ``token`` when given)."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got '{transport}'")
-    if transport == "stdio":
-        server.run(transport=transport)
+    if transport == "stdio":  # the SDK's session over pipes read on the loop (pion.client.mcp.stdio)
+        from pion.client.mcp import stdio
+
+        stdio.run(server)
         return
     from pion.client.mcp import http
 

@@ -17,7 +17,7 @@ links and runs on the loop, with the GIL, as the reference does.
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, copysignf, fabsf, floorf
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memset
@@ -46,10 +46,62 @@ cdef extern from *:
     #define PION_CLONES
     #endif
 
-    /* quant.py's Q8 distance: the exact integer dot, then Redis's float32 scaling */
-    PION_CLONES static float pion_dist_q8(const signed char *a, const signed char *b, int dim, float range_a, float qscale) {
+    /* The Q8 integer dot with AVX-VNNI (vpdpbusd: unsigned x signed bytes summed into int32),
+       chosen at import where the CPU has it (pion_simd_init). vpdpbusd wants one operand
+       unsigned: a + 128 is, so sum(a * b) = sum((a ^ 0x80) * b) - 128 * sum(b), every term an
+       exact integer (no saturation: this form does not saturate), so the same int as the plain
+       loop for any bytes, -128 included: the distance keeps its bits. */
+    #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+    #include <immintrin.h>
+    #define PION_HAVE_VNNI 1
+    __attribute__((target("avx2,avxvnni"))) static int pion_dot_i8_vnni(const signed char *a, const signed char *b, int dim) {
+        __m256i acc = _mm256_setzero_si256(), sumb = _mm256_setzero_si256();
+        const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi8(1);
+        int i = 0;
+        for (; i + 32 <= dim; i += 32) {
+            __m256i va = _mm256_loadu_si256((const __m256i *)(a + i));
+            __m256i vb = _mm256_loadu_si256((const __m256i *)(b + i));
+            acc = _mm256_dpbusd_avx_epi32(acc, _mm256_xor_si256(va, flip), vb);
+            sumb = _mm256_dpbusd_avx_epi32(sumb, ones, vb);
+        }
+        acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(sumb, 7));
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+        int dot = _mm_cvtsi128_si32(s);
+        for (; i < dim; i++) dot += (int)a[i] * (int)b[i];
+        return dot;
+    }
+    #else
+    #define PION_HAVE_VNNI 0
+    static int pion_dot_i8_vnni(const signed char *a, const signed char *b, int dim) { (void)a; (void)b; (void)dim; return 0; }
+    #endif
+
+    /* 1 when the Q8 dot runs on AVX-VNNI (set once at import; tests switch it off and on) */
+    static int pion_use_vnni = 0;
+
+    static int pion_simd_init(void) {
+    #if PION_HAVE_VNNI
+        __builtin_cpu_init();
+        pion_use_vnni = __builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("avx2");
+    #endif
+        return pion_use_vnni;
+    }
+
+    static int pion_simd_set(int on) {
+        if (!on) { pion_use_vnni = 0; return 0; }
+        return pion_simd_init();
+    }
+
+    PION_CLONES static int pion_dot_i8(const signed char *a, const signed char *b, int dim) {
         int dot = 0;
         for (int i = 0; i < dim; i++) dot += (int)a[i] * (int)b[i];
+        return dot;
+    }
+
+    /* quant.py's Q8 distance: the exact integer dot, then Redis's float32 scaling */
+    static inline float pion_dist_q8(const signed char *a, const signed char *b, int dim, float range_a, float qscale) {
+        int dot = pion_use_vnni ? pion_dot_i8_vnni(a, b, dim) : pion_dot_i8(a, b, dim);
         float scale = (range_a / 127.0f) * qscale;
         float dotf = (float)dot * scale;
         return 1.0f - dotf;
@@ -79,6 +131,9 @@ cdef extern from *:
     }
     """
     float pion_dist_q8(const signed char *a, const signed char *b, int dim, float range_a, float qscale) nogil
+    int pion_simd_init() nogil
+    int pion_simd_set(int on) nogil
+    int pion_use_vnni
     float pion_dist_f32(const float *a, const float *b, int dim) nogil
     float pion_dist_bin(const unsigned long long *a, const unsigned long long *b, int width, float unit) nogil
 
@@ -89,6 +144,25 @@ cdef enum:
 
 #: as walk.py: candidates a plain walk expands per step (twice that past ef 100), results let
 #: pile up past ef before a cut
+pion_simd_init()
+
+
+cdef bint _simd_on():
+    return pion_use_vnni != 0
+
+
+def simd():
+    """Which code computes the Q8 integer dot: ``"avxvnni"`` or ``"baseline"`` (the plain loop,
+    AVX2-vectorized by the compiler where it can). Both give the same integer, so the same bits."""
+    return "avxvnni" if _simd_on() else "baseline"
+
+
+def use_simd(bint on):
+    """Turn the AVX-VNNI dot off (False) or back on where the CPU has it; for tests comparing
+    the two. Returns whether it is on."""
+    return bool(pion_simd_set(1 if on else 0))
+
+
 cdef int BATCH = 4
 cdef int PRUNE_SLACK = 16
 
@@ -465,18 +539,24 @@ cdef inline void _nearest_added(Nearest *r, Py_ssize_t n) noexcept nogil:
             r.pending = 0
 
 
-cdef list _nearest_hits(Nearest *r):
-    """The results nearest first, as (distance, slot)."""
-    cdef Py_ssize_t n = r.h.size, i
+cdef Py_ssize_t _nearest_sort(Nearest *r) noexcept nogil:
+    """Heap-sort the results in place, nearest first (the largest goes last); their count."""
+    cdef Py_ssize_t n = r.h.size
     cdef Item *items = r.h.items
     cdef Item top
-    # heap-sort the max-heap in place: the largest goes last
     while r.h.size > 1:
         top = items[0]
         r.h.size -= 1
         _sift_down(&r.h, items[r.h.size], True)
         items[r.h.size] = top
     r.h.size = n
+    return n
+
+
+cdef list _nearest_hits(Nearest *r):
+    """The results nearest first, as (distance, slot)."""
+    cdef Py_ssize_t n = _nearest_sort(r), i
+    cdef Item *items = r.h.items
     return [(<double> items[i].d, <int> items[i].s) for i in range(n)]
 
 
@@ -680,8 +760,10 @@ cdef list _beam(const Store *st, Walk *w, Item *entry, int nentry, int ef, int l
         free(found.h.items)
 
 
-def search(g, probe, int ef, accept=None, int effort=0):
-    """Graph.search: up to ``ef`` nearest nodes (nearest first) as (distance, slot, uid)."""
+def search(g, probe, int ef, accept=None, int effort=0, int limit=0, bint clamped=False):
+    """Graph.search: up to ``ef`` nearest nodes (nearest first) as (distance, slot, uid); with
+    ``limit`` only the first ``limit`` of them (the walk is the same: VSIM's COUNT cuts its
+    EF results), with ``clamped`` each distance as ``quant.clamp`` reports it."""
     cdef _Arrays a = _of_graph(g, probe)
     cdef Store *st = &a.st
     cdef Walk w
@@ -702,7 +784,39 @@ def search(g, probe, int ef, accept=None, int effort=0):
         hits = _beam(st, &w, &ep, 1, ef, 0, accept, effort)
     finally:
         _walk_free(&w)
+    if limit > 0 and len(hits) > limit:
+        hits = hits[:limit]
+    if clamped:
+        return [(0.0 if d < 0.0 else 2.0 if d > 2.0 else d, s, <long long> uids[s]) for d, s in hits]
     return [(d, s, <long long> uids[s]) for d, s in hits]
+
+
+def encode_q8(unit):
+    """``quant.encode(unit, Q8)`` bit for bit: the largest |component| maps to 127, each
+    component scaled by float32(127 / max), rounded half away from zero (C's roundf, as
+    ``floor(|x| + 0.5)`` with its sign), clipped to +-127; the range is that largest |component|.
+    The same float32 operations in the same order, one pass in C instead of seven numpy calls."""
+    cdef const float[::1] u = unit
+    cdef Py_ssize_t i, n = u.shape[0]
+    cdef float max_abs = 0, a, factor, x
+    out = np.zeros(n, dtype=np.int8)
+    cdef int8_t[::1] o = out
+    with nogil:
+        for i in range(n):
+            a = fabsf(u[i])
+            if a > max_abs:
+                max_abs = a
+        if max_abs != 0:
+            factor = <float> 127.0 / max_abs
+            for i in range(n):
+                x = u[i] * factor
+                x = copysignf(floorf(fabsf(x) + <float> 0.5), x)
+                if x > 127:
+                    x = 127
+                elif x < -127:
+                    x = -127
+                o[i] = <int8_t> x
+    return out, (<double> max_abs if max_abs != 0 else 0.0)
 
 
 def layer_candidates(g, probe, int level, int ef, int lowest=0):
@@ -732,6 +846,84 @@ def layer_candidates(g, probe, int level, int ef, int lowest=0):
                 ep.d = <float> hits[0][0]
                 ep.s = <int32_t> hits[0][1]
         return found
+    finally:
+        _walk_free(&w)
+
+
+cdef class Found:
+    """An insertion's candidates per level (``layer_candidates``' lists), kept as C arrays from
+    the walk to the linking: no Python tuple per candidate (an insertion collects EF of them per
+    level, 200 by default). Reads as those lists too (``len``, ``found[level]``), so the
+    pure-Python linking takes it alike."""
+    cdef Item **items
+    cdef Py_ssize_t *counts
+    cdef int nlevels
+
+    def __cinit__(self, int nlevels):
+        self.nlevels = 0
+        self.items = <Item **> calloc(nlevels if nlevels > 0 else 1, sizeof(Item *))
+        self.counts = <Py_ssize_t *> calloc(nlevels if nlevels > 0 else 1, sizeof(Py_ssize_t))
+        if self.items == NULL or self.counts == NULL:
+            raise MemoryError()
+        self.nlevels = nlevels
+
+    def __dealloc__(self):
+        cdef int i
+        if self.items != NULL:
+            for i in range(self.nlevels):
+                free(self.items[i])
+            free(self.items)
+        free(self.counts)
+
+    def __len__(self):
+        return self.nlevels
+
+    def __getitem__(self, int level):
+        cdef Py_ssize_t i
+        if level < 0 or level >= self.nlevels:
+            raise IndexError(level)
+        return [(<double> self.items[level][i].d, <int> self.items[level][i].s) for i in range(self.counts[level])]
+
+
+def packed_candidates(g, probe, int level, int ef):
+    """``layer_candidates(g, probe, level, ef)`` (all levels down to 0) as a ``Found``: the same
+    walks, the same candidates in the same order."""
+    cdef _Arrays a = _of_graph(g, probe)
+    cdef Store *st = &a.st
+    cdef Walk w
+    cdef Item ep
+    cdef Nearest found
+    cdef int lc, top = g.max_level, upto, rc
+    cdef Py_ssize_t n, entry = g.entry
+    cdef Found out
+    if entry < 0 or entry >= st.cap:
+        return Found(0)
+    upto = level if level < top else top
+    out = Found(upto + 1)
+    if _walk_init(&w, st) < 0:
+        _walk_free(&w)
+        raise MemoryError()
+    try:
+        ep.s = <int32_t> entry
+        ep.d = _dist(st, entry)
+        for lc in range(top, level, -1):
+            _greedy(st, &w, lc, &ep)
+        for lc in range(upto, -1, -1):
+            found.h.items = NULL
+            if lc == 0:
+                with nogil:
+                    rc = _beam_plain(st, &w, &ep, 1, ef, lc, &found)
+            else:
+                rc = _beam_plain(st, &w, &ep, 1, ef, lc, &found)
+            if rc < 0:
+                free(found.h.items)
+                raise MemoryError()
+            n = _nearest_sort(&found)
+            out.items[lc] = found.h.items  # the Found owns the array now
+            out.counts[lc] = n
+            if n:
+                ep = found.h.items[0]
+        return out
     finally:
         _walk_free(&w)
 
@@ -964,7 +1156,7 @@ def select(g, int new, list hits, int level, int required, int aggressive):
         _scratch_free(&sc)
 
 
-def commit_links(g, int slot, int level, list found):
+def commit_links(g, int slot, int level, found):
     """The linking loop of build.commit (the entry point is the caller's): per level from the
     top, the candidates still alive there (build._still_there), then the three efforts."""
     cdef _Arrays a = _of_graph(g, None)
@@ -973,15 +1165,31 @@ def commit_links(g, int slot, int level, list found):
     cdef int lc, i, n, upto, most = 0
     cdef int top = g.max_level
     cdef int32_t s
-    for hits in found:
-        most = max(most, len(hits))
+    cdef Found packed = found if isinstance(found, Found) else None
+    cdef Item *items
+    cdef Py_ssize_t j
+    if packed is not None:
+        for lc in range(packed.nlevels):
+            most = max(most, packed.counts[lc])
+    else:
+        for hits in found:
+            most = max(most, len(hits))
     upto = level if level < top else top
     try:
         if _scratch_init(&sc, most, st.m0) < 0:
             raise MemoryError()
         for lc in range(upto, -1, -1):
             n = 0
-            if lc < len(found):
+            if packed is not None:
+                if lc < packed.nlevels:
+                    items = packed.items[lc]
+                    for j in range(packed.counts[lc]):
+                        s = items[j].s
+                        if 0 <= s < st.cap and st.levels[s] >= lc and s != slot:
+                            sc.hd[n] = <double> items[j].d
+                            sc.slots[n] = s
+                            n += 1
+            elif lc < len(found):
                 for hit in found[lc]:
                     s = hit[1]
                     if 0 <= s < st.cap and st.levels[s] >= lc and s != slot:

@@ -95,12 +95,15 @@ def _replace(g: Graph, slot: int, old: int, new: int, level: int) -> None:
 
 
 def candidates(g: Graph, probe: np.ndarray, level: int, ef: int) -> list[list[Hit]]:
-    """Per level 0..min(level, top): the nodes to try linking a new node to, nearest first."""
+    """Per level 0..min(level, top): the nodes to try linking a new node to, nearest first (with
+    the compiled kernel, walks give them as its ``Found``, which reads as these lists)."""
     if g.entry < 0:
         return []
-    if g.count > EXACT_BUILD_MAX and g.count * g.dim > EXACT_BUILD_WORK:
-        return g.layer_candidates(probe, level, ef)
     k = kernel.impl
+    if g.count > EXACT_BUILD_MAX and g.count * g.dim > EXACT_BUILD_WORK:
+        if k is not None:  # the same lists, kept in C until the linking reads them
+            return k.packed_candidates(g, probe, level, ef)
+        return g.layer_candidates(probe, level, ef)
     if k is not None:
         return k.exact_candidates(g, probe, level, ef)
     slots = g.live_slots()

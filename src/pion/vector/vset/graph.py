@@ -183,6 +183,14 @@ class Graph:
         """An encoded vector (a query, or a stored node's row) ready for ``dist``."""
         return quant.probe(row, rng, self.quant)
 
+    def encode(self, unit: np.ndarray) -> tuple[np.ndarray, float]:
+        """``quant.encode`` for this graph's encoding; Q8 in one compiled pass where the kernel
+        is built (the same bits)."""
+        k = kernel.impl
+        if k is not None and self.quant == quant.Q8:
+            return k.encode_q8(np.ascontiguousarray(unit, dtype=np.float32))
+        return quant.encode(unit, self.quant)
+
     def node_probe(self, slot: int) -> np.ndarray:
         return quant.probe(self.rows[slot], float(self.ranges[slot]), self.quant)
 
@@ -206,13 +214,14 @@ class Graph:
     # -- search ---------------------------------------------------------------------------
 
     def search(self, probe: np.ndarray, ef: int, accept: Callable[[int], bool] | None = None,
-               effort: int = 0) -> list[tuple[float, int, int]]:
+               effort: int = 0, limit: int = 0, clamped: bool = False) -> list[tuple[float, int, int]]:
         """Up to ``ef`` nearest nodes (nearest first) by graph search, as (distance, slot, uid);
         with ``accept`` only nodes it accepts, expanding at most ``effort`` candidates (0 = no
-        bound)."""
+        bound). ``limit``: only the first ``limit`` of them (VSIM's COUNT; the walk is the same);
+        ``clamped``: distances as ``quant.clamp`` reports them."""
         k = kernel.impl
         if k is not None:
-            return k.search(self, probe, ef, accept, effort)
+            return k.search(self, probe, ef, accept, effort, limit, clamped)
         view = View(self)
         if view.entry < 0 or view.entry >= view.cap:
             return []
@@ -220,7 +229,12 @@ class Graph:
         ep_d = float(view.dist(probe, np.array([ep]))[0])
         for level in range(view.top, 0, -1):
             ep_d, ep = view.greedy(probe, ep, ep_d, level)
-        return view.with_uids(view.beam(probe, [(ep_d, ep)], ef, 0, accept, effort))
+        hits = view.beam(probe, [(ep_d, ep)], ef, 0, accept, effort)
+        if limit > 0:
+            hits = hits[:limit]
+        if clamped:
+            hits = [(quant.clamp(d), s) for d, s in hits]
+        return view.with_uids(hits)
 
     def layer_candidates(self, probe: np.ndarray, level: int, ef: int, lowest: int = 0) -> list[list[Hit]]:
         """Candidate lists for levels ``lowest``..min(level, top), indexed by level (an insertion

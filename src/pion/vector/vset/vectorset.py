@@ -95,7 +95,7 @@ class VectorSet:
         """Insert or update ``name``; True if it is new. ``attr`` None keeps the attributes of
         an existing element, b"" removes them. ``found``/``level``: a CAS insert's candidates."""
         unit, norm = self.unit(vec)
-        row, rng = quant.encode(unit, self.quant)
+        row, rng = self.graph.encode(unit)
         existing = self.index.get(name)
         if existing is not None:
             if attr is None:
@@ -216,7 +216,7 @@ class VectorSet:
     def _search(self, unit, count, ef, flt, filter_ef, truth, budget: Budget = UNLIMITED) -> list[Match]:
         g = self.graph
         ef = max(ef or DEFAULT_SEARCH_EF, count)
-        row, rng = quant.encode(unit, g.quant)
+        row, rng = g.encode(unit)
         probe = g.probe(row, rng)
         accept = self.accept(flt, budget) if flt is not None else None
         size = g.count
@@ -224,17 +224,28 @@ class VectorSet:
             hits = g.exact(probe, min(count, size), accept)  # exact: the first COUNT are final
         elif size <= EXACT_SEARCH_MAX:  # FILTER-EF bounds how many nearest ones are examined
             hits = g.exact(probe, min(count, size), accept, filter_ef if accept is not None else 0)
-        else:
-            hits = g.search(probe, min(ef, size), accept, filter_ef if accept is not None else 0)
+        else:  # the walk cuts to COUNT and clamps (in C where the kernel is built)
+            return g.search(probe, min(ef, size), accept, filter_ef if accept is not None else 0, count, True)
         return [(quant.clamp(d), s, uid) for d, s, uid in hits[:count]]
 
-    def resolve(self, matches: list[Match]) -> list[tuple[bytes, float, bytes | None]]:
-        """On the loop: (element, distance, attributes) for the matches still current."""
-        g, out = self.graph, []
-        for d, slot, uid in matches:
-            if g.alive(slot, uid) and self.names[slot] is not None:
-                out.append((self.names[slot], d, self.attrs[slot]))
-        return out
+    def resolve(self, matches: list[Match], fresh: bool = False) -> list[tuple[bytes, float, bytes | None]]:
+        """On the loop: (element, distance, attributes) for the matches still current.
+        ``fresh``: the search ran on the loop just now (inline), so nothing changed since and
+        every match is current without a check."""
+        if not matches:
+            return []
+        g, names, attrs = self.graph, self.names, self.attrs
+        if fresh:
+            return [(names[s], d, attrs[s]) for d, s, _ in matches]
+        slots = [s for _, s, _ in matches]
+        if max(slots) >= g.cap:  # compacted meanwhile: check them one by one
+            return [(names[s], d, attrs[s]) for d, s, uid in matches if g.alive(s, uid) and names[s] is not None]
+        # one numpy check for all (a search that ran in a worker may meet nodes changed meanwhile)
+        idx = np.array(slots, dtype=np.intp)
+        want = np.fromiter((uid for _, _, uid in matches), dtype=np.int64, count=len(matches))
+        ok = ((g.levels[idx] >= 0) & (g.uids[idx] == want)).tolist()
+        return [(names[s], d, attrs[s]) for (d, s, _), good in zip(matches, ok, strict=True)
+                if good and names[s] is not None]
 
     def links(self, slot: int) -> list[list[tuple[bytes, float]]]:
         """VLINKS: per level from the top down, each neighbour with its distance."""

@@ -110,6 +110,9 @@ def with_vectors(ctx: Ctx, texts: list[str], finish: Callable[[Ctx, np.ndarray],
     reply is needed at once). Embedding errors answer ``-ERR <why>``."""
     embedder = embedder_of(ctx)
     scope = scope_of(ctx)
+    known = embedder.lookup(texts, scope)  # all cached (a repeated query): no thread hand-off
+    if known is not None:
+        return finish(ctx, known)
 
     def job() -> np.ndarray:
         try:

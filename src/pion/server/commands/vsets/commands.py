@@ -122,7 +122,7 @@ def _vadd_deferred(vs: VectorSet, key: bytes, name: bytes, vec, opts: _Options, 
 
     def collect() -> list:
         unit, _ = vs.unit(vec)
-        row, rng = quant.encode(unit, g.quant)
+        row, rng = g.encode(unit)
         return build.candidates(g, g.probe(row, rng), level, opts.ef)
 
     def finish(ctx: Ctx, results: list) -> bool:

@@ -135,12 +135,14 @@ def vsim(ctx: Ctx, argv: list[bytes]):
 
     quick = kernel.compiled() and q.flt is None and not q.truth and max(q.ef or 0, q.count) <= INLINE_EF
     if q.nothread or quick or len(vs) <= vectorset.EXACT_SEARCH_MAX or not can_defer(ctx):
-        return _reply(ctx, vs, q, search())
+        return _reply(ctx, vs, q, search(), fresh=q.flt is None)
     return Deferred([search], lambda ctx, results: _reply(ctx, vs, q, results[0]))
 
 
-def _reply(ctx: Ctx, vs: VectorSet, q: _Query, matches: list):
-    found = vs.resolve(matches)
+def _reply(ctx: Ctx, vs: VectorSet, q: _Query, matches: list, fresh: bool = False):
+    """``fresh``: the search ran inline just now without a FILTER (whose expression could hand
+    the loop over between slices), so its matches need no re-check."""
+    found = vs.resolve(matches, fresh)
     epsilon = np.float32(q.epsilon)
     if epsilon < 1.0:  # distances are clamped to [0, 2]: from 1 on EPSILON cuts nothing
         for i, (_, d, _) in enumerate(found):
