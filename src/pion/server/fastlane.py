@@ -145,9 +145,6 @@ class FastLane:
         flushes after ``run`` returns)."""
         records: list = []  # the batch's write records not handed to the journal yet
         marks: list = []  # where each one's reply goes in ``out``
-        # the client's last interaction (idle timeouts, CLIENT LIST's idle): once per read, as
-        # Redis sets it when it reads (nothing reads it between two commands of one batch)
-        client.last_interaction = time.time()
         try:
             return self._run(conn, client, reader, high_water, records, marks)
         finally:
@@ -192,6 +189,7 @@ class FastLane:
         ctx = client.ctx
         latency_tracking = dispatcher.latency_tracking
         latency_threshold = dispatcher.latency_threshold
+        touched: cython.bint = False
         while True:
             argv = reader.next_command()
             if not argv:
@@ -200,6 +198,9 @@ class FastLane:
             if found is None:
                 return argv
             hot = found
+            if not touched:  # a complete command: the idle clock (timeouts, CLIENT LIST), once a batch
+                client.last_interaction = time.time()
+                touched = True
             arity = hot.arity
             nargs = len(argv)
             if (arity > 0 and nargs != arity) or nargs < -arity:
