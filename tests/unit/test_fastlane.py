@@ -338,3 +338,74 @@ async def _monitor_session(tmp_path) -> bytes:
 def test_monitor_sees_what_the_lane_would_have_run(tmp_path):
     seen = asyncio.run(_monitor_session(tmp_path))
     assert b'"SET" "k" "v"' in seen and b'"GET" "k"' in seen
+
+
+#: one read of writes the lane hands to the journal together (plain writes, a large staged one, a
+#: rewritten one, a script's, reads between them); the log's fsync fails under it in the second run
+DURABLE = [
+    *([b"SET", b"d%d" % i, b"v%d" % i] for i in range(40)),
+    [b"GET", b"d3"],
+    [b"SET", b"large", b"x" * 70_000],
+    [b"SET", b"ttl", b"v", b"EX", b"100"],
+    [b"INCR", b"n"],
+    [b"EVAL", b"return redis.call('incr', KEYS[1])", b"1", b"n"],
+    [b"GET", b"n"],
+    [b"RPUSH", b"l", b"a"],
+    [b"DEL", b"d1", b"nope"],
+]
+
+
+async def _durable_session(tmp_path, lane: str, failing: bool) -> tuple[bytes, list]:
+    """DURABLE on a server with the log (``appendfsync always``, a small ``blob-threshold``);
+    returns the replies and each record the journal got (``append``, one per command)."""
+    from pion.storage import faults
+
+    work = tmp_path / f"{lane}-{failing}"
+    work.mkdir()
+    server = make_server(settings_from_pairs([("port", "0"), ("dir", str(work)), ("appendfsync", "always"),
+                                                ("blob-threshold", "65536"), ("save", "")]))
+    await server.start()
+    try:
+        if lane == "closed":
+            server.lane.admits = lambda client: False
+        records: list = []
+        journal = server.journal
+        append = journal.append
+
+        def recording(effects):
+            records.append([argv[:2] for _, argv in effects])
+            return append(effects)
+
+        journal.append = recording
+        conn = Connection(server)
+        transport = _Transport()
+        conn.connection_made(transport)
+        if failing:
+            faults.arm("wal.sync", "EIO", count=1)
+        try:
+            conn.data_received(_frames(DURABLE))
+            for _ in range(2000):
+                if not conn.waiting_durable and len(transport.data) and journal.durable_seq >= journal.seq:
+                    break
+                await asyncio.sleep(0.005)
+        finally:
+            faults.disarm()
+        return bytes(transport.data), records
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize("failing", [False, True])
+def test_a_batch_of_writes_reaches_the_journal_as_one_record_each(tmp_path, failing):
+    """The lane hands a read's writes to the journal together, after they ran: the records are
+    the dispatcher's (one per write, in order), every reply waits for its record, and when the
+    log's fsync fails every write of the batch is answered -MISCONF in its own place."""
+    replies, records = asyncio.run(_durable_session(tmp_path, "closed", failing))
+    lane_replies, lane_records = asyncio.run(_durable_session(tmp_path, "lane", failing))
+    assert lane_records == records
+    assert len(records) == 40 + 6 and records[40] == [[b"SET", b"large"]]
+    assert lane_replies == replies
+    if failing:
+        assert replies.count(b"-MISCONF") == 46 and b"$2\r\nv3\r\n" in replies  # a read is answered
+    else:
+        assert b"MISCONF" not in replies and replies.startswith(b"+OK\r\n" * 40 + b"$2\r\nv3\r\n")

@@ -133,6 +133,8 @@ class Server:
     def settings(self, value: Settings) -> None:
         """CONFIG SET swaps in new settings; the keyspaces follow maxmemory-policy (LRU/LFU)."""
         self._settings = value
+        #: ``notify-keyspace-events`` (an attribute: every write asks it, often twice)
+        self.notify_flags: str = value.notify_keyspace_events
         for dbs in [getattr(self, "dbs", ()), *getattr(self, "tenant_dbs", {}).values()]:
             for db in dbs:
                 db.apply_settings(value)
@@ -169,10 +171,6 @@ class Server:
         """New connections must AUTH: the default user is off or has a password (ACL)."""
         users = self.parts.acl
         return not users.open_to_all if users is not None else bool(self.settings.requirepass)
-
-    @property
-    def notify_flags(self) -> str:
-        return self.settings.notify_keyspace_events
 
     # -- keyspace hooks ------------------------------------------------------------------
 

@@ -200,7 +200,8 @@ class Dispatcher:
 
         The hot path of every command: the per-command questions are answered once per spec
         (``CommandSpec.is_write``, ``stages``, ``is_read``, ``full_name``), the time is one pair
-        of ``perf_counter_ns`` reads, and stats, latency and effect capture are inline."""
+        of ``perf_counter_ns`` reads, the bookkeeping is ``account`` (shared with a query run in
+        slices) and the effect capture is inline."""
         server = self.server
         if spec.sliced and self.depth == 0 and server.slices.can_slice(client):
             return server.slices.run(client, spec, argv)  # a query in slices (pion.server.slices)
@@ -236,35 +237,9 @@ class Dispatcher:
             if counted:
                 db.read_stats = None
         elapsed_ns = perf_counter_ns() - start
-        usec = elapsed_ns // 1000
-        name = spec.full_name
         cls = reply.__class__
-        # an error reply, raised or returned, is a failed call (Redis: any error reply it made)
-        error_reply = failed or cls is ReplyError or cls is CountedError
-        entry = self.stats.get(name)  # INFO commandstats: [calls, usec, rejected, failed]
-        if entry is None:
-            entry = self.stats[name] = [0, 0, 0, 0]
-        entry[0] += 1
-        entry[1] += usec
-        if error_reply:
-            entry[3] += 1
-            server.stat_failed += 1
-        server.stat_numcommands += 1
-        if cls is not BlockRequest:  # a blocked command is recorded when it ends
-            if self.latency_tracking:
-                histogram = server.latency.histograms.get(name)
-                if histogram is None:
-                    server.latency.record_command(name, elapsed_ns)
-                else:
-                    histogram.record(elapsed_ns)
-            if self.latency_threshold:
-                self.latency_sample("fast-command" if "fast" in spec.flags else "command", elapsed_ns / 1e9)
-        if error_reply and cls is not CountedError:  # a script's counted error is not counted again
-            self.count_error(reply)
-        client.commands_processed += 1
-        client.last_cmd = name
-        if client.tracking is not None and not failed:
-            server.tracking.after_command(client, spec, argv)
+        usec = self.account(client, spec, argv, reply, failed, elapsed_ns,
+                            "fast-command" if "fast" in spec.flags else "command", cls is not BlockRequest)
         if not crashed:  # a crash's own argv would crash the replay the same way: not logged (docs/durability.md)
             # the one effect capture: the command's rewrites, else its argv when it made the server dirty
             if ctx.rewritten:
@@ -287,6 +262,44 @@ class Dispatcher:
             self.finish_command(client)
         return reply
 
+    def account(self, client: Client, spec: CommandSpec, argv: list[bytes], reply: Any, failed: bool,
+                elapsed_ns: int, event: str, timed: bool) -> int:
+        """A finished command's bookkeeping, shared by ``call`` and ``finish_sliced`` (the fast
+        lane keeps its own copy inline): INFO commandstats and stats, the latency histogram and
+        the latency event ``event`` (unless not ``timed``: a blocked command is recorded when it
+        ends), errorstats, the client's counters, tracking. Returns the duration in usec."""
+        server = self.server
+        usec = elapsed_ns // 1000
+        name = spec.full_name
+        cls = reply.__class__
+        # an error reply, raised or returned, is a failed call (Redis: any error reply it made)
+        error_reply = failed or cls is ReplyError or cls is CountedError
+        entry = self.stats.get(name)  # INFO commandstats: [calls, usec, rejected, failed]
+        if entry is None:
+            entry = self.stats[name] = [0, 0, 0, 0]
+        entry[0] += 1
+        entry[1] += usec
+        if error_reply:
+            entry[3] += 1
+            server.stat_failed += 1
+        server.stat_numcommands += 1
+        if timed:
+            if self.latency_tracking:
+                histogram = server.latency.histograms.get(name)
+                if histogram is None:
+                    server.latency.record_command(name, elapsed_ns)
+                else:
+                    histogram.record(elapsed_ns)
+            if self.latency_threshold:
+                self.latency_sample(event, elapsed_ns / 1e9)
+        if error_reply and cls is not CountedError:  # a script's counted error is not counted again
+            self.count_error(reply)
+        client.commands_processed += 1
+        client.last_cmd = name
+        if client.tracking is not None and not failed:
+            server.tracking.after_command(client, spec, argv)
+        return usec
+
     def finish_sliced(self, client: Client, spec: CommandSpec, argv: list[bytes], reply: Any, failed: bool,
                       crashed: bool, elapsed_ns: int, db_index: int, counted: bool = True) -> Any:
         """``call``'s bookkeeping for a query run in slices (``pion.server.slices``), once its
@@ -301,29 +314,8 @@ class Dispatcher:
             ctx.effects, ctx.rewritten = None, False
             self.finish_command(client)
             return reply
-        usec = elapsed_ns // 1000
-        name = spec.full_name
+        usec = self.account(client, spec, argv, reply, failed, elapsed_ns, "command", True)
         cls = reply.__class__
-        error_reply = failed or cls is ReplyError or cls is CountedError
-        entry = self.stats.get(name)
-        if entry is None:
-            entry = self.stats[name] = [0, 0, 0, 0]
-        entry[0] += 1
-        entry[1] += usec
-        if error_reply:
-            entry[3] += 1
-            server.stat_failed += 1
-        server.stat_numcommands += 1
-        if self.latency_tracking:
-            server.latency.record_command(name, elapsed_ns)
-        if self.latency_threshold:
-            self.latency_sample("command", elapsed_ns / 1e9)
-        if error_reply and cls is not CountedError:
-            self.count_error(reply)
-        client.commands_processed += 1
-        client.last_cmd = name
-        if client.tracking is not None and not failed:
-            server.tracking.after_command(client, spec, argv)
         if not crashed and ctx.rewritten:
             self.pending.extend((client.dbs[db_index].id, effect) for effect in ctx.effects or ())
         ctx.effects, ctx.rewritten = None, False

@@ -61,6 +61,11 @@ HOT = frozenset({
     "ping", "echo",
 })
 
+#: a long batch (``redis-cli --pipe``: thousands of commands per read) hands its records over
+#: every this many: holding them all kept thousands of small lists alive past the collector's
+#: young generation, which cost more than the calls saved
+HAND_OFF_EVERY = 32
+
 #: the latency histograms' clamp (``pion.server.admin.latency.MAX_NS``; the lane fills their buckets)
 MAX_NS = 1_000_000_000
 
@@ -132,8 +137,37 @@ class FastLane:
         Each command: the arity, -MISCONF for a write (the log's state can change between two
         commands), large arguments staged, the handler, then ``Dispatcher.call``'s bookkeeping
         inline (commandstats, errorstats, the latency histogram and events, keyspace hits, the
-        slow log, the effect capture, the journal hand-off and clients woken on keys)."""
-        # the types Cython compiles to C (plain annotations in pure Python, never evaluated)
+        slow log, the effect capture and clients woken on keys). The plain writes' records are
+        handed to the journal together (``hand_off``) when the batch ends, before a command whose
+        effects are a script's or rewritten or that wakes blocked clients, and on any exit (an
+        error of the reader included): each is still one record per command, in the same
+        order, and every reply still waits for its record to be durable (the connection
+        flushes after ``run`` returns)."""
+        records: list = []  # the batch's write records not handed to the journal yet
+        marks: list = []  # where each one's reply goes in ``out``
+        try:
+            return self._run(conn, client, reader, high_water, records, marks)
+        finally:
+            if records:  # before the replies leave (they wait for these records to be durable)
+                self.hand_off(conn, client, records, marks)
+
+    def hand_off(self, conn: Any, client: Client, records: list, marks: list) -> None:
+        """The batch's write records to the journal in one call, in order, as ``finish_command``
+        would have handed each: the connection's replies wait for the last one to be durable,
+        and each reply's place is noted (a failed log write answers it -MISCONF)."""
+        journal = self.server.journal
+        last: cython.Py_ssize_t = journal.append_many(records)
+        first: cython.Py_ssize_t = last - len(records) + 1
+        i: cython.Py_ssize_t
+        if last > conn.pending_seq:
+            conn.pending_seq = last
+        for i in range(len(marks)):
+            journal.note_reply(client, first + i, marks[i])
+        records.clear()
+        marks.clear()
+
+    def _run(self, conn: Any, client: Client, reader: Any, high_water: int, records: list, marks: list) -> Any:
+        """``run``'s loop; the write records it leaves in ``records`` are handed off by ``run``."""
         specs: dict = self.specs
         out: list = conn.out
         stats: dict = self.dispatcher.stats
@@ -155,6 +189,7 @@ class FastLane:
         ctx = client.ctx
         latency_tracking = dispatcher.latency_tracking
         latency_threshold = dispatcher.latency_threshold
+        touched: cython.bint = False
         while True:
             argv = reader.next_command()
             if not argv:
@@ -163,7 +198,9 @@ class FastLane:
             if found is None:
                 return argv
             hot = found
-            client.last_interaction = time.time()  # a complete command (idle timeouts, CLIENT LIST)
+            if not touched:  # a complete command: the idle clock (timeouts, CLIENT LIST), once a batch
+                client.last_interaction = time.time()
+                touched = True
             arity = hot.arity
             nargs = len(argv)
             if (arity > 0 and nargs != arity) or nargs < -arity:
@@ -229,8 +266,9 @@ class FastLane:
                         dispatcher.latency_sample(hot.event, elapsed_ns / 1e9)
                     client.commands_processed += 1
                     client.last_cmd = name
+                    rewritten = ctx.rewritten
                     if not crashed:  # the one effect capture (Dispatcher.call)
-                        if ctx.rewritten:
+                        if rewritten:
                             db_id = db.id
                             dispatcher.pending.extend((db_id, effect) for effect in ctx.effects or ())
                         elif hot.is_write and server.dirty != dirty_before:
@@ -244,7 +282,24 @@ class FastLane:
                         reply = BLOCKED
                     elif usec >= slow_usec and server.slowlog is not None and not hot.skip_slowlog:
                         server.slowlog.observe(client, argv, usec)
-                    if dispatcher.pending or server.blocking.ready:
+                    if dispatcher.pending:
+                        # batched: a plain write's own argv, whose large arguments were staged
+                        # before it ran (its record needs no arena write that could fail and
+                        # refuse the next writes); a script's effects, a rewrite or a command that
+                        # woke blocked clients is handed off now, after the batch's records
+                        if rewritten or blocked or not hot.is_write or server.blocking.ready:
+                            if records:
+                                self.hand_off(conn, client, records, marks)
+                            dispatcher.finish_command(client)
+                        else:  # one record, handed to the journal with the batch's others
+                            records.append(dispatcher.pending)
+                            dispatcher.pending = []
+                            marks.append(len(out))  # where its reply goes (a failed log write: -MISCONF)
+                            if len(records) >= HAND_OFF_EVERY:
+                                self.hand_off(conn, client, records, marks)
+                    elif server.blocking.ready:
+                        if records:
+                            self.hand_off(conn, client, records, marks)
                         dispatcher.finish_command(client)
                 finally:
                     tracking.current = None

@@ -23,12 +23,23 @@ class Journal:
         self.durable_seq = self.seq
         return self.seq
 
+    def append_many(self, records: list[list[tuple[int, list[bytes]]]]) -> int:
+        """Record several commands' effects, one record each, in order, through ``append`` (the
+        fast lane hands a batch of writes over in one call; observers, replication and the log
+        see each record as before); returns the last one's sequence (record ``i`` of ``n`` is
+        ``last - n + 1 + i``)."""
+        seq = self.seq
+        for effects in records:
+            seq = self.append(effects)
+        return seq
+
     def when_durable(self, seq: int, callback: Callable[[], None]) -> None:
         callback()
 
-    def note_reply(self, client: object, seq: int) -> None:
-        """The reply to the write logged as ``seq`` is the next one ``client`` gets: a journal
-        that can fail remembers where, to answer -MISCONF instead if the write is not durable."""
+    def note_reply(self, client: object, seq: int, index: int = -1) -> None:
+        """The reply to the write logged as ``seq`` is the next one ``client`` gets (or the one
+        at ``index`` of its output, when given): a journal that can fail remembers where, to
+        answer -MISCONF instead if the write is not durable."""
 
     def write_error(self) -> str | None:
         """The reason writes are refused (a failed fsync), or None."""

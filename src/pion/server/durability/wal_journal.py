@@ -64,8 +64,10 @@ class WalJournal(ObservedJournal):
         self.wal_dir = wal_dir
         self.policy = settings.appendfsync
         self.blob_threshold = settings.blob_threshold
-        #: id(arg) -> (arg, ref) of the arguments ``stage`` put in an arena for the command
-        #: running now (holding ``arg`` keeps its id its own until ``append`` takes them)
+        #: id(arg) -> (arg, ref) of the arguments ``stage`` put in an arena for the commands of
+        #: this loop iteration (holding ``arg`` keeps its id its own); cleared when the
+        #: iteration's records are handed over, so every record of the iteration finds its
+        #: staged arguments, also when the fast lane appends a batch of them after they ran
         self._staged: dict[int, tuple[Any, BlobRef]] = {}
         self.segment_size = settings.wal_segment_size
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -134,7 +136,7 @@ class WalJournal(ObservedJournal):
     def append(self, effects: Effects) -> int:
         for observer in self.observers:
             observer(effects)
-        staged, self._staged = self._staged, {}
+        staged = self._staged
         refs: list[BlobRef] = []
 
         def to_ref(arg: Any, limit: int = self.blob_threshold) -> BlobRef | None:
@@ -202,6 +204,8 @@ class WalJournal(ObservedJournal):
 
     def _hand_over(self) -> None:
         self._scheduled = False
+        if self._staged:
+            self._staged = {}
         if not self._batch:
             return
         batch, self._batch = self._batch, []
@@ -215,14 +219,15 @@ class WalJournal(ObservedJournal):
             return
         heapq.heappush(self._waiters, (seq, next(self._order), callback))
 
-    def note_reply(self, client: Client, seq: int) -> None:
-        """Remember where in its output this write's reply goes, to answer -MISCONF if it fails."""
+    def note_reply(self, client: Client, seq: int, index: int = -1) -> None:
+        """Remember where in its output this write's reply goes (its next entry, or ``index``),
+        to answer -MISCONF if it fails."""
         conn = client.conn
         if conn is not None and client.reply_mode == "on":
             marks = self._marks.get(conn)
             if marks is None:
                 marks = self._marks[conn] = []
-            marks.append((len(conn.out), seq))
+            marks.append((len(conn.out) if index < 0 else index, seq))
 
     def write_error(self) -> str | None:
         if self._error is not None:

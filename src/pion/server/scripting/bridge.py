@@ -96,10 +96,22 @@ class Bridge:
     # -- redis.* ------------------------------------------------------------------------------
 
     def call(self, *args: Any) -> Any:
-        reply = self.state.command(args)
+        """redis.call: ``LuaState.command`` inline (the common case: every argument a string
+        and a script running), then the reply converted or the error raised."""
+        state = self.state
+        run = state.run
+        argv: Any = [*args]
+        for arg in argv:
+            if arg.__class__ is not bytes:  # a number, or a bad argument: the generic conversion
+                argv = state.argv(args)
+                break
+        if not argv or argv.__class__ is ReplyError or run is None:
+            reply = state.command(args)  # its errors, in its order
+        else:
+            reply = run.request(argv)
         if isinstance(reply, ReplyError):
             raise self.error(reply.message, reply.__class__ is CountedError)
-        return self.state.to_lua.convert(reply, self.state.run.resp)  # type: ignore[union-attr]
+        return state.to_lua.convert(reply, run.resp)  # type: ignore[union-attr]
 
     def pcall(self, *args: Any) -> Any:
         reply = self.state.command(args)

@@ -127,6 +127,20 @@ class Runner:
         """Run ``job`` (the Lua call) for ``run``; the reply, or a BlockRequest once detached."""
         run.runner = self
         outer, self.current = self.current, run
+        if not (self.threshold() > 0 and self._can_detach(ctx)):
+            # it can never detach (busy-reply-threshold 0, MULTI, nested, no connection, a
+            # snapshot being written; none of these changes while it runs): it runs here, to
+            # its end, without the switch into the worker greenlet and back
+            run.stay = True
+            try:
+                reply = job()
+            except Exception as exc:  # as ``_work``: a failing engine still answers its caller
+                log.exception("script failed")
+                reply = ReplyError(f"ERR Error running script: {exc}")
+            run.done = True
+            self.current = outer
+            run.client.db_index = run.db_index
+            return reply
         run.greenlet = self._worker_for(outer)
         reply = run.greenlet.switch(job)
         if reply is _YIELDED:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from pion.server.context import Ctx
 
 SCRIPT_FLAGS = ("no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys")
+#: bodies remembered by ``ScriptingEngine.script_for`` (beyond it the map starts again)
+BODIES_LIMIT = 1024
 RO_WITH_WRITES = "ERR Can not execute a script with write flag using *_ro command."
 
 
@@ -67,6 +69,9 @@ class ScriptingEngine:
         self._eval: LuaState | None = None
         self._function: LuaState | None = None
         self.scripts: dict[str, Script] = {}
+        #: a script's body -> its cached script: EVAL of a known body skips the SHA1 (an entry
+        #: counts only while ``scripts`` still holds that script: SCRIPT FLUSH empties it)
+        self._by_body: dict[bytes, Script] = {}
         self.libraries = Libraries(lambda: self.function_state)
         self.runner = Runner(server)
 
@@ -105,6 +110,9 @@ class ScriptingEngine:
 
     def script_for(self, body: bytes) -> Script:
         """The cached script for ``body``, compiling (and caching) it first; raises ReplyError."""
+        known = self._by_body.get(body)
+        if known is not None and self.scripts.get(known.sha) is known:
+            return known
         sha = sha1hex(body)
         script = self.scripts.get(sha)
         if script is None:
@@ -113,7 +121,16 @@ class ScriptingEngine:
             if fn is None:
                 raise ReplyError(f"ERR Error compiling script (new function): {error}")
             script = self.scripts[sha] = Script(sha, fn, flags)
+        by_body = self._by_body
+        if len(by_body) >= BODIES_LIMIT:
+            by_body.clear()  # bounded: a client sending ever new bodies cannot grow it
+        by_body[bytes(body)] = script
         return script
+
+    def flush_scripts(self) -> None:
+        """SCRIPT FLUSH: the cache emptied (and the bodies that found its scripts)."""
+        self.scripts.clear()
+        self._by_body.clear()
 
     def run_script(self, ctx: Ctx, script: Script, keys: list[bytes], args: list[bytes], ro: bool, argv: list[bytes]) -> Any:
         flags = script.flags

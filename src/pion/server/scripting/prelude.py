@@ -264,6 +264,12 @@ local function run(fn, keys, args, isfunc)
   cur_fn, cur_keys, cur_args = nil, nil, nil
   return ok, res
 end
+-- run with KEYS and ARGV passed as arguments (nk keys, then the args): Lua builds both tables
+-- with its own constructor, cheaper than two tables made from Python lists
+local function run_va(fn, isfunc, nk, ...)
+  local all = {...}
+  return run(fn, {unpack(all, 1, nk)}, {unpack(all, nk + 1, select('#', ...))}, isfunc)
+end
 local function compile(body, chunkname)
   if byte(body, 1) == 27 then
     return nil, sub(chunkname, 2) .. ":1: unexpected symbol near '<\\27>'"
@@ -416,7 +422,7 @@ local function where()
   return ''
 end
 
-return {run = run, compile = compile, classify = classify, slice = slice,
+return {run = run, run_va = run_va, compile = compile, classify = classify, slice = slice,
         load_library = load_library, error_fields = error_fields, settable = settable,
         null = null, where = where}
 """

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from pion.server.scripting.busy import ScriptRun
 
 _LUA_MAX = 0x7FFFFFFF
+#: KEYS plus ARGV up to this many go to Lua as call arguments (lupa refuses past 7,997)
+SHORT_CALL = 7900
 _API = ("call", "pcall", "acl_check_cmd", "call_packed", "pcall_packed", "acl_check_cmd_packed", "untail",
         "log", "setresp", "set_repl", "sha1hex", "random", "randomseed", "killed", "unwrap", "cjson_wrap")
 
@@ -74,6 +76,7 @@ class LuaState:
         self.api = prelude(names, mode.encode(), version.encode(), version_num, CJSON.encode())
         self.to_reply = ToReply(self.api)
         self._run_fn = self.api.run
+        self._run_va = self.api.run_va
         self._error_fields = self.api.error_fields
 
     # -- redis.call (in the script's greenlet) ------------------------------------------------
@@ -119,7 +122,10 @@ class LuaState:
         """Run ``fn`` for ``run``; returns the reply (or the error reply)."""
         self.run = run
         try:
-            result = self._run_fn(fn, self.lua.table_from(keys), self.lua.table_from(args), run.kind == "function")
+            if len(keys) + len(args) <= SHORT_CALL:  # the tables made in Lua from the arguments
+                result = self._run_va(fn, run.kind == "function", len(keys), *keys, *args)
+            else:  # lupa takes at most 7,997 arguments per call: tables made from the lists
+                result = self._run_fn(fn, self.lua.table_from(keys), self.lua.table_from(args), run.kind == "function")
             ok, value = result if isinstance(result, tuple) else (result, None)
             if ok:
                 return self.to_reply.convert(value, run.resp)

@@ -116,7 +116,7 @@ def script_flush(ctx: Ctx, argv: list[bytes]):
     """SCRIPT FLUSH [ASYNC|SYNC]: empty the script cache (both modes free it at once)."""
     if len(argv) > 3 or (len(argv) == 3 and argv[2].lower() not in (b"async", b"sync")):
         raise ReplyError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
-    engine_of(ctx.server).scripts.clear()
+    engine_of(ctx.server).flush_scripts()
     return OK
 
 

@@ -64,7 +64,10 @@ class AutoEmbedder:
                 if any(spec.embed_from for spec in index.definition.fields)]
 
     def key_changed(self, db: Any, key: bytes) -> None:
-        if not self.scheduled and self._embed_indexes():
+        if self.scheduled:
+            return
+        eng = self.server.parts.search
+        if eng is not None and eng.indexes and self._embed_indexes():  # no index: no list made per write
             self.scheduled = True
             try:
                 asyncio.get_running_loop().call_soon(self.tick)
