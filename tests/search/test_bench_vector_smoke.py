@@ -43,4 +43,7 @@ def test_bench_vector_peer_smoke(tmp_path):
     for row in result["rows"]:  # both answer every query in full, with the exact answer at this size
         assert row["pion_all_k"] == 1.0 and row["redis-stack_all_k"] == 1.0
         assert row["pion_recall"] >= 0.95 and row["redis-stack_recall"] >= 0.95
+    # each server's CPU per query is read from /proc: Pion's (a Python process) is never zero
+    assert sum(row["pion_cpu_us"] for row in result["rows"]) > 0
+    assert all(row["redis-stack_cpu_us"] >= 0 for row in result["rows"])
     assert (tmp_path / "vector_peer_smoke.png").stat().st_size > 0

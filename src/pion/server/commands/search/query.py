@@ -27,6 +27,11 @@ DEFER_MIN_VECTORS = 4096
 #: a cached KNN plan goes to the worker pool when its search is expected to take this long (the
 #: field's running cost): a shorter one costs the loop less inline than the thread hand-off does
 DEFER_MIN_SECONDS = 0.001
+#: ... or this long while other clients' queries run meanwhile (``search_pool.should_offload``):
+#: then the loop serves them as the search runs, so the hand-off (tens of microseconds of the
+#: loop's time) pays from about a graph search's cost up; an exact scan of a few hundred rows
+#: stays inline
+OFFLOAD_MIN_SECONDS = 0.00005
 
 
 def default_dialect(ctx: Ctx) -> int:
@@ -107,8 +112,9 @@ def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: byt
     the query was not sliced, for this one) and ``_live_page`` drops what is gone regardless."""
     job = knn_fast.job(index, plan, blob)
     pool = search_pool.worker()
-    if deferred.can_defer(ctx) and (pool.should_offload(ctx.client.id)
-                                    or getattr(job, "expected_s", 1.0) >= DEFER_MIN_SECONDS):
+    expected = getattr(job, "expected_s", 1.0)
+    if deferred.can_defer(ctx) and (expected >= DEFER_MIN_SECONDS or (
+            pool.should_offload(ctx.client.id) and expected >= OFFLOAD_MIN_SECONDS)):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
