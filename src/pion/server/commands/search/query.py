@@ -27,10 +27,13 @@ DEFER_MIN_VECTORS = 4096
 #: a cached KNN plan goes to the worker pool when its search is expected to take this long (the
 #: field's running cost): a shorter one costs the loop less inline than the thread hand-off does
 DEFER_MIN_SECONDS = 0.001
-#: ... or this long while other clients' queries run meanwhile (``search_pool.should_offload``):
-#: then the loop serves them as the search runs, so the hand-off (tens of microseconds of the
-#: loop's time) pays from about a graph search's cost up; an exact scan of a few hundred rows
-#: stays inline
+#: ... or, for an exact scan (a selective prefilter's rows), this long while other clients'
+#: queries run meanwhile (``search_pool.should_offload``): then the loop serves them while numpy
+#: scans without the GIL; a scan of a few hundred rows stays inline. A graph search below
+#: ``DEFER_MIN_SECONDS`` stays inline even then: its Python around usearch (the graph's read
+#: lock, the EF setting, the stale-entry checks) takes the GIL back several times per search, and
+#: on a loaded 2-core machine that contention cost more than the overlap gave (measured against
+#: the loop-only path at load average 9-11: 0.65-1.03x at 8 clients; the scans 1.04-1.41x)
 OFFLOAD_MIN_SECONDS = 0.00005
 
 
@@ -114,7 +117,8 @@ def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: byt
     pool = search_pool.worker()
     expected = getattr(job, "expected_s", 1.0)
     if deferred.can_defer(ctx) and (expected >= DEFER_MIN_SECONDS or (
-            pool.should_offload(ctx.client.id) and expected >= OFFLOAD_MIN_SECONDS)):
+            pool.should_offload(ctx.client.id) and expected >= OFFLOAD_MIN_SECONDS
+            and getattr(job, "exact", False))):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
