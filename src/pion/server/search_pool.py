@@ -5,7 +5,7 @@ the GIL, so in a thread it runs on the second core while the loop parses and ans
 clients. The general worker pool (``deferred.workers``) hands a job over through a concurrent
 future and asyncio's ``wrap_future``: two futures, a callback chain and a self-pipe write per job,
 which on the loop costs about as much as a 100 us search. Here the loop appends the job to a
-queue (waking the thread only when it sleeps), the thread runs what is queued in arrival order,
+queue (waking a thread only when one sleeps), the threads take the queue in arrival order,
 and the loop is woken once for every result that arrived since it last looked
 (``call_soon_threadsafe`` only when no wake-up is pending already).
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -31,6 +32,9 @@ from typing import Any
 
 log = logging.getLogger("pion.search_pool")
 
+#: worker threads, started as jobs find the others busy: a long scan does not hold up the
+#: searches queued behind it while a core is free
+WORKERS = max(2, os.cpu_count() or 2)
 #: another client's query this recent means concurrent clients: hand the search to the worker
 CONCURRENT_S = 0.002
 
@@ -51,14 +55,16 @@ class _LoopInbox:
 
 
 class SearchWorker:
-    """One worker thread (a daemon, started on first use) shared by every server in the process."""
+    """Worker threads (daemons, started as jobs find the others busy, up to ``WORKERS``) shared
+    by every server in the process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._queue: deque = deque()
-        self._sleeping = False
-        self._thread: threading.Thread | None = None
+        #: threads waiting for a job, and every thread started (they never end: daemons)
+        self._idle = 0
+        self._threads: list[threading.Thread] = []
         self._inboxes: dict[int, _LoopInbox] = {}
         self.stats = {"jobs": 0, "wakeups": 0, "deliveries": 0}
         self._last_client = -1
@@ -74,17 +80,18 @@ class SearchWorker:
         return busy
 
     def post(self, job: Callable[[], Any], done: Done) -> None:
-        """Run ``job()`` in the worker thread; ``done(result, error)`` follows on this loop."""
+        """Run ``job()`` in a worker thread; ``done(result, error)`` follows on this loop."""
         inbox = self._inbox()
         inbox.in_flight += 1
         with self._lock:
             self._queue.append((inbox, job, done))
-            if self._sleeping:
-                self._sleeping = False
+            if self._idle:
+                self._idle -= 1
                 self._wake.notify()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="pion-search", daemon=True)
-                self._thread.start()
+            elif len(self._threads) < WORKERS:  # every thread is busy: one more, up to the cores
+                thread = threading.Thread(target=self._run, name=f"pion-search-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
 
     def _inbox(self) -> _LoopInbox:
         loop = asyncio.get_running_loop()
@@ -117,7 +124,7 @@ class SearchWorker:
         while True:
             with self._lock:
                 while not self._queue:
-                    self._sleeping = True
+                    self._idle += 1
                     self._wake.wait()
                 inbox, job, done = self._queue.popleft()
             try:
