@@ -19,8 +19,9 @@ M 16 EF_CONSTRUCTION 200, KNN 10 at EF_RUNTIME 64): the same data ingested into 
 fresh Redis Stack (tests/support/stack.py; both stopped on every exit path), then each load run on
 Pion and on the peer one after the other (interleaved, the order alternating), with the same
 redis-py client code: recall@10, QPS, p50/p99 from 1 and 8 client processes, for plain KNN and for
-TAG and NUMERIC prefilters keeping 10% and 1% of the documents, and the ingest rate of each.
-``--peer redis-stack --smoke`` is its CI size (2,000 x 32).
+TAG and NUMERIC prefilters keeping 10% and 1% of the documents, and the ingest rate of each;
+and each server's CPU time per query (``/proc``, all its threads), which the box's other load
+moves far less than QPS. ``--peer redis-stack --smoke`` is its CI size (2,000 x 32).
 """
 
 from __future__ import annotations
@@ -334,6 +335,17 @@ def peer_ingest(port: int, data: np.ndarray, ef: int, batch: int = 500) -> tuple
     return acked, built
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process, all its threads (``/proc``; 0.0 where there is none). The
+    server's CPU per query is the figure the box's load moves least: QPS on a shared 2-core box
+    is the share of the cores a server got, its CPU is what a query cost it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peer_main(args) -> int:
     sys.path.insert(0, str(ROOT))
     from tests.support.stack import StackServer
@@ -367,6 +379,7 @@ def peer_main(args) -> int:
             proc, pion_port = start_server(pion_dir)
             stack.start()
             ports = {"pion": pion_port, "redis-stack": stack.port}
+            pids = {"pion": proc.pid, "redis-stack": stack.proc.pid if stack.proc is not None else 0}
             for name in ("pion", "redis-stack"):
                 acked, built = peer_ingest(ports[name], data, ef)
                 ingest_rows[name] = {"acked_s": acked, "built_s": built, "rate": n / built}
@@ -380,12 +393,14 @@ def peer_main(args) -> int:
             turn = 0
             for label, flt, _ in PEER_FILTERS:
                 for clients in (1, 8):
-                    acc = {name: {"ids": [None] * nq, "wall": 0.0, "lat": []} for name in ports}
+                    acc = {name: {"ids": [None] * nq, "wall": 0.0, "lat": [], "cpu": 0.0} for name in ports}
                     for chunk in chunks:
                         order = ("pion", "redis-stack") if turn % 2 == 0 else ("redis-stack", "pion")
                         turn += 1
                         for name in order:
+                            cpu = cpu_seconds(pids[name])
                             ids, wall, ms = run_queries_raw(ports[name], queries[chunk], k, ef, clients, flt)
+                            acc[name]["cpu"] += cpu_seconds(pids[name]) - cpu
                             for q, found in zip(chunk.tolist(), ids, strict=True):
                                 acc[name]["ids"][q] = found
                             acc[name]["wall"] += wall
@@ -395,7 +410,8 @@ def peer_main(args) -> int:
                         rec, full = recall(truths[label], a["ids"], k)
                         ms = np.concatenate(a["lat"])
                         got[name] = {"recall": rec, "all_k": full, "qps": nq / a["wall"],
-                                     "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+                                     "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+                                     "cpu_us": a["cpu"] / nq * 1e6}
                     row = {"filter": label, "clients": clients, "load": os.getloadavg()[0], **{
                         f"{name}_{key}": value for name, res in got.items() for key, value in res.items()}}
                     row["ratio"] = row["pion_qps"] / row["redis-stack_qps"]
@@ -430,7 +446,8 @@ def peer_line(r: dict) -> str:
     return (f"  {r['filter']:>11} clients {r['clients']}: "
             f"pion recall {r['pion_recall']:.3f} {r['pion_qps']:7.0f} QPS p50 {r['pion_p50_ms']:.2f} p99 {r['pion_p99_ms']:.2f} ms"
             f" | redis-stack recall {r['redis-stack_recall']:.3f} {r['redis-stack_qps']:7.0f} QPS "
-            f"p50 {r['redis-stack_p50_ms']:.2f} p99 {r['redis-stack_p99_ms']:.2f} ms | {r['ratio']:.2f}x  load {r['load']:.1f}")
+            f"p50 {r['redis-stack_p50_ms']:.2f} p99 {r['redis-stack_p99_ms']:.2f} ms | {r['ratio']:.2f}x  load {r['load']:.1f}"
+            f" | server CPU per query: pion {r['pion_cpu_us']:.0f} us, redis-stack {r['redis-stack_cpu_us']:.0f} us")
 
 
 def peer_table(result: dict) -> str:
@@ -439,13 +456,13 @@ def peer_table(result: dict) -> str:
              f"Redis Stack {ing['redis-stack']['rate']:,.0f} vectors/s "
              f"(acknowledged in {ing['redis-stack']['acked_s']:.2f} s)", "",
              "| filter | clients | Pion recall@10 | Pion QPS | Pion p50 / p99 ms | Redis Stack recall@10 | "
-             "Redis Stack QPS | Redis Stack p50 / p99 ms | Pion / Stack | load |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "Redis Stack QPS | Redis Stack p50 / p99 ms | Pion / Stack | server CPU us/query (Pion / Stack) | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lines.append(f"| {r['filter']} | {r['clients']} | {r['pion_recall']:.3f} | {r['pion_qps']:,.0f} | "
                      f"{r['pion_p50_ms']:.2f} / {r['pion_p99_ms']:.2f} | {r['redis-stack_recall']:.3f} | "
                      f"{r['redis-stack_qps']:,.0f} | {r['redis-stack_p50_ms']:.2f} / {r['redis-stack_p99_ms']:.2f} | "
-                     f"{r['ratio']:.2f}x | {r['load']:.1f} |")
+                     f"{r['ratio']:.2f}x | {r['pion_cpu_us']:.0f} / {r['redis-stack_cpu_us']:.0f} | {r['load']:.1f} |")
     return "\n".join(lines)
 
 

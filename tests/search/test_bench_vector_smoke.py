@@ -43,4 +43,18 @@ def test_bench_vector_peer_smoke(tmp_path):
     for row in result["rows"]:  # both answer every query in full, with the exact answer at this size
         assert row["pion_all_k"] == 1.0 and row["redis-stack_all_k"] == 1.0
         assert row["pion_recall"] >= 0.95 and row["redis-stack_recall"] >= 0.95
+    # each server's CPU per query is read from /proc: Pion's (a Python process) is never zero
+    assert sum(row["pion_cpu_us"] for row in result["rows"]) > 0
+    assert all(row["redis-stack_cpu_us"] >= 0 for row in result["rows"])
     assert (tmp_path / "vector_peer_smoke.png").stat().st_size > 0
+
+
+def test_bench_vector_ab_smoke(tmp_path):
+    """``bench_vector_ab.py`` at a tiny size, this tree against itself: both servers answer every
+    round and the line with both QPS and CPU figures comes out."""
+    out = procs.run([sys.executable, str(ROOT / "benchmarks" / "bench_vector_ab.py"), "--other-src", str(ROOT / "src"),
+                     "--n", "500", "--dim", "16", "--queries", "40", "--rounds", "2", "--clients", "1",
+                     "--filters", "*"], cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    line = next(row for row in out.stdout.splitlines() if "clients 1:" in row)
+    assert "this " in line and "other " in line and "CPU" in line and "this / other" in line

@@ -358,3 +358,47 @@ def test_fast_knn_answers_k_live_keys_when_one_expires_meanwhile(monkeypatch, se
         go.set()
         reader.close()
         setup.close()
+
+
+def test_general_knn_answers_k_live_keys_when_one_expires_meanwhile(monkeypatch, server, data):
+    """The general path (INORDER: not the fast path's shape) the same way: a result key that
+    expires while its filtered KNN is in the pool is left out and the search made again over the
+    same prefilter, so K rows come back under a total of K (before: K-1 rows, total K)."""
+    import redis
+
+    from pion.vector import search
+
+    monkeypatch.setattr(search_query, "DEFER_MIN_VECTORS", 0)  # the FLAT KNN goes to the pool
+    entered, go = threading.Event(), threading.Event()
+    real = search._knn_job
+
+    def gated_job(*args, **kwargs):
+        inner = real(*args, **kwargs)
+
+        def gated():
+            entered.set()
+            go.wait(10)
+            return inner()
+        return gated
+
+    monkeypatch.setattr(search, "_knn_job", gated_job)
+    rows, queries = data
+    setup = redis.Redis(port=server.port, protocol=2)
+    _create(setup, "FLAT")  # exact: the answer is known
+    _load(setup, rows)
+    q = queries[2]
+    expected = _exact(rows, q, np.arange(len(rows)) % 10 == 3, 11)
+    setup.pexpire(f"d:{expected[0]}", 300)
+    reader = redis.Redis(port=server.port, protocol=2)
+    try:
+        query, answered = _async(_knn, reader, q, "@t:{t3}", 10, "", ("INORDER",))
+        assert entered.wait(10)
+        time.sleep(0.5)  # the key expires while the search is in the pool
+        go.set()
+        query.join(10)
+        assert _ids(answered["reply"]) == expected[1:]
+        assert answered["reply"][0] == 10
+    finally:
+        go.set()
+        reader.close()
+        setup.close()

@@ -60,8 +60,9 @@ class Deferred:
     finish: Callable[[Ctx, list], Any]
     abandon: Callable[[], None] | None = None
     argv: list = field(default_factory=list)
-    #: a pool of the engine's own for jobs that mostly wait (on an embedding model); None: ``workers()``
-    executor: Executor | None = None
+    #: a pool of the engine's own for jobs that mostly wait (on an embedding model), or the search
+    #: worker (``search_pool``: one job, handed over by its ``post``); None: ``workers()``
+    executor: Executor | Any = None
     #: a query's read lock held from its handler to its answer (``pion.server.slices``), or None
     hold: Any = None
 
@@ -84,28 +85,43 @@ def start(server: Server, client: Client, request: Deferred) -> None:
     conn = client.conn
     if conn is not None:
         conn.defer()
-    loop = asyncio.get_running_loop()
     pool = request.executor or workers()
+    post = getattr(pool, "post", None)
+    if post is not None and len(request.jobs) == 1:  # the search worker (``search_pool``): no futures
+        post(request.jobs[0], lambda result, error: _finished(server, client, request, [result], error))
+        return
+    loop = asyncio.get_running_loop()
     gathered = asyncio.gather(*(loop.run_in_executor(pool, job) for job in request.jobs))
     gathered.add_done_callback(lambda done: _complete(server, client, request, done))
 
 
 def _complete(server: Server, client: Client, request: Deferred, done: asyncio.Future) -> None:
-    """On the loop: run ``finish`` (or answer the jobs' error), then let the pipeline go on."""
+    """On the loop: the jobs' results (or their error) to ``_finished``."""
     try:
         results = done.result()
-    except ReplyError as exc:
-        reply: Any = exc
-    except Exception as exc:  # a full disk, or a bug in a job: answer it rather than park the client
-        name = bytes(request.argv[0]).decode("latin-1").lower() if request.argv else "deferred work"
-        reply = server.dispatcher.internal_error(name, exc)
+    except Exception as exc:
+        _finished(server, client, request, None, exc)
     else:
+        _finished(server, client, request, results, None)
+
+
+def _finished(server: Server, client: Client, request: Deferred, results: list | None,
+              error: BaseException | None) -> None:
+    """On the loop: run ``finish`` (or answer the jobs' error), then let the pipeline go on."""
+    if error is None:
         # a query's finish may run in slices (server/slices.py): then it answers through ``answer``
-        reply = server.dispatcher.run_deferred(client, request, results,
-                                               lambda late: answer(server, client, request, late))
+        reply: Any = server.dispatcher.run_deferred(client, request, results,
+                                                    lambda late: answer(server, client, request, late))
         if reply is SLICED:
             return
-    answer(server, client, request, reply, job_failed=done.exception() is not None)
+        answer(server, client, request, reply)
+        return
+    if isinstance(error, ReplyError):
+        reply = error
+    else:  # a full disk, or a bug in a job: answer it rather than park the client
+        name = bytes(request.argv[0]).decode("latin-1").lower() if request.argv else "deferred work"
+        reply = server.dispatcher.internal_error(name, error)
+    answer(server, client, request, reply, job_failed=True)
 
 
 #: what ``Dispatcher.run_deferred`` returns when the finish goes on in slices (it answers later)

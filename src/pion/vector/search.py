@@ -252,6 +252,8 @@ class SearchPlan:
     started: float = 0.0
     #: the budget ran out and ON_TIMEOUT RETURN kept what there was (the reply's warning)
     timed_out: bool = False
+    #: the KNN's prefilter as sorted doc ids (None: none), kept to search again (``knn_job``)
+    knn_allowed: np.ndarray | None = None
 
     @property
     def budget(self) -> Budget:
@@ -301,7 +303,8 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
         return result  # RETURN: nothing gathered yet, the KNN leg is not run either
     result.hits = hits if hits is not None else {}
     if knn is not None:
-        result.job = _knn_job(index, knn, None if hits is None else np.fromiter(sorted(hits), dtype=np.int64))
+        result.knn_allowed = None if hits is None else np.fromiter(sorted(hits), dtype=np.int64)
+        result.job = _knn_job(index, knn, result.knn_allowed)
         if hits is None:
             result.hits = {}
     return result
@@ -326,7 +329,40 @@ def _legacy_filters(index: SearchIndex, req: SearchRequest, hits: dict[int, floa
     return hits
 
 
-def _knn_job(index: SearchIndex, knn: KnnClause, allowed: np.ndarray | None):
+def knn_job(plan_: SearchPlan, extra: int) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    """The plan's KNN again with ``extra`` more neighbours than K: its search was answered by
+    documents that are gone since (a key expired while the index was frozen by the query), so
+    the caller asks past them for K live ones (``live_knn``)."""
+    knn = plan_.query.knn
+    assert knn is not None
+    return _knn_job(plan_.index, knn, plan_.knn_allowed, knn.k + extra)
+
+
+def live_knn(plan_: SearchPlan, result: tuple[np.ndarray, np.ndarray], alive: Callable[[bytes], bool] | None,
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The K nearest of ``result`` that are still documents of the index and whose keys ``alive``
+    says exist, searching again inline with as many more neighbours as were left out, until K
+    live ones or the documents run out (what ``knn_fast.page`` does for the fast path)."""
+    knn = plan_.query.knn
+    assert knn is not None
+    docs = plan_.index.docs
+    extra = 0
+    while True:
+        ids, dists = result
+        keep = [i for i, doc in enumerate(ids.tolist())
+                if doc in docs and (alive is None or alive(docs[doc]))]
+        left_out = len(ids) - len(keep)
+        if not left_out:
+            return result
+        if left_out <= extra or len(ids) < knn.k + extra:
+            break
+        extra = left_out
+        result = knn_job(plan_, extra)()
+    keep = keep[:knn.k]
+    return ids[keep], dists[keep]
+
+
+def _knn_job(index: SearchIndex, knn: KnnClause, allowed: np.ndarray | None, k: int | None = None):
     vec = index.vectors.get(knn.field)
     if vec is None:
         spec = index.definition.field(knn.field)
@@ -341,7 +377,7 @@ def _knn_job(index: SearchIndex, knn: KnnClause, allowed: np.ndarray | None):
     if error is not None:
         raise ReplyError(error)
     query = vec.prepare_query(knn.blob)
-    return vec.plan_knn(query, knn.k, allowed, knn.ef, knn.policy, knn.batch_size)
+    return vec.plan_knn(query, knn.k if k is None else k, allowed, knn.ef, knn.policy, knn.batch_size)
 
 
 def knn_alias(plan_: SearchPlan) -> str | None:

@@ -337,6 +337,7 @@ class VectorField:
                 self._measured(brute, scanned, time.perf_counter() - started)
 
         job.expected_s = self._row_cost * scanned if brute else self._graph_cost  # type: ignore[attr-defined]
+        job.exact = brute  # type: ignore[attr-defined]
         return job
 
     def _measured(self, brute: bool, scanned: int, seconds: float) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from pion.protocol.errors import ReplyError
-from pion.server import deferred
+from pion.server import deferred, search_pool
 from pion.server.commands.search.admin import engine
 from pion.server.commands.search.replies import field_value, live_value, query_budget, renew, search_reply
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.storage.keyspace import now_ms
 from pion.vector import highlight, knn_fast, query_exec, search
 from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_parser import Node, parse_query
@@ -26,6 +27,14 @@ DEFER_MIN_VECTORS = 4096
 #: a cached KNN plan goes to the worker pool when its search is expected to take this long (the
 #: field's running cost): a shorter one costs the loop less inline than the thread hand-off does
 DEFER_MIN_SECONDS = 0.001
+#: ... or, for an exact scan (a selective prefilter's rows), this long while other clients'
+#: queries run meanwhile (``search_pool.should_offload``): then the loop serves them while numpy
+#: scans without the GIL; a scan of a few hundred rows stays inline. A graph search below
+#: ``DEFER_MIN_SECONDS`` stays inline even then: its Python around usearch (the graph's read
+#: lock, the EF setting, the stale-entry checks) takes the GIL back several times per search, and
+#: on a loaded 2-core machine that contention cost more than the overlap gave (measured against
+#: the loop-only path at load average 9-11: 0.65-1.03x at 8 clients; the scans 1.04-1.41x)
+OFFLOAD_MIN_SECONDS = 0.00005
 
 
 def default_dialect(ctx: Ctx) -> int:
@@ -74,30 +83,49 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
             renew(plan)
-            total, rows = search.finish(plan, results[0], _sort_loader(ctx2, index))
+            total, rows = search.finish(plan, search.live_knn(plan, results[0], _alive(ctx2)),
+                                        _sort_loader(ctx2, index))
             return search_reply(ctx2, index, total, rows, req, plan)
-        return deferred.Deferred([plan.job], finish)
-    total, rows = search.finish(plan, plan.job(), _sort_loader(ctx, index))
+        return deferred.Deferred([plan.job], finish, executor=search_pool.worker())
+    total, rows = search.finish(plan, search.live_knn(plan, plan.job(), _alive(ctx)), _sort_loader(ctx, index))
     return search_reply(ctx, index, total, rows, req, plan)
 
 
+def _alive(ctx: Ctx):
+    """Whether a result's key still exists, for ``search.live_knn``; None: no key has a TTL (a
+    deleted document leaves the index at once, or waits while a query reads it: its key too).
+    An expired key is not removed here (the reply's load does that, counting the read)."""
+    db = ctx.db
+    expires = db.expires
+    if not expires:
+        return None
+    now = now_ms()
+    return lambda key: key in db.data and (key not in expires or expires[key] > now or db.loading)
+
+
 def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: bytes):
-    """A cached KNN plan (``vector.knn_fast``): the search in the worker pool when it is heavy,
-    the rows checked and the reply built on the loop.
+    """A cached KNN plan (``vector.knn_fast``): the search in the search worker
+    (``server/search_pool.py``) when it is heavy or other clients' queries run meanwhile (then
+    the loop serves them while the search uses the second core), the rows checked and the reply
+    built on the loop.
 
     In the pool the query holds the read lock of a sliced query (``pion.server.slices``: the
     handler's Deferred keeps it until it answers), so a write to a key its index covers waits
     and its index is frozen; ``finish`` still indexes what is queued for other indexes (and, when
     the query was not sliced, for this one) and ``_live_page`` drops what is gone regardless."""
     job = knn_fast.job(index, plan, blob)
-    if deferred.can_defer(ctx) and getattr(job, "expected_s", 1.0) >= DEFER_MIN_SECONDS:
+    pool = search_pool.worker()
+    expected = getattr(job, "expected_s", 1.0)
+    if deferred.can_defer(ctx) and (expected >= DEFER_MIN_SECONDS or (
+            pool.should_offload(ctx.client.id) and expected >= OFFLOAD_MIN_SECONDS
+            and getattr(job, "exact", False))):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
             eng.catch_up()  # writes meanwhile (none to this index while it is frozen)
             total, found = _live_page(ctx2, index, plan, blob, results[0])
             return _knn_reply(ctx2, index, plan, total, found)
-        return deferred.Deferred([job], finish)
+        return deferred.Deferred([job], finish, executor=pool)
     total, found = _live_page(ctx, index, plan, blob, job())
     return _knn_reply(ctx, index, plan, total, found)
 
