@@ -185,6 +185,8 @@ def explain_lines(node: Node, indent: int = 0) -> list[str]:
         return [pad + f"ISMISSING{{{node.fields[0]}}}"]  # type: ignore[index]
     if kind == "all":
         return [pad + "<WILDCARD>"]
+    if kind == "emptystr":
+        return [pad + '""']
     return [pad + "<EMPTY>"]
 
 

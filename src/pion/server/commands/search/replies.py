@@ -9,6 +9,7 @@ anything else as JSON) and as a JSON array of every match in DIALECT 3+.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pion.protocol.resp import format_double
@@ -123,6 +124,13 @@ def _extra_text(value: Any) -> bytes:
 
 
 def score_text(score: float) -> bytes:
+    """A WITHSCORES score as RediSearch replies it on Redis 7.2+/8 (``RedisModule_ReplyWithDouble``
+    through ``fpconv_dtoa``): the shortest text that reads back as the same double, an integer
+    without a fraction."""
+    if math.isfinite(score):
+        if score == int(score) and abs(score) < 1e17:
+            return str(int(score)).encode()
+        return repr(score).encode()
     return format_double(score)
 
 
