@@ -146,3 +146,83 @@ def test_load_with_a_count_names_a_property_star(rr):
     all_fields = cmd(rr, "FT.AGGREGATE", "l", "*", "LOAD", "*")
     row = all_fields[1] if isinstance(all_fields, list) else all_fields[b"results"][0][b"extra_attributes"]
     assert b"other" in list(row)
+
+
+@pytest.fixture
+def items(rr):
+    import numpy as np
+
+    cmd(rr, "FT.CREATE", "h", "PREFIX", "1", "item:", "SCHEMA", "description", "TEXT", "price", "NUMERIC", "color",
+        "TAG", "embedding", "VECTOR", "FLAT", "6", "TYPE", "FLOAT32", "DIM", "4", "DISTANCE_METRIC", "L2",
+        "e2", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", "4", "DISTANCE_METRIC", "L2")
+    base = [([1.0, 2.0, 7.0, 8.0], "red shoes"), ([1.0, 4.0, 7.0, 8.0], "green shoes with red laces"),
+            ([1.0, 2.0, 6.0, 5.0], "red dress"), ([2.0, 3.0, 6.0, 5.0], "orange dress"),
+            ([5.0, 6.0, 7.0, 8.0], "black shoes")] * 10
+    for i, (v, d) in enumerate(base):
+        blob = np.array(v, dtype=np.float32).tobytes()
+        rr.hset(f"item:{i}", mapping={"description": d, "embedding": blob, "e2": blob, "price": 15 + i % 4,
+                                      "color": d.split()[0]})
+    return rr
+
+
+def _hybrid_rows(reply) -> list[dict]:
+    if isinstance(reply, dict):
+        return reply[b"results"]
+    rows = reply[reply.index(b"results") + 1]
+    return [dict(zip(row[::2], row[1::2], strict=True)) for row in rows]
+
+
+def test_hybrid_load_returns_what_it_loads(items):
+    import numpy as np
+
+    vec = np.array([1, 2, 2, 3], dtype=np.float32).tobytes()
+    base = ["FT.HYBRID", "h", "SEARCH", "shoes", "SCORER", "TFIDF", "VSIM", "@embedding", "$vec",
+            "COMBINE", "LINEAR", "4", "ALPHA", "1", "BETA", "0"]
+    rows = _hybrid_rows(cmd(items, *base, "LOAD", "3", "@description", "@__score", "@nothing", "LIMIT", "0", "2",
+                            "PARAMS", "2", "vec", vec))
+    # TFIDF 2 (`shoes` and its stem `+shoe`; Redis 8.4 counts no vector into the norm); no __key
+    assert rows == [{b"description": b"red shoes", b"__score": b"2"},
+                    {b"description": b"green shoes with red laces", b"__score": b"2"}]
+    rows = _hybrid_rows(cmd(items, *base, "LOAD", "3", "@__key", "AS", "k", "LIMIT", "0", "1", "PARAMS", "2", "vec",
+                            vec))
+    assert rows == [{b"k": b"item:0"}]
+    rows = _hybrid_rows(cmd(items, *base, "LIMIT", "0", "1", "PARAMS", "2", "vec", vec))
+    assert rows == [{b"__key": b"item:0", b"__score": b"2"}]  # without LOAD: the key and the fused score
+
+
+def test_hybrid_withcursor_answers_a_cursor_per_leg(items):
+    import numpy as np
+
+    vec = np.array([1, 2, 7, 6], dtype=np.float32).tobytes()
+    reply = cmd(items, "FT.HYBRID", "h", "SEARCH", "@color:{red|green}", "VSIM", "@embedding", "$vec",
+                "WITHCURSOR", "COUNT", "5", "MAXIDLE", "1000", "PARAMS", "2", "vec", vec)
+    ids = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+    assert set(ids) == {b"SEARCH", b"VSIM"} and all(cid > 0 for cid in ids.values())
+    for leg, total in ((b"SEARCH", 20), (b"VSIM", 10)):  # the text leg's WINDOW (20), KNN's K (10)
+        seen = 0
+        cid = ids[leg]
+        while cid:
+            body, cid = cmd(items, "FT.CURSOR", "READ", "h", str(cid))
+            chunk = body[b"results"] if isinstance(body, dict) else body[1:]
+            assert len(chunk) <= 5
+            seen += len(chunk)
+        assert seen == total
+
+
+def test_l2_distance_that_overflows_is_infinite(rr):
+    """Components near float32's range overflow ``|a|^2 - 2ab + |b|^2`` to inf - inf: RediSearch's
+    sum of squares answers inf for every document (ties by doc id), never NaN."""
+    cmd(rr, "FT.CREATE", "o", "PREFIX", "1", "o:", "SCHEMA", "v", "VECTOR", "FLAT", "6", "TYPE", "FLOAT32", "DIM",
+        "4", "DISTANCE_METRIC", "L2")
+    import random
+
+    rng = random.Random(1)
+    for i in range(12):
+        rr.hset(f"o:{i}", "v", "".join(rng.choice("abcdefgh12345678") for _ in range(16)))
+    reply = cmd(rr, "FT.SEARCH", "o", "*=>[KNN 5 @v $q AS d]", "PARAMS", "2", "q", "abcd1234abcd5678",
+                "SORTBY", "d", "RETURN", "1", "d", "DIALECT", "2")
+    if isinstance(reply, dict):
+        got = [(r[b"id"], r[b"extra_attributes"][b"d"]) for r in reply[b"results"]]
+    else:
+        got = [(reply[i], reply[i + 1][1]) for i in range(1, len(reply), 2)]
+    assert got == [(f"o:{i}".encode(), b"inf") for i in range(5)]

@@ -172,9 +172,8 @@ class SearchIndex:
                 self.empty[name].add(doc_id)
         if text_fields:
             self.text.add(doc_id, text_fields, definition.stopword_set, doc.language, self.synonyms)
-            if vector_done and doc_id in self.text.max_freq:
-                # RediSearch 2.10 counts a document's vector into its highest term frequency (TFIDF's norm)
-                self.text.max_freq[doc_id] += 1
+            # RediSearch 2.10 counted a document's vector into its highest term frequency (TFIDF's
+            # norm); Redis 8.4 does not (redis-py 8.1's FT.HYBRID TFIDF scores show it), nor does Pion
         else:
             self.text.doc_len[doc_id] = 0
         # a NOINDEX field is kept for SORTBY and LOAD only: no query and no FT.TAGVALS sees it
