@@ -226,3 +226,26 @@ def test_l2_distance_that_overflows_is_infinite(rr):
     else:
         got = [(reply[i], reply[i + 1][1]) for i in range(1, len(reply), 2)]
     assert got == [(f"o:{i}".encode(), b"inf") for i in range(5)]
+
+
+@pytest.mark.parametrize("query, args, expected", [
+    ("hello", (), "UNION {\n  hello\n  +hello(expanded)\n}\n"),
+    ("apple", (), "UNION {\n  apple\n  +appl(expanded)\n  appl(expanded)\n}\n"),
+    ("hello", ("VERBATIM",), "hello\n"),
+    ("hello the world", (), "INTERSECT {\n  UNION {\n    hello\n    +hello(expanded)\n  }\n"
+                            "  UNION {\n    world\n    +world(expanded)\n  }\n}\n"),
+    ("the", (), "<empty>\n"),
+    ('"hello world"', (), "EXACT {\n  hello\n  world\n}\n"),
+    ("-@name:apple", (), "NOT{\n  @name:apple\n}\n"),  # no expansion under a negation
+    ("@name:(apple|pie)", ("DIALECT", "2"),
+     "@name:UNION {\n  @name:UNION {\n    @name:apple\n    @name:+appl(expanded)\n    @name:appl(expanded)\n  }\n"
+     "  @name:UNION {\n    @name:pie\n    @name:+pie(expanded)\n  }\n}\n"),
+    ("@t:(x)", ("DIALECT", "2"), "@NULL:UNION {\n  @NULL:x\n  @NULL:+x(expanded)\n}\n"),  # no TEXT field named
+    ("@price:[1.5 (5]", (), "NUMERIC {1.500000 <= @price < 5.000000}\n"),
+    ("$w", ("DIALECT", "2", "PARAMS", "2", "w", "hello"), "UNION {\n  hello\n  +hello(expanded)\n}\n"),
+])
+def test_explain_prints_the_expanded_query(rr, query, args, expected):
+    """Redis Stack's FT.EXPLAIN text for the same index and queries, byte for byte."""
+    cmd(rr, "FT.CREATE", "x", "SCHEMA", "name", "TEXT", "price", "NUMERIC", "t", "TAG")
+    got = cmd(rr, "FT.EXPLAIN", "x", query, *args)
+    assert (got.decode() if isinstance(got, bytes) else got) == expected

@@ -8,6 +8,7 @@ everything runs inline. Replies are RediSearch's shapes (``search_replies``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pion.protocol.errors import ReplyError
@@ -17,6 +18,7 @@ from pion.server.commands.search.replies import field_value, live_value, query_b
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.vector import highlight, knn_fast, query_exec, search
+from pion.vector import text as text_mod
 from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_parser import Node, parse_query
 
@@ -139,41 +141,80 @@ def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list)
 # -- FT.EXPLAIN -----------------------------------------------------------------------------------
 
 
-def explain_lines(node: Node, indent: int = 0) -> list[str]:
+@dataclass
+class ExplainStyle:
+    """What FT.EXPLAIN needs beyond the tree: RediSearch prints the query after its expansion
+    (each term a UNION of itself, ``+stem(expanded)`` and, where it differs, the stem), without
+    the stop-words, and names the TEXT fields of a field restriction on every node under it."""
+    language: str | None  # None: no stemming expansion (VERBATIM, EXPANDER SYNONYM, no stemmer)
+    stopwords: frozenset[str] | set[str]
+    text_fields: set[str]
+
+
+def explain_lines(node: Node, indent: int = 0, style: ExplainStyle | None = None, fields: list[str] | None = None,
+                  expand: bool = True) -> list[str]:
     pad = "  " * indent
     kind = node.kind
+    mask = ""
+    if fields:
+        names = [f for f in fields if style is None or f in style.text_fields]
+        mask = "@" + ("|".join(names) if names else "NULL") + ":"
     if kind in ("and", "or"):
+        children = node.children
+        if style is not None:
+            children = [c for c in children if not (c.kind == "term" and c.value in style.stopwords)]
+            if not children:
+                return [pad + "<empty>"]
+            if len(children) == 1:
+                return explain_lines(children[0], indent, style, fields, expand)
         head = "INTERSECT {" if kind == "and" else "UNION {"
-        lines = [pad + head]
-        for child in node.children:
-            lines += explain_lines(child, indent + 1)
+        lines = [pad + mask + head]
+        for child in children:
+            lines += explain_lines(child, indent + 1, style, fields, expand)
         return lines + [pad + "}"]
     if kind in ("not", "opt"):
-        lines = [pad + ("NOT {" if kind == "not" else "OPTIONAL {")]
-        lines += explain_lines(node.children[0], indent + 1)
+        word = ("NOT" if kind == "not" else "OPTIONAL") + ("{" if style is not None else " {")
+        lines = [pad + mask + word]
+        lines += explain_lines(node.children[0], indent + 1, style, fields, expand=False)
         return lines + [pad + "}"]
     if kind == "fields":
+        if style is not None:
+            return explain_lines(node.children[0], indent, style, node.fields, expand)
         inner = explain_lines(node.children[0], indent)
         return [pad + "@" + "|".join(node.fields or ()) + ":" + inner[0].strip()] + inner[1:]
     if kind == "term":
-        return [pad + node.value]
+        if style is None:
+            return [pad + node.value]
+        if node.value in style.stopwords:
+            return [pad + "<empty>"]
+        root = (text_mod.stem_for_query(node.value, style.language)
+                if expand and style.language and not node.attrs.get("exact") else None)
+        if root is None:
+            return [pad + mask + node.value]
+        lines = [pad + mask + "UNION {", pad + "  " + mask + node.value,
+                 pad + "  " + mask + text_mod.STEM_PREFIX + root + "(expanded)"]
+        if root != node.value:
+            lines.append(pad + "  " + mask + root + "(expanded)")
+        return lines + [pad + "}"]
     if kind == "phrase":
-        return [pad + "INTERSECT {"] + [pad + "  " + w for w in node.value] + [pad + "}"]
+        head = "EXACT {" if style is not None else "INTERSECT {"
+        return [pad + mask + head] + [pad + "  " + mask + w for w in node.value] + [pad + "}"]
     if kind in ("prefix", "suffix", "infix"):
         mark = {"prefix": f"PREFIX{{{node.value}*}}", "suffix": f"SUFFIX{{*{node.value}}}",
                 "infix": f"INFIX{{*{node.value}*}}"}[kind]
-        return [pad + mark]
+        return [pad + mask + mark]
     if kind == "fuzzy":
-        return [pad + f"FUZZY{{{node.value}}}"]
+        return [pad + mask + f"FUZZY{{{node.value}}}"]
     if kind == "wildcard":
-        return [pad + f"WILDCARD{{{node.value}}}"]
+        return [pad + mask + f"WILDCARD{{{node.value}}}"]
     if kind == "tag":
         lines = [pad + f"TAG:@{node.fields[0]} {{"]  # type: ignore[index]
         lines += [pad + "  " + value for _, value in node.value]
         return lines + [pad + "}"]
+    num = _num if style is None else _num_f
     if kind == "numeric":
         lo, hi, lo_ex, hi_ex = node.value
-        return [pad + f"NUMERIC {{{_num(lo)} <{'' if lo_ex else '='} @{node.fields[0]} <{'' if hi_ex else '='} {_num(hi)}}}"]  # type: ignore[index]
+        return [pad + mask + f"NUMERIC {{{num(lo)} <{'' if lo_ex else '='} @{node.fields[0]} <{'' if hi_ex else '='} {num(hi)}}}"]  # type: ignore[index]
     if kind == "geo":
         lon, lat, radius = node.value
         return [pad + f"GEO @{node.fields[0]}:{{{_num(lon)},{_num(lat)} --> {_num(radius)} m}}"]  # type: ignore[index]
@@ -186,8 +227,15 @@ def explain_lines(node: Node, indent: int = 0) -> list[str]:
     if kind == "all":
         return [pad + "<WILDCARD>"]
     if kind == "emptystr":
-        return [pad + '""']
+        return [pad + mask + '""']
     return [pad + "<EMPTY>"]
+
+
+def _num_f(value: float) -> str:
+    """A number as RediSearch's FT.EXPLAIN prints it (``%f``; ``inf``, ``-inf``)."""
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return "%f" % value
 
 
 def _num(value: float) -> str:
@@ -202,7 +250,12 @@ def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     req = search.parse_search(argv, default_dialect(ctx))  # FT.SEARCH's options are accepted
     query = parse_query(req.query, req.dialect, req.params)
     query_exec.check_phonetic(query.root, index.definition)
-    lines = explain_lines(query.root)
+    definition = index.definition
+    language = req.language or definition.language
+    expand = not req.verbatim and req.expander == "DEFAULT" and text_mod.stemming_available(language)
+    style = ExplainStyle(language=language if expand else None, stopwords=definition.stopword_set,
+                         text_fields={f.name for f in definition.fields if f.type == "TEXT"})
+    lines = explain_lines(query.root, style=style)
     if query.knn is not None:
         knn = query.knn
         lines = [f"VECTOR {{K={knn.k} nearest vectors to `${'BLOB'}` in vector index associated with field @{knn.field}"
