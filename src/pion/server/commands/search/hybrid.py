@@ -74,11 +74,12 @@ def _legs(index, req: hybrid.HybridRequest, budget: Budget):
 
 
 def _timed(job):
-    """The vector leg's job, answering its result and how long it ran (seconds)."""
+    """The vector leg's job, answering its result and the CPU time it took (seconds): its own work,
+    not the time its thread waited for a core on a busy machine."""
     def run():
-        began = time.perf_counter()
+        began = time.thread_time()
         result = job()
-        return result, time.perf_counter() - began
+        return result, time.thread_time() - began
     return run
 
 
@@ -109,7 +110,7 @@ def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector
     (ids, dists), vector_seconds = vector_result
     legs_timed_out = list(legs_timed_out)
     if "VSIM" not in legs_timed_out and leg_deadline.limited and vector_seconds * 1000.0 > leg_deadline.ms:
-        # the vector leg alone ran longer than the query's TIMEOUT (the kernel does not stop
+        # the vector leg alone worked longer than the query's TIMEOUT (the kernel does not stop
         # half-way: its results are whole, the warning says the limit was passed)
         if req.post.on_timeout != "return":
             raise QueryTimeout()
