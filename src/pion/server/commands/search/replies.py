@@ -176,7 +176,7 @@ def timeout_warnings(timed_out: bool) -> list[bytes]:
     return [TIMEOUT_TEXT.encode()] if timed_out else []
 
 
-def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan=None) -> Any:
+def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan=None, timed_out: bool = False) -> Any:
     """FT.SEARCH's reply for rows of ``vector.search.Row``; loading them ticks the plan's budget
     (past it: the error, or under RETURN the rows loaded so far and the warning)."""
     resp3 = ctx.client.proto >= 3
@@ -217,7 +217,7 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
             item[b"values"] = []
             results.append(item)
         return {b"attributes": [], b"format": b"STRING", b"results": results,
-                b"total_results": total, b"warning": timeout_warnings(plan is not None and plan.timed_out)}
+                b"total_results": total, b"warning": timeout_warnings(timed_out or (plan is not None and plan.timed_out))}
     out: list[Any] = [total]
     for row, fields, payload in entries:
         out.append(row.key)
