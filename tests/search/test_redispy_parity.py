@@ -249,3 +249,35 @@ def test_explain_prints_the_expanded_query(rr, query, args, expected):
     cmd(rr, "FT.CREATE", "x", "SCHEMA", "name", "TEXT", "price", "NUMERIC", "t", "TAG")
     got = cmd(rr, "FT.EXPLAIN", "x", query, *args)
     assert (got.decode() if isinstance(got, bytes) else got) == expected
+
+
+def test_a_knn_past_its_timeout_reports_it(rr):
+    """A brute-force KNN that alone works longer than TIMEOUT: RediSearch stops it and says so; Pion's
+    kernel runs to the end, then answers the same way (the error under FAIL, RESP3's warning under
+    RETURN) — redis-py's ``test_search_query_with_timeout``."""
+    import numpy as np
+
+    dim, n = 4096, 1500
+    cmd(rr, "FT.CREATE", "kt", "PREFIX", "1", "kt:", "SCHEMA", "v", "VECTOR", "FLAT", "6", "TYPE", "FLOAT32", "DIM",
+        str(dim), "DISTANCE_METRIC", "L2")
+    rows = np.random.default_rng(7).random((n, dim), dtype=np.float32)
+    pipe = rr.pipeline(transaction=False)
+    for i in range(n):
+        pipe.hset(f"kt:{i}", "v", rows[i].tobytes())
+    pipe.execute()
+    query = ("FT.SEARCH", "kt", f"*=>[KNN {n} @v $q]", "PARAMS", "2", "q", rows[0].tobytes(), "NOCONTENT",
+             "LIMIT", "0", "1", "DIALECT", "2")
+    reply = cmd(rr, *query, "TIMEOUT", "0")
+    if isinstance(reply, dict):
+        assert reply[b"warning"] == [] and reply[b"results"][0][b"id"] == b"kt:0"
+    else:
+        assert reply[1] == b"kt:0"
+    reply = cmd(rr, *query, "TIMEOUT", "1")
+    if isinstance(reply, dict):
+        assert reply[b"warning"] == [b"Timeout limit was reached"]
+    cmd(rr, "FT.CONFIG", "SET", "ON_TIMEOUT", "FAIL")
+    try:
+        with pytest.raises(redis.ResponseError, match="^Timeout limit was reached$"):
+            cmd(rr, *query, "TIMEOUT", "1")
+    finally:
+        cmd(rr, "FT.CONFIG", "SET", "ON_TIMEOUT", "RETURN")
