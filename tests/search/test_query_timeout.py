@@ -115,7 +115,9 @@ def test_hybrid_timeout(big):
              "APPLY", LONG_EXPR, "AS", "s", "PARAMS", "2", "B", vec]
     reply = cmd(big, *query, "TIMEOUT", "1")
     warnings = reply[b"warnings"] if _is_resp3(big) else reply[reply.index(b"warnings") + 1]
-    assert warnings == [TIMEOUT_TEXT]
+    # Redis 8.4 names the leg a timeout cut short; the post-processing's (APPLY) is the plain text.
+    # Which stage runs out depends on the machine's speed
+    assert warnings and set(warnings) <= {TIMEOUT_TEXT + b" (SEARCH)", TIMEOUT_TEXT + b" (VSIM)", TIMEOUT_TEXT}
     reply = cmd(big, *query, "TIMEOUT", "0")
     warnings = reply[b"warnings"] if _is_resp3(big) else reply[reply.index(b"warnings") + 1]
     assert warnings == []

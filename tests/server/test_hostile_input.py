@@ -130,11 +130,15 @@ TOO_DEEP = "Parser stack overflow. Try moving nested parentheses more to the lef
 
 
 @pytest.mark.parametrize("query", ["(" * DEEP + "hello" + ")" * DEEP, "-" * DEEP + "hello", "~" * DEEP + "hello",
-                                   "@t:(" * DEEP + "hello" + ")" * DEEP])
+                                   "@t:(" * DEEP + "hello" + ")" * DEEP, "@t:" + "(" * DEEP + "hello" + ")" * DEEP])
 @pytest.mark.parametrize("command", ["FT.SEARCH", "FT.EXPLAIN", "FT.AGGREGATE"])
 @pytest.mark.parametrize("dialect", ["1", "2"])
 def test_query_too_deep(server, idx, command, query, dialect):
     reply = guarded(server, idx, command, "idx", query, "DIALECT", dialect)
+    if dialect == "2" and query.startswith("@t:(@t:"):
+        # DIALECT 2's `@field:( ... )` holds a text expression: a second modifier is a syntax error
+        assert isinstance(reply, redis.ResponseError) and str(reply) == "Syntax error at offset 4 near t"
+        return
     assert isinstance(reply, redis.ResponseError) and str(reply) == TOO_DEEP
 
 

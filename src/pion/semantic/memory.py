@@ -238,7 +238,7 @@ def keyword_ranking(index: Any, text: str, allowed: np.ndarray | None, limit: in
     size = index.next_doc
     scores = np.zeros(size, dtype=np.float64)
     hit = np.zeros(size, dtype=bool)
-    k1, b = 1.2, 0.75
+    k1, k1_plus_1, b = scoring.K1, scoring.K1_PLUS_1, scoring.BM25STD_B  # the query engine's own constants
     for word in words:
         if word in stopwords:
             continue
@@ -253,7 +253,7 @@ def keyword_ranking(index: Any, text: str, allowed: np.ndarray | None, limit: in
             freq = np.fromiter((p.freq for p in plist.values()), dtype=np.float64, count=n)
             lengths = np.fromiter((doc_len.get(d, 0) for d in plist), dtype=np.float64, count=n)
             norm = lengths / avg if avg else np.zeros(n)
-            contribution = scoring.idf_bm25(total, n) * freq * (k1 + 1) / (freq + k1 * (1.0 - b + b * norm))
+            contribution = scoring.idf_bm25(total, n) * freq * k1_plus_1 / (freq + k1 * (1.0 - b + b * norm))
             np.add.at(scores, docs, contribution)
             hit[docs] = True
     if allowed is not None:

@@ -23,6 +23,9 @@ from pion.vector.search import SearchRequest, _int, parse_params
 
 DEFAULT_SORT_MAX = 10
 
+#: ``LOAD *`` (every field); not a property name, which ``LOAD 1 *`` gives
+LOAD_ALL = "\x01*"
+
 
 @dataclass
 class Step:
@@ -36,7 +39,7 @@ class Step:
 class AggregateRequest:
     query: str
     steps: list[Step] = field(default_factory=list)
-    loads: list[str] | None = None  # None: nothing explicit; ["*"]: all
+    loads: list[str] | None = None  # None: nothing explicit; [LOAD_ALL]: all (``LOAD *``)
     verbatim: bool = False
     addscores: bool = False
     scorer: str = "BM25STD"
@@ -86,8 +89,8 @@ def parse_aggregate(argv: list[bytes], default_dialect: int) -> AggregateRequest
             i += 1
         elif word == b"LOAD":
             need(1, "LOAD")
-            if argv[i + 1] == b"*":
-                req.loads = ["*"]
+            if argv[i + 1] == b"*":  # `LOAD *`; `LOAD 1 *` names a property `*`, as in RediSearch
+                req.loads = [LOAD_ALL]
                 i += 1
             else:
                 count = _int(argv[i + 1], "LOAD")
@@ -324,7 +327,7 @@ def check_properties(req: AggregateRequest, schema_names: set[str], produced: se
     """SORTBY or a REDUCE of a property no step provides is RediSearch's error, not rows without it: the
     properties known at each step are the schema's, LOAD's, the query's own (``produced``: a KNN
     distance), APPLY's aliases, and after a GROUPBY only its properties and reducers."""
-    if req.loads == ["*"]:
+    if req.loads == [LOAD_ALL]:
         return
     known = set(schema_names) | produced | {"__key", "__score"}
     for item in req.loads or ():
@@ -369,8 +372,8 @@ def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict
         progress.rows = done = []
         for row in rows:
             tick()
-            if req.loads == ["*"]:
-                load(row, "*")
+            if req.loads == [LOAD_ALL]:
+                load(row, LOAD_ALL)
             else:
                 for item in req.loads:
                     name, _, alias = item.partition("\0")

@@ -251,8 +251,6 @@ def _post(req: HybridRequest, rest: list[bytes], default_dialect: int) -> None:
         if word == b"PARAMS":
             req.params, i = parse_params(rest, i)
             continue
-        if word == b"WITHCURSOR":
-            raise ReplyError("WITHCURSOR is not supported by Pion for FT.HYBRID (use LIMIT)")
         if word == b"NOSORT":
             i += 1
             continue

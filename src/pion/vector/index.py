@@ -161,6 +161,7 @@ class SearchIndex:
             self.sortables.setdefault(name, {})[doc_id] = value
         definition = self.definition
         text_fields = []
+        empty_weight = 0.0
         for name, values in doc.texts.items():
             spec = definition.field(name)
             if spec is None or spec.noindex:
@@ -170,11 +171,16 @@ class SearchIndex:
             text_fields.append((self.text_numbers[name], spec.weight, values, stem, sounds))
             if name in self.empty and any(not v.strip() for v in values):
                 self.empty[name].add(doc_id)
+                empty_weight += spec.weight
         if text_fields:
             self.text.add(doc_id, text_fields, definition.stopword_set, doc.language, self.synonyms)
-            if vector_done and doc_id in self.text.max_freq:
-                # RediSearch 2.10 counts a document's vector into its highest term frequency (TFIDF's norm)
-                self.text.max_freq[doc_id] += 1
+            if empty_weight:
+                # RediSearch indexes an empty value (INDEXEMPTY) as a term of its own: it counts in
+                # the document's length (BM25's len / average), as a word of the field would
+                self.text.doc_len[doc_id] = self.text.doc_len.get(doc_id, 0) + empty_weight
+                self.text.total_len += empty_weight
+            # RediSearch 2.10 counted a document's vector into its highest term frequency (TFIDF's
+            # norm); Redis 8.4 does not (redis-py 8.1's FT.HYBRID TFIDF scores show it), nor does Pion
         else:
             self.text.doc_len[doc_id] = 0
         # a NOINDEX field is kept for SORTBY and LOAD only: no query and no FT.TAGVALS sees it

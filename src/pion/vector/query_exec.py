@@ -218,6 +218,8 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
         return _geoshape(node, ctx)
     if kind == "missing":
         return _missing(node, ctx)
+    if kind == "emptystr":
+        return _empty_text(ctx, fields)
     if kind == "vrange":
         return _vector_range(node, ctx)
     raise ReplyError(f"Unsupported query node {kind}")
@@ -528,6 +530,8 @@ def _tag(node: Node, ctx: ExecContext) -> Hits:
         value = raw if spec.case_sensitive else raw.lower()
         if kind == "exact":
             value = value.strip()
+            if not value and spec.name not in ctx.index.empty:
+                raise ReplyError(EMPTY_NOT_INDEXED)
             out |= tags.values.get(value, set())
             continue
         for tag, docs in tags.values.items():
@@ -571,6 +575,27 @@ def _geoshape(node: Node, ctx: ExecContext) -> Hits:
         return {}
     ctx.budget.tick(len(field_index.shapes) >> 4)
     return dict.fromkeys(field_index.query(predicate, shape), 0.0)
+
+
+EMPTY_NOT_INDEXED = "Use `INDEXEMPTY` in field creation in order to index and query for empty strings"
+
+
+def _empty_text(ctx: ExecContext, fields: list[str] | None) -> Hits:
+    """``''``: the documents whose value of a TEXT field is empty, among the fields that index
+    empty values (``INDEXEMPTY``). As RediSearch: with no ``@field`` every such field counts (and
+    none means no match); a field restriction naming TEXT fields none of which indexes empty
+    values is an error; one naming no TEXT field matches nothing."""
+    definition = ctx.index.definition
+    if fields is None:
+        names = [spec.name for spec in definition.fields if spec.type == "TEXT"]
+    else:
+        names = [name for name in fields if (spec := definition.field(name)) is not None and spec.type == "TEXT"]
+        if names and not any(name in ctx.index.empty for name in names):
+            raise ReplyError(EMPTY_NOT_INDEXED)
+    out: set[int] = set()
+    for name in names:
+        out |= ctx.index.empty.get(name, set())
+    return dict.fromkeys(out, 0.0)
 
 
 def _missing(node: Node, ctx: ExecContext) -> Hits:

@@ -57,6 +57,9 @@ class _Parser:
         self.lexer = Lexer(text)
         self.tok = self.lexer.next()
         self.depth = 0
+        #: inside ``@field:( ... )`` of DIALECT 2+: a text expression, where RediSearch's grammar
+        #: (``text_expr``) has no field modifiers
+        self.text_only = 0
 
     def nest(self) -> None:
         self.depth += 1
@@ -179,6 +182,8 @@ class _Parser:
             self.advance()
             self.nest()
             if self.at("STAR"):
+                if self.dialect < 2:  # RediSearch 2.10's DIALECT 1 has no `(*)`
+                    raise syntax_error(self.tok.pos, "")
                 self.advance()
                 inner = Node("all")
             else:
@@ -188,6 +193,8 @@ class _Parser:
             self.advance()
             self.depth -= 1
             return inner
+        if kind in ("MODIFIER", "COMPARE") and self.text_only:
+            raise syntax_error(tok.pos, tok.text)
         if kind == "MODIFIER":
             return self.modifier(modifier_body)
         if kind == "COMPARE":
@@ -202,6 +209,8 @@ class _Parser:
             self.advance()
             return Node("term", tok.text.lower() if kind == "TERM" else tok.text)
         if kind == "ATTRIBUTE":
+            if self.dialect < 2:  # parameters are DIALECT 2's
+                raise syntax_error(tok.pos, tok.text)
             self.advance()
             return Node("term", self.param(tok.text, tok.pos).lower())
         if kind in ("PREFIX", "SUFFIX", "CONTAINS"):
@@ -235,6 +244,8 @@ class _Parser:
     def phrase(self, tok: Token) -> Node:
         from pion.vector.text import tokenize
 
+        if tok.text == "" and self.dialect >= 2:  # `''` / `""`: the empty value (fields with INDEXEMPTY)
+            return Node("emptystr")
         words = tokenize(tok.text)
         if not words:
             return Node("none")
@@ -252,7 +263,8 @@ class _Parser:
         if not self.at("COLON"):
             raise self.error()
         colon = self.advance()
-        del colon
+        if self.dialect < 2 and self.at("EXACT") and self.tok.text == "":
+            raise syntax_error(colon.pos, names[-1])  # DIALECT 1 has no empty value: RediSearch 2.10's text
         if self.at("LB"):
             if len(names) > 1:
                 raise self.error()
@@ -262,7 +274,12 @@ class _Parser:
                 raise self.error()
             return self.bracket(names[0])
         self.nest()
-        inner = body() if self.dialect < 2 else self.attributes(self.atom_or_prefixed())
+        if self.dialect < 2:
+            inner = body()
+        else:
+            self.text_only += 1
+            inner = self.attributes(self.atom_or_prefixed())
+            self.text_only -= 1
         self.depth -= 1
         return Node("fields", children=[inner], fields=names)
 
@@ -300,6 +317,8 @@ class _Parser:
         self.advance()
         if not self.at("MODIFIER"):
             raise self.error()
+        if self.text_only:
+            raise syntax_error(self.tok.pos, self.tok.text)
         name = self.advance().text
         if not self.at("RP"):
             raise self.error()
@@ -353,13 +372,15 @@ class _Parser:
             return ("wildcard", _unescape(item[2:-1]))
         if item.startswith('"') and item.endswith('"') and len(item) >= 2:
             return ("exact", _unescape(item[1:-1]))
+        if item == "''":  # the empty value, as `""`
+            return ("exact", "")
         if item.startswith("$") and _is_plain_name(item[1:]):
             return ("exact", self.param(item[1:], pos))
         starts, ends = item.startswith("*"), item.endswith("*") and not item.endswith("\\*")
-        core = item[1 if starts else 0: len(item) - 1 if ends else len(item)]
-        core = _unescape(core)
-        if core.startswith("$") and _is_plain_name(core[1:]):
-            core = self.param(core[1:], pos)
+        raw = item[1 if starts else 0: len(item) - 1 if ends else len(item)]
+        core = _unescape(raw)
+        if raw.startswith("$") and _is_plain_name(raw[1:]):  # `\$btc` is the tag `$btc`, not a parameter
+            core = self.param(raw[1:], pos)
         if starts and ends:
             return ("infix", core)
         if starts:

@@ -83,6 +83,13 @@ def stem(word: str, language: str = "english") -> str | None:
     return root if root != word else None
 
 
+def stem_for_query(word: str, language: str = "english") -> str | None:
+    """The stem RediSearch's query expander adds for ``word`` (no length floor: FT.EXPLAIN shows
+    ``+x(expanded)`` for ``x``), or None when the language has no stemmer."""
+    stemmer = _stemmer(language)
+    return None if stemmer is None else stemmer.stemWord(word)
+
+
 def edit_distance_at_most(a: str, b: str, limit: int) -> bool:
     """Levenshtein(a, b) <= limit, with an early exit (fuzzy ``%term%``)."""
     if abs(len(a) - len(b)) > limit:

@@ -282,7 +282,12 @@ class VectorField:
         # busy 2-core box (it spins threads per call); einsum's loop is single-threaded and steady
         dots = np.einsum("ij,j->i", rows, query)
         if self.metric == "L2":
-            return np.maximum(norms - 2.0 * dots + float(query @ query), 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = np.maximum(norms - 2.0 * dots + float(query @ query), 0.0)
+            # components near float32's range overflow the expansion to inf - inf: the distance is
+            # infinite, as RediSearch's sum of squares gives it (ranked last, ties by doc id)
+            out[np.isnan(out)] = np.inf
+            return out
         return 1.0 - dots
 
     def choose_policy(self, k: int, allowed_rows: int | None, ef: int | None, policy: str | None) -> str:

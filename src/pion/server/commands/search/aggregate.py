@@ -37,7 +37,7 @@ def _loader(ctx: Ctx, index, dialect: int):
         value = live_value(ctx, key)
         if value is None:
             return None
-        if name == "*":
+        if name == aggregate.LOAD_ALL:
             if value.__class__ is HashValue:
                 for f, v in value.fields.items():
                     row.setdefault(f.decode("utf-8", "replace"), _text(bytes(v)))

@@ -3,9 +3,16 @@
 The text leg is FT.SEARCH's evaluation ranked by score; the vector leg is a KNN or a range query
 (with the VSIM FILTER as its prefilter), in the worker pool when large. ``pion.vector.hybrid``
 fuses the legs; the post-processing clauses run as FT.AGGREGATE's pipeline. Each result carries
-``__key`` and ``__score`` (the fused score) plus the YIELD_SCORE_AS aliases and LOADed fields.
+``__key`` and ``__score`` (the fused score) plus the YIELD_SCORE_AS aliases; with a LOAD clause
+the result holds what it loads (``@__key``, ``@__score`` included only when named), the aliases
+and what APPLY adds, as Redis 8.4 answers.
 RESP2: ``[total_results, N, results, [[k, v, ...], ...], warnings, [], execution_time, "ms"]``;
-RESP3: the same keys as a map, results as maps, ``execution_time`` a double.
+RESP3: the same keys as a map, results as maps, ``execution_time`` a double. A leg cut short by
+TIMEOUT under ON_TIMEOUT RETURN warns ``Timeout limit was reached (SEARCH)`` or ``(VSIM)``.
+
+WITHCURSOR [COUNT n] [MAXIDLE ms] answers two cursors instead of the fused rows, one per leg
+(``SEARCH``: the text leg's ranking, up to WINDOW rows; ``VSIM``: the vector leg's), each row
+``__key`` and the leg's ``__score``; FT.CURSOR READ reads them, as FT.AGGREGATE's cursors.
 """
 
 from __future__ import annotations
@@ -20,10 +27,10 @@ from pion.server import deferred
 from pion.server.commands.search.admin import engine
 from pion.server.commands.search.aggregate import _loader
 from pion.server.commands.search.query import DEFER_MIN_VECTORS, default_dialect
-from pion.server.commands.search.replies import query_budget, timeout_warnings
+from pion.server.commands.search.replies import query_budget
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.storage.budget import Budget
+from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout
 from pion.vector import aggregate, hybrid, search
 
 _CATS = "@search"
@@ -57,14 +64,61 @@ def _legs(index, req: hybrid.HybridRequest, budget: Budget):
         job = vec.plan_range(query, float(radius), allowed)
     else:
         job = vec.plan_knn(query, req.k, allowed, req.ef, req.policy)
-    return text_ranked, job, vec, text_plan.timed_out or (allowed is not None and filter_plan.timed_out)
+    job = _timed(job)
+    legs_timed_out = []
+    if text_plan.timed_out:
+        legs_timed_out.append("SEARCH")
+    if allowed is not None and filter_plan.timed_out:
+        legs_timed_out.append("VSIM")
+    return text_ranked, job, vec, legs_timed_out
+
+
+def _timed(job):
+    """The vector leg's job, answering its result and the CPU time it took (seconds): its own work,
+    not the time its thread waited for a core on a busy machine."""
+    def run():
+        began = time.thread_time()
+        result = job()
+        return result, time.thread_time() - began
+    return run
+
+
+def _leg_warnings(legs: list[str], post_timed_out: bool) -> list[bytes]:
+    """Redis 8.4 names the leg a timeout cut short; the post-processing's own is RediSearch's text."""
+    out = [f"{TIMEOUT_TEXT} ({leg})".encode() for leg in legs]
+    if post_timed_out:
+        out.append(TIMEOUT_TEXT.encode())
+    return out
+
+
+def _leg_cursors(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vector_ranked) -> Any:
+    cursors = engine(ctx).cursors
+    post = req.post
+    ids: dict[bytes, int] = {}
+    for name, ranked in ((b"SEARCH", text_ranked[:req.window]),
+                         (b"VSIM", [(doc, vscore) for doc, _d, vscore in vector_ranked])):
+        rows = [{"\0key": index.docs[doc], "__key": index.docs[doc].decode("utf-8", "replace"), "__score": score}
+                for doc, score in ranked]
+        ids[name] = cursors.open(index, rows, post.cursor_count, post.cursor_maxidle, len(rows)).cid
+    if ctx.client.proto >= 3:
+        return ids
+    return [b"SEARCH", ids[b"SEARCH"], b"VSIM", ids[b"VSIM"]]
 
 
 def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector_result, started: float,
-            budget: Budget, timed_out: bool) -> Any:
-    ids, dists = vector_result
+            budget: Budget, legs_timed_out: list[str], leg_deadline: Budget) -> Any:
+    (ids, dists), vector_seconds = vector_result
+    legs_timed_out = list(legs_timed_out)
+    if "VSIM" not in legs_timed_out and leg_deadline.limited and vector_seconds * 1000.0 > leg_deadline.ms:
+        # the vector leg alone worked longer than the query's TIMEOUT (the kernel does not stop
+        # half-way: its results are whole, the warning says the limit was passed)
+        if req.post.on_timeout != "return":
+            raise QueryTimeout()
+        legs_timed_out.append("VSIM")
     vector_ranked = [(doc, float(d), hybrid.normalized_vector_score(vec.metric, float(d)))
                      for doc, d in zip(ids.tolist(), dists.tolist(), strict=True) if doc in index.docs]
+    if req.post.cursor:
+        return _leg_cursors(ctx, index, req, text_ranked, vector_ranked)
     fused = hybrid.fuse(req, text_ranked, vector_ranked)
     rows: list[dict[str, Any]] = []
     for doc, combined, text_score, _distance, vector_score in fused:
@@ -82,8 +136,16 @@ def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector
         rows.append(row)
     names = {spec.name for spec in index.definition.fields}
     post = req.post
-    if not timed_out:
-        rows, timed_out = aggregate.run_pipeline(post, rows, _loader(ctx, index, 2), names, budget)
+    # after a leg's timeout (RETURN) the post-processing still shapes what the legs had: at most
+    # the two windows' rows, so it runs without the spent deadline
+    rows, post_timed_out = aggregate.run_pipeline(post, rows, _loader(ctx, index, 2), names,
+                                                  UNLIMITED if legs_timed_out else budget)
+    if post.loads is not None:  # a LOAD clause: the implicit __key and __score only where it names them
+        named = {item.partition("\0")[0] for item in post.loads if not item.partition("\0")[2]}
+        hidden = [k for k in ("__key", "__score") if k not in named]
+        for row in rows:
+            for k in hidden:
+                row.pop(k, None)
     total = len(rows)
     offset, count = req.limit
     rows = rows[offset:offset + count]
@@ -99,10 +161,11 @@ def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector
             for k, v in pairs:
                 flat += [k, v]
             results.append(flat)
+    warnings = _leg_warnings(legs_timed_out, post_timed_out)
     if resp3:
-        return {b"total_results": total, b"results": results, b"warnings": timeout_warnings(timed_out),
+        return {b"total_results": total, b"results": results, b"warnings": warnings,
                 b"execution_time": elapsed_ms}
-    return [b"total_results", total, b"results", results, b"warnings", timeout_warnings(timed_out), b"execution_time",
+    return [b"total_results", total, b"results", results, b"warnings", warnings, b"execution_time",
             ("%.3f" % elapsed_ms).encode()]
 
 
@@ -116,11 +179,12 @@ def ft_hybrid(ctx: Ctx, argv: list[bytes]):
     index = eng.get(ctx.db, name, search_error=True)
     req = hybrid.parse_hybrid(argv, default_dialect(ctx))
     budget = query_budget(ctx, req.post)
-    text_ranked, job, vec, timed_out = _legs(index, req, budget)
+    text_ranked, job, vec, legs_timed_out = _legs(index, req, budget)
     if deferred.can_defer(ctx) and (vec.graph is not None or len(vec) >= DEFER_MIN_VECTORS):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
-            return _finish(ctx2, index, req, text_ranked, vec, results[0], started, Budget(budget.ms), timed_out)
+            return _finish(ctx2, index, req, text_ranked, vec, results[0], started, Budget(budget.ms),
+                           legs_timed_out, budget)
         return deferred.Deferred([job], finish)
-    return _finish(ctx, index, req, text_ranked, vec, job(), started, budget, timed_out)
+    return _finish(ctx, index, req, text_ranked, vec, job(), started, budget, legs_timed_out, budget)

@@ -8,16 +8,27 @@ everything runs inline. Replies are RediSearch's shapes (``search_replies``).
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from pion.protocol.errors import ReplyError
 from pion.server import deferred, search_pool
 from pion.server.commands.search.admin import engine
-from pion.server.commands.search.replies import field_value, live_value, query_budget, renew, search_reply
+from pion.server.commands.search.replies import (
+    field_value,
+    live_value,
+    query_budget,
+    renew,
+    search_reply,
+    timeout_warnings,
+)
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.storage.budget import QueryTimeout
 from pion.storage.keyspace import now_ms
 from pion.vector import highlight, knn_fast, query_exec, search
+from pion.vector import text as text_mod
 from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_parser import Node, parse_query
 
@@ -49,6 +60,32 @@ def _heavy(index, knn) -> bool:
     return vec is not None and (vec.graph is not None or len(vec) >= DEFER_MIN_VECTORS)
 
 
+def _cpu_timed(job):
+    """``job`` (a KNN search) noting the CPU time it took in ``run.cpu`` (seconds): the kernel does
+    not stop half-way, so a search that alone worked longer than the query's TIMEOUT is reported
+    as RediSearch reports a timeout (RESP3's warning under RETURN, the error under FAIL), with its
+    results whole. CPU time, not wall time: a thread waiting for a core on a busy box did no work."""
+    def run():
+        began = time.thread_time()
+        try:
+            return job()
+        finally:
+            run.cpu = time.thread_time() - began
+    run.cpu = 0.0
+    for name in ("expected_s", "exact"):  # what the worker policy reads (see _knn_fast)
+        if hasattr(job, name):
+            setattr(run, name, getattr(job, name))
+    return run
+
+
+def _knn_over_budget(run, budget_ms: float, on_timeout: str) -> bool:
+    if not budget_ms or budget_ms <= 0 or run.cpu * 1000.0 <= budget_ms:
+        return False
+    if on_timeout != "return":
+        raise QueryTimeout()
+    return True
+
+
 def _sort_loader(ctx: Ctx, index):
     def load(key: bytes, name: str) -> Any:
         value = live_value(ctx, key)
@@ -78,16 +115,22 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
     if plan.job is None or plan.timed_out:
         total, rows = search.finish(plan, None, _sort_loader(ctx, index))
         return search_reply(ctx, index, total, rows, req, plan)
+    job = _cpu_timed(plan.job)
     if deferred.can_defer(ctx) and _heavy(index, plan.query.knn):
         def finish(ctx2: Ctx, results: list) -> Any:
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
             renew(plan)
+            if _knn_over_budget(job, plan.budget.ms, req.on_timeout):
+                plan.timed_out = True
             total, rows = search.finish(plan, search.live_knn(plan, results[0], _alive(ctx2)),
                                         _sort_loader(ctx2, index))
             return search_reply(ctx2, index, total, rows, req, plan)
-        return deferred.Deferred([plan.job], finish, executor=search_pool.worker())
-    total, rows = search.finish(plan, search.live_knn(plan, plan.job(), _alive(ctx)), _sort_loader(ctx, index))
+        return deferred.Deferred([job], finish, executor=search_pool.worker())
+    result = job()
+    if _knn_over_budget(job, plan.budget.ms, req.on_timeout):
+        plan.timed_out = True
+    total, rows = search.finish(plan, search.live_knn(plan, result, _alive(ctx)), _sort_loader(ctx, index))
     return search_reply(ctx, index, total, rows, req, plan)
 
 
@@ -113,7 +156,8 @@ def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: byt
     handler's Deferred keeps it until it answers), so a write to a key its index covers waits
     and its index is frozen; ``finish`` still indexes what is queued for other indexes (and, when
     the query was not sliced, for this one) and ``_live_page`` drops what is gone regardless."""
-    job = knn_fast.job(index, plan, blob)
+    job = _cpu_timed(knn_fast.job(index, plan, blob))
+    budget_ms = query_budget(ctx, plan.req).ms
     pool = search_pool.worker()
     expected = getattr(job, "expected_s", 1.0)
     if deferred.can_defer(ctx) and (expected >= DEFER_MIN_SECONDS or (
@@ -123,11 +167,14 @@ def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: byt
             if eng.resolve(ctx2.db.id, name) is not index:
                 raise ReplyError("The index was dropped before the query could be executed")
             eng.catch_up()  # writes meanwhile (none to this index while it is frozen)
+            timed_out = _knn_over_budget(job, budget_ms, plan.req.on_timeout)
             total, found = _live_page(ctx2, index, plan, blob, results[0])
-            return _knn_reply(ctx2, index, plan, total, found)
+            return _knn_reply(ctx2, index, plan, total, found, timed_out)
         return deferred.Deferred([job], finish, executor=pool)
-    total, found = _live_page(ctx, index, plan, blob, job())
-    return _knn_reply(ctx, index, plan, total, found)
+    result = job()
+    timed_out = _knn_over_budget(job, budget_ms, plan.req.on_timeout)
+    total, found = _live_page(ctx, index, plan, blob, result)
+    return _knn_reply(ctx, index, plan, total, found, timed_out)
 
 
 def _live_page(ctx: Ctx, index, plan: knn_fast.KnnPlan, blob: bytes, result) -> tuple[int, list]:
@@ -146,12 +193,12 @@ def _live_page(ctx: Ctx, index, plan: knn_fast.KnnPlan, blob: bytes, result) -> 
     return total, found
 
 
-def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list) -> Any:
+def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list, timed_out: bool = False) -> Any:
     req = plan.req
     if not req.nocontent:
         alias = plan.alias
         rows = [search.Row(doc, key, 0.0, {alias: dist}) for doc, key, dist in found]
-        return search_reply(ctx, index, total, rows, req)
+        return search_reply(ctx, index, total, rows, req, timed_out=timed_out)
     db = ctx.db
     expires = db.expires
     if expires:  # an expired key is never answered (the check a field load would make)
@@ -160,48 +207,87 @@ def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list)
         keys = [key for _, key, _ in found]
     if ctx.client.proto >= 3:
         return {b"attributes": [], b"format": b"STRING", b"results": [{b"id": key, b"values": []} for key in keys],
-                b"total_results": total, b"warning": []}
+                b"total_results": total, b"warning": timeout_warnings(timed_out)}
     return [total, *keys]
 
 
 # -- FT.EXPLAIN -----------------------------------------------------------------------------------
 
 
-def explain_lines(node: Node, indent: int = 0) -> list[str]:
+@dataclass
+class ExplainStyle:
+    """What FT.EXPLAIN needs beyond the tree: RediSearch prints the query after its expansion
+    (each term a UNION of itself, ``+stem(expanded)`` and, where it differs, the stem), without
+    the stop-words, and names the TEXT fields of a field restriction on every node under it."""
+    language: str | None  # None: no stemming expansion (VERBATIM, EXPANDER SYNONYM, no stemmer)
+    stopwords: frozenset[str] | set[str]
+    text_fields: set[str]
+
+
+def explain_lines(node: Node, indent: int = 0, style: ExplainStyle | None = None, fields: list[str] | None = None,
+                  expand: bool = True) -> list[str]:
     pad = "  " * indent
     kind = node.kind
+    mask = ""
+    if fields:
+        names = [f for f in fields if style is None or f in style.text_fields]
+        mask = "@" + ("|".join(names) if names else "NULL") + ":"
     if kind in ("and", "or"):
+        children = node.children
+        if style is not None:
+            children = [c for c in children if not (c.kind == "term" and c.value in style.stopwords)]
+            if not children:
+                return [pad + "<empty>"]
+            if len(children) == 1:
+                return explain_lines(children[0], indent, style, fields, expand)
         head = "INTERSECT {" if kind == "and" else "UNION {"
-        lines = [pad + head]
-        for child in node.children:
-            lines += explain_lines(child, indent + 1)
+        lines = [pad + mask + head]
+        for child in children:
+            lines += explain_lines(child, indent + 1, style, fields, expand)
         return lines + [pad + "}"]
     if kind in ("not", "opt"):
-        lines = [pad + ("NOT {" if kind == "not" else "OPTIONAL {")]
-        lines += explain_lines(node.children[0], indent + 1)
+        word = ("NOT" if kind == "not" else "OPTIONAL") + ("{" if style is not None else " {")
+        lines = [pad + mask + word]
+        lines += explain_lines(node.children[0], indent + 1, style, fields, expand=False)
         return lines + [pad + "}"]
     if kind == "fields":
+        if style is not None:
+            return explain_lines(node.children[0], indent, style, node.fields, expand)
         inner = explain_lines(node.children[0], indent)
         return [pad + "@" + "|".join(node.fields or ()) + ":" + inner[0].strip()] + inner[1:]
     if kind == "term":
-        return [pad + node.value]
+        if style is None:
+            return [pad + node.value]
+        if node.value in style.stopwords:
+            return [pad + "<empty>"]
+        root = (text_mod.stem_for_query(node.value, style.language)
+                if expand and style.language and not node.attrs.get("exact") else None)
+        if root is None:
+            return [pad + mask + node.value]
+        lines = [pad + mask + "UNION {", pad + "  " + mask + node.value,
+                 pad + "  " + mask + text_mod.STEM_PREFIX + root + "(expanded)"]
+        if root != node.value:
+            lines.append(pad + "  " + mask + root + "(expanded)")
+        return lines + [pad + "}"]
     if kind == "phrase":
-        return [pad + "INTERSECT {"] + [pad + "  " + w for w in node.value] + [pad + "}"]
+        head = "EXACT {" if style is not None else "INTERSECT {"
+        return [pad + mask + head] + [pad + "  " + mask + w for w in node.value] + [pad + "}"]
     if kind in ("prefix", "suffix", "infix"):
         mark = {"prefix": f"PREFIX{{{node.value}*}}", "suffix": f"SUFFIX{{*{node.value}}}",
                 "infix": f"INFIX{{*{node.value}*}}"}[kind]
-        return [pad + mark]
+        return [pad + mask + mark]
     if kind == "fuzzy":
-        return [pad + f"FUZZY{{{node.value}}}"]
+        return [pad + mask + f"FUZZY{{{node.value}}}"]
     if kind == "wildcard":
-        return [pad + f"WILDCARD{{{node.value}}}"]
+        return [pad + mask + f"WILDCARD{{{node.value}}}"]
     if kind == "tag":
         lines = [pad + f"TAG:@{node.fields[0]} {{"]  # type: ignore[index]
         lines += [pad + "  " + value for _, value in node.value]
         return lines + [pad + "}"]
+    num = _num if style is None else _num_f
     if kind == "numeric":
         lo, hi, lo_ex, hi_ex = node.value
-        return [pad + f"NUMERIC {{{_num(lo)} <{'' if lo_ex else '='} @{node.fields[0]} <{'' if hi_ex else '='} {_num(hi)}}}"]  # type: ignore[index]
+        return [pad + mask + f"NUMERIC {{{num(lo)} <{'' if lo_ex else '='} @{node.fields[0]} <{'' if hi_ex else '='} {num(hi)}}}"]  # type: ignore[index]
     if kind == "geo":
         lon, lat, radius = node.value
         return [pad + f"GEO @{node.fields[0]}:{{{_num(lon)},{_num(lat)} --> {_num(radius)} m}}"]  # type: ignore[index]
@@ -213,7 +299,16 @@ def explain_lines(node: Node, indent: int = 0) -> list[str]:
         return [pad + f"ISMISSING{{{node.fields[0]}}}"]  # type: ignore[index]
     if kind == "all":
         return [pad + "<WILDCARD>"]
+    if kind == "emptystr":
+        return [pad + mask + '""']
     return [pad + "<EMPTY>"]
+
+
+def _num_f(value: float) -> str:
+    """A number as RediSearch's FT.EXPLAIN prints it (``%f``; ``inf``, ``-inf``)."""
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return "%f" % value
 
 
 def _num(value: float) -> str:
@@ -228,7 +323,12 @@ def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     req = search.parse_search(argv, default_dialect(ctx))  # FT.SEARCH's options are accepted
     query = parse_query(req.query, req.dialect, req.params)
     query_exec.check_phonetic(query.root, index.definition)
-    lines = explain_lines(query.root)
+    definition = index.definition
+    language = req.language or definition.language
+    expand = not req.verbatim and req.expander == "DEFAULT" and text_mod.stemming_available(language)
+    style = ExplainStyle(language=language if expand else None, stopwords=definition.stopword_set,
+                         text_fields={f.name for f in definition.fields if f.type == "TEXT"})
+    lines = explain_lines(query.root, style=style)
     if query.knn is not None:
         knn = query.knn
         lines = [f"VECTOR {{K={knn.k} nearest vectors to `${'BLOB'}` in vector index associated with field @{knn.field}"

@@ -9,6 +9,7 @@ anything else as JSON) and as a JSON array of every match in DIALECT 3+.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pion.protocol.resp import format_double
@@ -123,6 +124,13 @@ def _extra_text(value: Any) -> bytes:
 
 
 def score_text(score: float) -> bytes:
+    """A WITHSCORES score as RediSearch replies it on Redis 7.2+/8 (``RedisModule_ReplyWithDouble``
+    through ``fpconv_dtoa``): the shortest text that reads back as the same double, an integer
+    without a fraction."""
+    if math.isfinite(score):
+        if score == int(score) and abs(score) < 1e17:
+            return str(int(score)).encode()
+        return repr(score).encode()
     return format_double(score)
 
 
@@ -168,7 +176,7 @@ def timeout_warnings(timed_out: bool) -> list[bytes]:
     return [TIMEOUT_TEXT.encode()] if timed_out else []
 
 
-def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan=None) -> Any:
+def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan=None, timed_out: bool = False) -> Any:
     """FT.SEARCH's reply for rows of ``vector.search.Row``; loading them ticks the plan's budget
     (past it: the error, or under RETURN the rows loaded so far and the warning)."""
     resp3 = ctx.client.proto >= 3
@@ -209,7 +217,7 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
             item[b"values"] = []
             results.append(item)
         return {b"attributes": [], b"format": b"STRING", b"results": results,
-                b"total_results": total, b"warning": timeout_warnings(plan is not None and plan.timed_out)}
+                b"total_results": total, b"warning": timeout_warnings(timed_out or (plan is not None and plan.timed_out))}
     out: list[Any] = [total]
     for row, fields, payload in entries:
         out.append(row.key)
