@@ -288,12 +288,19 @@ def cases() -> list[Case]:
         S("JSON.CLEAR", "k", "$.o"), S("JSON.CLEAR", "k", "$.*"), S("JSON.GET", "k"),
         S("JSON.RESP", "k"), S("JSON.SET", "r", "$", '{"a":[1,"x",null,true,{"b":2.5}]}'), S("JSON.RESP", "r", "$.a"),
         S("JSON.DEBUG", "MEMORY", "r", "$.a[0]"))
-    from tests.search import stack_diff_config, stack_diff_highlight, stack_diff_phonetic, stack_diff_suggest
+    from tests.search import (
+        stack_diff_config,
+        stack_diff_explain,
+        stack_diff_highlight,
+        stack_diff_phonetic,
+        stack_diff_suggest,
+    )
 
     out += stack_diff_suggest.cases(S, setup, Case)
     out += stack_diff_phonetic.cases(S, setup, Case)
     out += stack_diff_config.cases(S, setup, Case)
     out += stack_diff_highlight.cases(S, setup, Case)
+    out += stack_diff_explain.cases(S, setup, Case)
     _geoshape_cases(add)
     _chinese_cases(add)
     return out

@@ -56,16 +56,10 @@ DIFFERENCES: list[Difference] = [
                  BOTH, "intentional", _UNION_EXPANSIONS, whole=True) for s in ("TFIDF", "TFIDF.DOCNORM", "BM25")],
     Difference("aggregate", ("FT.AGGREGATE", "idx", "@tags:{red}", "LOAD", "1", "@v"), BOTH, "intentional",
                _STREAMING_TOTAL),
-    Difference("info_explain", ("FT.EXPLAIN",), BOTH, "open",
-               "FT.EXPLAIN's text: RediSearch shows each word's expansions (`@name:UNION {apple, +appl(expanded), "
-               "appl(expanded)}`) and numbers as %f (`1.000000`); Pion prints the parsed tree without expansions"),
     Difference("info_definition", ("FT.INFO",), BOTH, "intentional",
                "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
     Difference("phonetic_errors", ("FT.INFO",), BOTH, "intentional",
                "FT.INFO's index_definition carries Redis 8's `indexes_all` (false), which RediSearch 2.10 lacks"),
-    Difference("phonetic_names", ("FT.EXPLAIN", "ph", "@name:jon"), BOTH, "open",
-               "FT.EXPLAIN of a term on a PHONETIC field: RediSearch shows the code among the expansions "
-               "(`@name:<JN(expanded)`); Pion prints the parsed tree without expansions", whole=True),
     *[Difference("phonetic_filters", ("FT.SEARCH", "pf", q, "NOCONTENT", "WITHSCORES", "SCORER", s), BOTH, "open",
                  _PHONETIC_REPEATS, whole=True)
       for q in ("@name:jon @n:[1 20]", "@name:jon @t:jon") for s in ("TFIDF", "BM25", "DISMAX")],

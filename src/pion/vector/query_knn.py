@@ -28,6 +28,7 @@ class KnnClause:
     alias: str | None = None
     epsilon: float | None = None
     shard_ratio: float | None = None
+    param: str = "BLOB"  # the PARAMS name the query vector came from (FT.EXPLAIN shows it)
 
 
 def split_knn(text: str) -> tuple[str, str | None, int]:
@@ -137,7 +138,7 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
     blob_name = inside[3][1:]
     if blob_name not in params:
         raise ReplyError(f"No such parameter `{blob_name}`")
-    knn = KnnClause(k=k, field=inside[2][1:], blob=params[blob_name])
+    knn = KnnClause(k=k, field=inside[2][1:], blob=params[blob_name], param=blob_name)
     i = 4
     while i < len(inside):
         word = inside[i].upper()

@@ -83,6 +83,14 @@ def stem(word: str, language: str = "english") -> str | None:
     return root if root != word else None
 
 
+@lru_cache(maxsize=65536)
+def stem_always(word: str, language: str = "english") -> str:
+    """The stemmer's form of the word whatever its length (the query expander's, which RediSearch
+    applies to every word; the indexer stems only words of MIN_STEM_LEN letters or more)."""
+    stemmer = _stemmer(language)
+    return word if stemmer is None else stemmer.stemWord(word)
+
+
 def edit_distance_at_most(a: str, b: str, limit: int) -> bool:
     """Levenshtein(a, b) <= limit, with an early exit (fuzzy ``%term%``)."""
     if abs(len(a) - len(b)) > limit:

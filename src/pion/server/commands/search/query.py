@@ -16,9 +16,8 @@ from pion.server.commands.search.admin import engine
 from pion.server.commands.search.replies import field_value, live_value, query_budget, renew, search_reply
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.vector import highlight, knn_fast, query_exec, search
-from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
-from pion.vector.query_parser import Node, parse_query
+from pion.vector import explain, highlight, knn_fast, query_exec, search
+from pion.vector.query_parser import parse_query
 
 _CATS = "@search"
 #: a KNN over at least this many vectors goes to the worker pool (smaller: inline is cheaper)
@@ -139,74 +138,13 @@ def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list)
 # -- FT.EXPLAIN -----------------------------------------------------------------------------------
 
 
-def explain_lines(node: Node, indent: int = 0) -> list[str]:
-    pad = "  " * indent
-    kind = node.kind
-    if kind in ("and", "or"):
-        head = "INTERSECT {" if kind == "and" else "UNION {"
-        lines = [pad + head]
-        for child in node.children:
-            lines += explain_lines(child, indent + 1)
-        return lines + [pad + "}"]
-    if kind in ("not", "opt"):
-        lines = [pad + ("NOT {" if kind == "not" else "OPTIONAL {")]
-        lines += explain_lines(node.children[0], indent + 1)
-        return lines + [pad + "}"]
-    if kind == "fields":
-        inner = explain_lines(node.children[0], indent)
-        return [pad + "@" + "|".join(node.fields or ()) + ":" + inner[0].strip()] + inner[1:]
-    if kind == "term":
-        return [pad + node.value]
-    if kind == "phrase":
-        return [pad + "INTERSECT {"] + [pad + "  " + w for w in node.value] + [pad + "}"]
-    if kind in ("prefix", "suffix", "infix"):
-        mark = {"prefix": f"PREFIX{{{node.value}*}}", "suffix": f"SUFFIX{{*{node.value}}}",
-                "infix": f"INFIX{{*{node.value}*}}"}[kind]
-        return [pad + mark]
-    if kind == "fuzzy":
-        return [pad + f"FUZZY{{{node.value}}}"]
-    if kind == "wildcard":
-        return [pad + f"WILDCARD{{{node.value}}}"]
-    if kind == "tag":
-        lines = [pad + f"TAG:@{node.fields[0]} {{"]  # type: ignore[index]
-        lines += [pad + "  " + value for _, value in node.value]
-        return lines + [pad + "}"]
-    if kind == "numeric":
-        lo, hi, lo_ex, hi_ex = node.value
-        return [pad + f"NUMERIC {{{_num(lo)} <{'' if lo_ex else '='} @{node.fields[0]} <{'' if hi_ex else '='} {_num(hi)}}}"]  # type: ignore[index]
-    if kind == "geo":
-        lon, lat, radius = node.value
-        return [pad + f"GEO @{node.fields[0]}:{{{_num(lon)},{_num(lat)} --> {_num(radius)} m}}"]  # type: ignore[index]
-    if kind == "geoshape":
-        return [pad + f"GEOSHAPE{{{GEOSHAPE_PREDICATES[node.value[0]]} {node.value[1]}}}"]
-    if kind == "vrange":
-        return [pad + f"VECTOR {{@{node.fields[0]} VECTOR_RANGE {_num(node.value[0])}}}"]  # type: ignore[index]
-    if kind == "missing":
-        return [pad + f"ISMISSING{{{node.fields[0]}}}"]  # type: ignore[index]
-    if kind == "all":
-        return [pad + "<WILDCARD>"]
-    return [pad + "<EMPTY>"]
-
-
-def _num(value: float) -> str:
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return str(int(value)) if value == int(value) else repr(value)
-
-
 def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     eng = engine(ctx)
     index = eng.get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
     req = search.parse_search(argv, default_dialect(ctx))  # FT.SEARCH's options are accepted
     query = parse_query(req.query, req.dialect, req.params)
     query_exec.check_phonetic(query.root, index.definition)
-    lines = explain_lines(query.root)
-    if query.knn is not None:
-        knn = query.knn
-        lines = [f"VECTOR {{K={knn.k} nearest vectors to `${'BLOB'}` in vector index associated with field @{knn.field}"
-                 + (f", yields distance as `{knn.alias}`" if knn.alias else "") + "}"] + \
-                (["  FILTER {"] + ["    " + line for line in lines] + ["  }"] if query.root.kind not in ("all", "none") else [])
-    return lines
+    return explain.explain(query, explain.ExplainContext(index, req.verbatim, req.language, req.expander))
 
 
 @command("FT.EXPLAIN", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")

@@ -1,0 +1,40 @@
+"""The FT.EXPLAIN / FT.EXPLAINCLI and EXPLAINSCORE cases of the differential suite (``stack_diff.py``
+adds them): the expanded query tree (stems, synonyms, phonetic codes, field masks, numbers as
+``%f``, attributes) and the score explanation of each scorer both servers have."""
+
+from __future__ import annotations
+
+#: queries whose FT.EXPLAIN both servers must print alike (on the products index)
+EXPLAINED = [
+    "apple", "hello", "running", "42", "@name:apple @price:[1 5]", "red -shirt", "appl*", "%aple%", "%%aple%%",
+    "*ple", "*ppl*", "@name:appl*", '"red apple"', '@name:"red apple"', "@tags:{red|blue}", "-@tags:{red}",
+    "@loc:[-74 40.7 50 km]", "@loc:[2.3 48.8 10 mi]", "~red apple", "~apple", "-apple", "*", "@price:[(10 +inf]",
+    "@price:[1.5 (7]", "the", "a b", "red the apple", "apple|banana|pie", "(apple red) | banana",
+    "@name:apple red", "@name|desc:apple", "@name:(apple red)", "@name:apple red @price:[1 5]",
+    "@name:apple @price:[1 5] red", "@name:apple|red", "@name:apple -red", "@name:apple ~red",
+    "@name:apple @tags:{x}", "@name:hello @desc:world", "@tags:{red} @price:[1 30]", "apple -@price:[1 5]",
+    "apple=>{$weight:2}", "(red apple)=>{$weight:2;$slop:1}", "@tags:{red | blue}=>{$weight:3}",
+    "@price:[1 5]=>{$weight:3}", '"red apple"=>{$slop:2}',
+]
+EXPLAINED_D2 = ["hello world", "w'ap*e'", "@tags:{red*}", "@name:apple red", "@name:apple|red", "-apple red"]
+
+
+def cases(S, setup, Case) -> list:
+    from tests.search.stack_diff import _products
+
+    P = _products()
+    explain = [S("FT.EXPLAIN", "idx", q) for q in EXPLAINED]
+    explain += [S("FT.EXPLAIN", "idx", q, "DIALECT", "2") for q in EXPLAINED_D2]
+    explain += [S("FT.EXPLAIN", "idx", "apple", "VERBATIM"), S("FT.EXPLAIN", "idx", "apple", "INFIELDS", "1", "name"),
+                S("FT.EXPLAIN", "idx", "*=>[KNN 3 @v $q]", "PARAMS", "2", "q", "aaaaaaaa", "DIALECT", "2"),
+                S("FT.EXPLAIN", "idx", "(@price:[10 20])=>[KNN 3 @v $q AS d]", "PARAMS", "2", "q", "aaaaaaaa",
+                  "DIALECT", "2"),
+                S("FT.EXPLAIN", "idx", "@v:[VECTOR_RANGE 0.5 $q]", "PARAMS", "2", "q", "aaaaaaaa", "DIALECT", "2"),
+                S("FT.EXPLAINCLI", "idx", "apple|banana"), S("FT.EXPLAINCLI", "idx", "@name:apple -red")]
+    phonetic = [setup("FT.CREATE", "ph", "ON", "HASH", "PREFIX", "1", "ph:", "SCHEMA", "name", "TEXT", "PHONETIC",
+                      "dm:en", "raw", "TEXT", "NOSTEM", "t", "TEXT"),
+                setup("FT.SYNUPDATE", "ph", "g1", "running", "jogging"),
+                *[S("FT.EXPLAIN", "ph", q) for q in ("@name:jon", "jon", "@raw:running", "@t:running",
+                                                      "@raw|t:running", "running", "@name:jon=>{$phonetic:false}")],
+                S("FT.EXPLAIN", "ph", "running", "EXPANDER", "SYNONYM")]
+    return [Case("explain", [*P, *explain]), Case("explain_expanders", phonetic)]
