@@ -20,7 +20,7 @@ EXPLAINED_D2 = ["hello world", "w'ap*e'", "@tags:{red*}", "@name:apple red", "@n
 
 
 def cases(S, setup, Case) -> list:
-    from tests.search.stack_diff import _products
+    from tests.search.stack_diff import _products, vec
 
     P = _products()
     explain = [S("FT.EXPLAIN", "idx", q) for q in EXPLAINED]
@@ -37,4 +37,21 @@ def cases(S, setup, Case) -> list:
                 *[S("FT.EXPLAIN", "ph", q) for q in ("@name:jon", "jon", "@raw:running", "@t:running",
                                                       "@raw|t:running", "running", "@name:jon=>{$phonetic:false}")],
                 S("FT.EXPLAIN", "ph", "running", "EXPANDER", "SYNONYM")]
-    return [Case("explain", [*P, *explain]), Case("explain_expanders", phonetic)]
+    profiled = [
+        ("apple", "NOCONTENT"), ("red apple",), ("apple|banana -red", "SORTBY", "price", "LIMIT", "0", "2"),
+        ("@tags:{red|fruit} @price:[1 30]", "NOCONTENT"), ("*",), ("~red apple", "WITHSCORES", "SCORER", "TFIDF"),
+        ("appl*",), ("%aple%",), ('"red apple"',), ("@loc:[-74 40.7 50 km]",), ("nothing",), ("the",),
+        ("apple", "HIGHLIGHT"), ("*", "LIMIT", "1", "2", "SORTBY", "price", "NOCONTENT"), ("*ple", "NOCONTENT"),
+        ("w'ap*e'", "NOCONTENT", "DIALECT", "2"), ("@tags:{red}", "NOCONTENT"), ("@tags:{re*}", "NOCONTENT", "DIALECT", "2"),
+        ("apple|nothing", "NOCONTENT"), ("@name:red", "NOCONTENT"), ("red", "SORTBY", "price", "WITHSCORES", "SCORER", "TFIDF", "NOCONTENT"),
+        ("-red", "NOCONTENT"), ("*=>[KNN 2 @v $q]", "PARAMS", "2", "q", vec(1.0, 0.0), "DIALECT", "2", "RETURN", "1", "name"),
+        ("(@price:[1 30])=>[KNN 2 @v $q]", "PARAMS", "2", "q", vec(1.0, 0.0), "DIALECT", "2", "NOCONTENT"),
+    ]
+    profile = [S("FT.PROFILE", "idx", "SEARCH", "QUERY", *q, norm="profile") for q in profiled]
+    profile += [S("FT.PROFILE", "idx", "SEARCH", "LIMITED", "QUERY", "%aple% appl*", "NOCONTENT", norm="profile"),
+                S("FT.PROFILE", "idx", "AGGREGATE", "QUERY", "*", "LOAD", "1", "@name", "APPLY", "upper(@name)", "AS",
+                  "u", "FILTER", "@price>5", "GROUPBY", "1", "@tags", "REDUCE", "COUNT", "0", "AS", "n", "SORTBY", "4",
+                  "@n", "DESC", "@tags", "ASC", "LIMIT", "0", "3", norm="profile"),
+                S("FT.PROFILE", "idx", "SEARCH", "QUERY"), S("FT.PROFILE", "idx", "NOPE", "QUERY", "x"),
+                S("FT.PROFILE", "nosuch", "SEARCH", "QUERY", "x")]
+    return [Case("explain", [*P, *explain]), Case("explain_expanders", phonetic), Case("profile", [*P, *profile])]

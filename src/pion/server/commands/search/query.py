@@ -16,7 +16,7 @@ from pion.server.commands.search.admin import engine
 from pion.server.commands.search.replies import field_value, live_value, query_budget, renew, search_reply
 from pion.server.context import Ctx
 from pion.server.registry import command
-from pion.vector import explain, highlight, knn_fast, query_exec, search
+from pion.vector import explain, highlight, knn_fast, query_exec, query_profile, search
 from pion.vector.query_parser import parse_query
 
 _CATS = "@search"
@@ -78,6 +78,47 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
         return deferred.Deferred([plan.job], finish)
     total, rows = search.finish(plan, plan.job(), _sort_loader(ctx, index))
     return search_reply(ctx, index, total, rows, req, plan)
+
+
+def profiled_search(ctx: Ctx, argv: list[bytes], profile: query_profile.Profiler) -> Any:
+    """FT.SEARCH for FT.PROFILE, inline: the general planner with ``profile`` recording the tree and
+    the stages (the cached KNN plan of ``knn_fast`` is not used: its search is one call, with no
+    tree to record)."""
+    index = engine(ctx).get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
+    req = search.parse_search(argv, default_dialect(ctx))
+    if req.summary is not None:
+        highlight.check(index, req.summary, req.returns)
+    started = query_profile.clock()
+    plan = search.plan(index, req, budget=query_budget(ctx, req), profile=profile)
+    knn_result = vector_leg(plan, profile)
+    count = len(plan.hits) if knn_result is None else len(knn_result[0])
+    index_ms = (query_profile.clock() - started) * 1000.0 - profile.parse_ms - profile.pipeline_ms
+    profile.stages.append(query_profile.Stage("Index", count, index_ms))
+    total, rows = search.finish(plan, knn_result, _sort_loader(ctx, index))
+    started = query_profile.clock()
+    reply = search_reply(ctx, index, total, rows, req, plan)
+    if not req.nocontent:
+        loading = (query_profile.clock() - started) * 1000.0 - profile.highlight_ms
+        profile.stages.append(query_profile.Stage("Loader", profile.loaded, loading))
+    if req.summary is not None:
+        profile.stages.append(query_profile.Stage("Highlighter", profile.loaded, profile.highlight_ms))
+    return reply
+
+
+def vector_leg(plan, profile: query_profile.Profiler):
+    """Run a plan's KNN search (if it has one) timed, as the VECTOR iterator at the root of the
+    profile's tree, the filter's tree (if one was evaluated) its child."""
+    if plan.job is None or plan.timed_out:
+        return None
+    filtered = plan.query.root.kind not in ("all", "none")
+    child = profile.root() if filtered else None
+    started = query_profile.clock()
+    result = plan.job()
+    elapsed = (query_profile.clock() - started) * 1000.0
+    found = sum(1 for doc in result[0].tolist() if doc in plan.index.docs)
+    profile.replace_root(query_profile.Record("VECTOR", found, elapsed, children=[child] if child else [],
+                                              single=True))
+    return result
 
 
 def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: bytes):

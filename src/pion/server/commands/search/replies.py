@@ -9,6 +9,7 @@ anything else as JSON) and as a JSON array of every match in DIALECT 3+.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pion.protocol.resp import format_double
@@ -190,10 +191,16 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
             fields = row_fields(index, value, row.extras, req.returns, req.dialect, req.sortby)
             summary = getattr(req, "summary", None)
             if summary is not None and plan is not None:
+                profile = plan.ctx.profile
+                started = time.perf_counter() if profile is not None else 0.0
                 fields = _summarized(index, plan, row, fields, value.__class__ is JsonValue)
+                if profile is not None:  # FT.PROFILE's Highlighter
+                    profile.highlight_ms += (time.perf_counter() - started) * 1000.0
         elif value is None:
             continue
         entries.append((row, fields, _payload(index, value) if req.withpayloads else None))
+    if plan is not None and plan.ctx.profile is not None:
+        plan.ctx.profile.loaded = len(entries)
     if resp3:
         results = []
         for row, fields, payload in entries:
