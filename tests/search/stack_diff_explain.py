@@ -54,4 +54,13 @@ def cases(S, setup, Case) -> list:
                   "@n", "DESC", "@tags", "ASC", "LIMIT", "0", "3", norm="profile"),
                 S("FT.PROFILE", "idx", "SEARCH", "QUERY"), S("FT.PROFILE", "idx", "NOPE", "QUERY", "x"),
                 S("FT.PROFILE", "nosuch", "SEARCH", "QUERY", "x")]
-    return [Case("explain", [*P, *explain]), Case("explain_expanders", phonetic), Case("profile", [*P, *profile])]
+    scored = [("apple", "TFIDF"), ("red apple", "TFIDF"), ("red apple", "TFIDF.DOCNORM"), ("red apple", "DISMAX"),
+              ("red apple", "DOCSCORE"), ("red|banana", "TFIDF"), ("red|banana", "DISMAX"), ("@price:[1 30] red", "TFIDF"),
+              ("appl*", "TFIDF"), ('"red apple"', "TFIDF"), ("apple=>{$weight:2} sweet", "TFIDF"), ("red ~apple", "TFIDF"),
+              ("red apple", "BM25"), ("red", "BM25STD")]
+    explainscore = [S("FT.SEARCH", "idx", q, "WITHSCORES", "EXPLAINSCORE", "NOCONTENT", "SCORER", scorer, norm="scores")
+                    for q, scorer in scored]
+    explainscore += [S("FT.SEARCH", "idx", "*", "WITHSCORES", "EXPLAINSCORE", "SCORER", "TFIDF", "SORTBY", "price",
+                       "LIMIT", "0", "2", "RETURN", "1", "price", norm="scores"),
+                     S("FT.SEARCH", "idx", "apple", "EXPLAINSCORE", "NOCONTENT")]
+    return [Case("explain", [*P, *explain]), Case("explainscore", [*P, *explainscore]), Case("explain_expanders", phonetic), Case("profile", [*P, *profile])]

@@ -43,7 +43,13 @@ _JSON_PARSE = ("JSON.SET with malformed JSON: Pion's parser is Python's, its mes
 _JSONPATH_ERRORS = ("JSONPath syntax errors: RedisJSON quotes the path with a `<<<<----` marker and lists the "
                     "expected tokens; Pion names the position and what it expected")
 
+_EXPLAIN_BM25 = ("EXPLAINSCORE under BM25 and BM25STD: Redis 8 words a term's line with its weight (`(0.71 = Weight "
+                 "1.00 * IDF 2.00 * F 2 / ...`) and BM25STD's with b 0.75, the b it scores with; RediSearch 2.10 leaves "
+                 "the weight out and prints b 0.5")
+
 DIFFERENCES: list[Difference] = [
+    *[Difference("explainscore", ("FT.SEARCH", "idx", q, "WITHSCORES", "EXPLAINSCORE", "NOCONTENT", "SCORER", s), BOTH,
+                 "intentional", _EXPLAIN_BM25, whole=True) for q, s in (("red apple", "BM25"), ("red", "BM25STD"))],
     Difference("highlight_json", ("FT.SEARCH", "j", "dog", "HIGHLIGHT", "FIELDS", "1", "title"), BOTH, "intentional",
                "HIGHLIGHT/SUMMARIZE FIELDS on a JSON index: RediSearch 2.10 answers `No such property` for every "
                "attribute (it looks the name up as a JSON path); Pion highlights the attribute, as on a hash"),

@@ -30,6 +30,7 @@ class SearchRequest:
     query: str
     nocontent: bool = False
     verbatim: bool = False
+    explainscore: bool = False  # WITHSCORES EXPLAINSCORE: each score with its explanation (``score_explain``)
     nostopwords: bool = False
     withscores: bool = False
     withsortkeys: bool = False
@@ -192,7 +193,9 @@ def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
             i += 1
         elif word == b"WITHPAYLOADS":
             req.withpayloads = True
-        elif word in (b"EXPLAINSCORE", b"PAYLOAD"):
+        elif word == b"EXPLAINSCORE":
+            req.explainscore = True
+        elif word == b"PAYLOAD":
             raise ReplyError(f"{word.decode()} is not supported by Pion")
         elif word == b"SORTBY":
             need(1, "SORTBY")
@@ -222,6 +225,8 @@ def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
         else:
             raise ReplyError(f"Unknown argument `{argv[i].decode('utf-8', 'replace')}`")
         i += 1
+    if req.explainscore and not req.withscores:
+        raise ReplyError("EXPLAINSCORE must be accompanied with WITHSCORES")
     return req
 
 

@@ -18,7 +18,7 @@ from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout, t
 from pion.storage.hash_value import HashValue
 from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
-from pion.vector import highlight
+from pion.vector import highlight, score_explain
 from pion.vector.expressions import format_value
 from pion.vector.index import SearchIndex
 
@@ -207,6 +207,8 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
             item: dict[bytes, Any] = {b"id": row.key}
             if req.withscores:
                 item[b"score"] = float(row.score)
+                if req.explainscore and plan is not None:
+                    item[b"score"] = [float(row.score), score_explain.explain(plan, row.doc_id, row.score)]
             if req.withpayloads:
                 item[b"payload"] = payload
             if req.withsortkeys:
@@ -221,7 +223,10 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
     for row, fields, payload in entries:
         out.append(row.key)
         if req.withscores:
-            out.append(score_text(row.score))
+            if req.explainscore and plan is not None:
+                out.append([score_text(row.score), score_explain.explain(plan, row.doc_id, row.score)])
+            else:
+                out.append(score_text(row.score))
         if req.withpayloads:
             out.append(payload)
         if req.withsortkeys:
