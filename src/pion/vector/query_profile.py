@@ -71,6 +71,7 @@ class Profiler:
         self.search_stages = True
         self.highlight_ms = 0.0  # HIGHLIGHT / SUMMARIZE's share of the reply's loading
         self.loaded = 0  # the rows the reply loaded
+        self.timed_out = False  # the query ran out of its TIMEOUT under ON_TIMEOUT RETURN
 
     # -- the iterator tree ---------------------------------------------------------------------
 

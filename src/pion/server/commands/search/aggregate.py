@@ -167,7 +167,9 @@ def profiled_aggregate(ctx: Ctx, argv: list[bytes], profile) -> Any:
     count = len(plan.hits) if knn_result is None else len(knn_result[0])
     index_ms = (query_profile.clock() - started) * 1000.0 - profile.parse_ms - profile.pipeline_ms
     profile.stages.append(query_profile.Stage("Index", count, index_ms))
-    return _complete(ctx, index, req, plan, knn_result, profile)
+    reply = _complete(ctx, index, req, plan, knn_result, profile)
+    profile.timed_out = plan.timed_out
+    return reply
 
 
 @command("FT.CURSOR", -2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.1.0")

@@ -253,14 +253,14 @@ def ft_profile(ctx: Ctx, argv: list[bytes]):
     resp3 = ctx.client.proto >= 3
     clock = engine(ctx).config.get("_PRINT_PROFILE_CLOCK", "true") == "true"
     warned = result.get(b"warning") if isinstance(result, dict) else None  # RESP3: a query cut short (RETURN)
-    timed_out = bool(warned) or getattr(profile, "timed_out", False)
+    timed_out = bool(warned) or profile.timed_out
     tree = query_profile.iterator_reply(profile.root(), resp3, clock, limited)
     stages = [query_profile.stage_reply(stage, resp3, clock) for stage in profile.stages]
     times = [(b"Total profile time", elapsed), (b"Parsing time", profile.parse_ms),
              (b"Pipeline creation time", profile.pipeline_ms)]
     if resp3:
         shard: dict[bytes, Any] = dict(times) if clock else {}
-        shard[b"Warning"] = warned[0] if warned else b"None"
+        shard[b"Warning"] = TIMEOUT_TEXT.encode() if timed_out else b"None"
         shard[b"Iterators profile"] = [tree]
         shard[b"Result processors profile"] = stages
         return {b"Results": result, b"Profile": {b"Shards": [shard], b"Coordinator": {}}}

@@ -102,6 +102,7 @@ def profiled_search(ctx: Ctx, argv: list[bytes], profile: query_profile.Profiler
         profile.stages.append(query_profile.Stage("Loader", profile.loaded, loading))
     if req.summary is not None:
         profile.stages.append(query_profile.Stage("Highlighter", profile.loaded, profile.highlight_ms))
+    profile.timed_out = plan.timed_out
     return reply
 
 
