@@ -310,12 +310,19 @@ def cases() -> list[Case]:
         S("JSON.CLEAR", "k", "$.o"), S("JSON.CLEAR", "k", "$.*"), S("JSON.GET", "k"),
         S("JSON.RESP", "k"), S("JSON.SET", "r", "$", '{"a":[1,"x",null,true,{"b":2.5}]}'), S("JSON.RESP", "r", "$.a"),
         S("JSON.DEBUG", "MEMORY", "r", "$.a[0]"))
-    from tests.search import stack_diff_config, stack_diff_highlight, stack_diff_phonetic, stack_diff_suggest
+    from tests.search import (
+        stack_diff_config,
+        stack_diff_explain,
+        stack_diff_highlight,
+        stack_diff_phonetic,
+        stack_diff_suggest,
+    )
 
     out += stack_diff_suggest.cases(S, setup, Case)
     out += stack_diff_phonetic.cases(S, setup, Case)
     out += stack_diff_config.cases(S, setup, Case)
     out += stack_diff_highlight.cases(S, setup, Case)
+    out += stack_diff_explain.cases(S, setup, Case)
     _geoshape_cases(add)
     _chinese_cases(add)
     return out
@@ -416,7 +423,70 @@ def normalise(reply, norm: frozenset):
         reply = json.loads(reply)
     if "syn" in norm:
         reply = _syn(reply)
+    if "profile" in norm:
+        reply = _profile(reply)
     return reply
+
+
+def _profile(value):
+    """FT.PROFILE: the reply, the iterator tree and the result processors' types, from RediSearch
+    2.10's shape (``[reply, shard]``; RESP3 the reply's map with a ``profile``) or Redis 8's
+    (``Shards``/``Coordinator``). Times and counters are the engine's own: Pion's counters are the
+    sizes of the sets it built, RediSearch's the reads of its lazy iterators (``Counter`` and
+    ``Time`` are dropped, and a NUMERIC/GEO range's ``Term`` and ``Size``, which are RediSearch's
+    range-tree nodes); an intersection's children are compared as a set (each engine orders them
+    its own way: Pion smallest result first, RediSearch smallest estimate first)."""
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, dict):
+        if b"Results" in value:
+            result, shard = value[b"Results"], value[b"Profile"][b"Shards"][0]
+        else:
+            result = {k: v for k, v in value.items() if k != b"profile"}
+            shard = value[b"profile"]
+        tree, stages = shard[b"Iterators profile"][0], shard[b"Result processors profile"]
+    else:
+        result, prof = value
+        if prof and prof[0] == b"Shards":
+            prof = prof[1][0]
+        pairs = {p[0]: p[1:] for p in prof}
+        tree, stages = pairs[b"Iterators profile"][0], pairs[b"Result processors profile"]
+    return [_docs(result), _iterator(tree), [_stage_type(s) for s in stages]]
+
+
+def _iterator(it) -> dict:
+    if isinstance(it, list):
+        fields, kids = {}, []
+        i = 0
+        while i < len(it):
+            if it[i] == b"Child iterators" and isinstance(it[i + 1], list) if i + 1 < len(it) else False:
+                kids = it[i + 1:]
+                break
+            fields[it[i]] = it[i + 1]
+            i += 2
+        if kids:
+            fields[b"Child iterators"] = kids
+        it = fields
+    out = {k: v for k, v in it.items() if k not in (b"Time", b"Counter", b"Child iterators", b"Child iterator")}
+    if out.get(b"Type") in (b"NUMERIC", b"GEO"):
+        out.pop(b"Term", None)
+        out.pop(b"Size", None)
+    kids = it.get(b"Child iterators")
+    if isinstance(kids, list):
+        out[b"children"] = [_iterator(k) for k in kids]
+        if out.get(b"Type") == b"INTERSECT":
+            out[b"children"].sort(key=repr)
+    elif kids is not None:
+        out[b"children"] = kids  # LIMITED: the number of iterators in the union
+    if it.get(b"Child iterator") is not None:
+        out[b"child"] = _iterator(it[b"Child iterator"])
+    return out
+
+
+def _stage_type(stage):
+    if isinstance(stage, dict):
+        return stage[b"Type"]
+    return stage[stage.index(b"Type") + 1]
 
 
 def _scores(value):

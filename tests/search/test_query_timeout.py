@@ -195,3 +195,5 @@ def test_profile_reports_the_timeout(big):
         assert reply[b"Profile"][b"Shards"][0][b"Warning"] == TIMEOUT_TEXT
     else:
         assert isinstance(reply[0], list) and isinstance(reply[0][0], int)
+        shard = reply[1][1][0]  # [Shards, [shard], Coordinator, []]
+        assert [b"Warning", TIMEOUT_TEXT] in shard

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pion.protocol.errors import ReplyError
 from pion.storage.budget import UNLIMITED, Budget, QueryTimeout
-from pion.vector.expressions import compile_with_properties, format_value
+from pion.vector.expressions import compile_with_properties, format_value, root_description
 from pion.vector.search import SearchRequest, _int, parse_params
 
 DEFAULT_SORT_MAX = 10
@@ -33,6 +34,7 @@ class Step:
     args: Any
     #: budget items one row costs in this step (an expression's length: a long APPLY ticks more)
     cost: int = 1
+    text: str = ""  # an APPLY's or FILTER's expression as given (FT.PROFILE names the stage after it)
 
 
 @dataclass
@@ -161,12 +163,12 @@ def parse_aggregate(argv: list[bytes], default_dialect: int) -> AggregateRequest
             if argv[i + 2].upper() != b"AS":
                 raise ReplyError("Bad arguments for APPLY: AS is required")
             expr, props = compile_with_properties(text)
-            req.steps.append(Step("apply", (expr, argv[i + 3].decode(), props), _cost(text)))
+            req.steps.append(Step("apply", (expr, argv[i + 3].decode(), props), _cost(text), text))
             i += 3
         elif word == b"FILTER":
             need(1, "FILTER")
             text = argv[i + 1].decode("utf-8", "replace")
-            req.steps.append(Step("filter", compile_with_properties(text), _cost(text)))
+            req.steps.append(Step("filter", compile_with_properties(text), _cost(text), text))
             i += 1
         elif word == b"LIMIT":
             need(2, "LIMIT")
@@ -350,7 +352,7 @@ def check_properties(req: AggregateRequest, schema_names: set[str], produced: se
 
 def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
                  schema_names: set[str], budget: Budget = UNLIMITED,
-                 counts: dict[str, int] | None = None) -> tuple[list[dict[str, Any]], bool]:
+                 counts: dict[str, int] | None = None, profile: Any = None) -> tuple[list[dict[str, Any]], bool]:
     """Apply the steps to the rows (each row carries ``__key``); ``load(row, name)`` fills a field.
     ``counts["groups"]`` gets the number of rows the last GROUPBY made (FT.AGGREGATE's total then).
 
@@ -358,7 +360,7 @@ def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callab
     under RETURN the rows the interrupted step had produced so far. Returns (rows, timed_out)."""
     progress = _Progress()
     try:
-        return _run(req, rows, load, schema_names, budget.tick, progress, counts), False
+        return _run(req, rows, load, schema_names, budget.tick, progress, counts, profile), False
     except QueryTimeout:
         if req.on_timeout != "return":
             raise
@@ -367,7 +369,9 @@ def run_pipeline(req: AggregateRequest, rows: list[dict[str, Any]], load: Callab
 
 def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict[str, Any], str], Any],
          schema_names: set[str], tick: Callable[..., None], progress: _Progress,
-         counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
+         counts: dict[str, int] | None = None, profile: Any = None) -> list[dict[str, Any]]:
+    """``profile`` (FT.PROFILE's ``query_profile.Profiler``) gets a result processor a step."""
+    clock = time.perf_counter() if profile is not None else 0.0
     if req.loads:
         progress.rows = done = []
         for row in rows:
@@ -382,6 +386,8 @@ def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict
                         if value is not None:
                             row[alias or name] = value
             done.append(row)
+        if profile is not None:
+            clock = profile.stage("Loader", len(rows), clock)
     steps = req.steps
     for n_step, step in enumerate(steps):
         kind = step.kind
@@ -441,7 +447,19 @@ def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict
             offset, count = step.args
             rows = rows[offset:offset + count]
         progress.rows = rows
+        if profile is not None:
+            if kind == "limit" and n_step and steps[n_step - 1].kind == "sort":
+                clock = profile.extend_stage(len(rows), clock)  # RediSearch's sorter takes the LIMIT after it
+            else:
+                clock = profile.stage(_stage_name(step), len(rows), clock)
     return rows
+
+
+def _stage_name(step: Step) -> str:
+    """RediSearch's name of the result processor a step is."""
+    if step.kind in ("apply", "filter"):
+        return ("Projector - " if step.kind == "apply" else "Filter - ") + root_description(step.text)
+    return {"group": "Grouper", "sort": "Sorter", "limit": "Pager/Limiter"}[step.kind]
 
 
 def _group_key(value: Any) -> Any:

@@ -343,3 +343,38 @@ def document_filter(text: str, definition: Any):
         return truth(expr(row))
 
     return accept
+
+
+def root_description(text: str) -> str:
+    """What RediSearch's FT.PROFILE names an APPLY or FILTER after (``Projector - Function upper``,
+    ``Filter - Predicate >``): the expression's outermost part: a comparison or ``&&``/``||``
+    (Predicate), an arithmetic operator (Operator), a function call, a property or a literal."""
+    toks = _lex(text)[:-1]
+    depth = 0
+    best: tuple[int, int, str] | None = None  # (level, -position, op): the lowest level, rightmost
+    for n, tok in enumerate(toks):
+        if tok.kind != "op":
+            continue
+        if tok.text == "(":
+            depth += 1
+        elif tok.text == ")":
+            depth -= 1
+        elif depth == 0 and tok.text in _LEVEL and n > 0 and not (toks[n - 1].kind == "op" and toks[n - 1].text != ")"):
+            level = _LEVEL[tok.text]
+            key = (level, -n if level != _POW else n, tok.text)
+            if best is None or key < best:
+                best = key
+    if best is not None:
+        kind = "Predicate" if best[0] <= _CMP else "Operator"
+        return f"{kind} {best[2]}"
+    first = toks[0] if toks else None
+    while first is not None and first.kind == "op" and first.text == "(" and len(toks) > 2:
+        toks = toks[1:-1]
+        first = toks[0]
+    if first is None:
+        return "Literal"
+    if first.kind == "name" and len(toks) > 1 and toks[1].text == "(":
+        return f"Function {first.text}"
+    if first.kind == "prop":
+        return f"Property {first.text[1:]}"
+    return f"Literal {first.text.strip(chr(39) + chr(34))}"

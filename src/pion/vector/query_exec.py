@@ -50,6 +50,8 @@ class ExecContext:
     #: the query's time budget (TIMEOUT): every loop below ticks it, past it ``QueryTimeout``
     budget: Budget = UNLIMITED
     slops: dict[int, int] = field(default_factory=dict)  # TFIDF's distance penalty per document, where not 1
+    #: FT.PROFILE's recorder (``query_profile.Profiler``); None otherwise, and then costs one test a node
+    profile: Any = None
 
 
 def evaluate(node: Node, ctx: ExecContext) -> Hits:
@@ -164,6 +166,9 @@ def _is_stopword(ctx: ExecContext, word: str) -> bool:
 
 
 def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
+    profile = ctx.profile
+    if profile is not None and profile.current is not node:
+        return profile.measure(node, ctx, fields)
     kind = node.kind
     ctx.budget.tick(EVERY_NODE)
     weight = float(node.attrs.get("weight", 1.0))
@@ -384,14 +389,20 @@ def _term(word: str, ctx: ExecContext, fields: list[str] | None, weight: float, 
     mask = _field_mask(ctx, fields)
     if fields and not mask:
         return {}
+    return term_lists(ctx, _postings(ctx, word, expand, fields, sounds), index.text.postings.get(word), mask, weight)
+
+
+def term_lists(ctx: ExecContext, plists: list[dict], direct: dict | None, mask: int | None, weight: float) -> Hits:
+    """A term's documents and scores from its posting lists (the word's own, ``direct``, and its
+    expansions'); FT.PROFILE reads them one list at a time, as RediSearch's union of term readers."""
+    index = ctx.index
     total = len(index.docs)
     avg = index.avg_doc_len
     doc_len = index.text.doc_len
     out: Hits = {}
     tick = ctx.budget.tick
     dismax = ctx.scorer == "DISMAX"
-    direct = index.text.postings.get(word)
-    for plist in _postings(ctx, word, expand, fields, sounds):
+    for plist in plists:
         tick(len(plist) >> 3)
         # RediSearch gives the term's weight to the word itself, not to its expansions
         w = weight if plist is direct else 1.0

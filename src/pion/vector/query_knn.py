@@ -40,6 +40,7 @@ class KnnClause:
     svs: dict[str, Any] | None = None
     #: the clause or its attributes named EF_RUNTIME (an HNSW parameter: refused on SVS-VAMANA)
     ef_runtime: bool = False
+    param: str = "BLOB"  # the PARAMS name the query vector came from (FT.EXPLAIN shows it)
 
 
 SEARCH_HISTORY = ("OFF", "ON", "AUTO")
@@ -154,7 +155,7 @@ def parse_knn(clause: str, pos: int, full: str, params: dict[str, bytes]) -> Knn
     blob_name = inside[3][1:]
     if blob_name not in params:
         raise ReplyError(f"No such parameter `{blob_name}`")
-    knn = KnnClause(k=k, field=inside[2][1:], blob=params[blob_name])
+    knn = KnnClause(k=k, field=inside[2][1:], blob=params[blob_name], param=blob_name)
     i = 4
     while i < len(inside):
         word = inside[i].upper()

@@ -43,10 +43,22 @@ def parse_query(text: str, dialect: int = 2, params: dict[str, bytes] | None = N
     head, knn_text, knn_pos = split_knn(text)
     parser = _Parser(head, dialect, params)
     root = parser.parse()
+    _unexpanded_under_negation(root, False)
     knn = parse_knn(knn_text, knn_pos, text, params) if knn_text is not None else None
     if knn is not None and dialect < 2:
         raise ReplyError("Syntax error: vector similarity (KNN) queries need DIALECT 2 or greater")
     return Query(root=root, knn=knn, text=text)
+
+
+def _unexpanded_under_negation(node: Node, inside: bool) -> None:
+    """RediSearch's query expander leaves what is under ``-`` and ``~`` alone: ``-apple`` excludes
+    the documents with `apple`, not those with `apples` (measured on 2.10.5), so such words are
+    read as typed."""
+    if inside and node.kind == "term":
+        node.attrs["exact"] = True
+    inside = inside or node.kind in ("not", "opt")
+    for child in node.children:
+        _unexpanded_under_negation(child, inside)
 
 
 class _Parser:
@@ -274,12 +286,14 @@ class _Parser:
                 raise self.error()
             return self.bracket(names[0])
         self.nest()
-        if self.dialect < 2:
-            inner = body()
-        else:
+        if self.dialect >= 2:
             self.text_only += 1
             inner = self.attributes(self.atom_or_prefixed())
             self.text_only -= 1
+        elif self.at("MINUS", "TILDE"):
+            inner = body()
+        else:  # DIALECT 1: the field applies to the next run of words or `|` alternatives, as on 2.10
+            inner = self.d1_union()[0]
         self.depth -= 1
         return Node("fields", children=[inner], fields=names)
 
@@ -405,7 +419,7 @@ class _Parser:
             blob_name = parts[2][1:]
             if blob_name not in self.params:
                 raise ReplyError(f"No such parameter `{blob_name}`")
-            return Node("vrange", (radius, self.params[blob_name]), fields=[name])
+            return Node("vrange", (radius, self.params[blob_name]), fields=[name], attrs={"param": blob_name})
         if len(parts) == 4:
             lon, lat, radius = (self.range_value(Token("RAW", p, pos), False) for p in parts[:3])
             unit = parts[3]
@@ -414,7 +428,7 @@ class _Parser:
             factor = UNITS.get(unit.lower())
             if factor is None:
                 raise ReplyError(f"Invalid GeoFilter unit: {unit}")
-            return Node("geo", (lon, lat, radius * factor), fields=[name])
+            return Node("geo", (lon, lat, radius * factor), fields=[name], attrs={"given": (radius, unit)})
         if len(parts) == 1 and self.dialect >= 2:
             value = self.range_value(Token("RAW", parts[0], pos), False)
             return Node("numeric", (value, value, False, False), fields=[name])

@@ -30,6 +30,7 @@ class SearchRequest:
     query: str
     nocontent: bool = False
     verbatim: bool = False
+    explainscore: bool = False  # WITHSCORES EXPLAINSCORE: each score with its explanation (``score_explain``)
     nostopwords: bool = False
     withscores: bool = False
     withsortkeys: bool = False
@@ -192,7 +193,9 @@ def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
             i += 1
         elif word == b"WITHPAYLOADS":
             req.withpayloads = True
-        elif word in (b"EXPLAINSCORE", b"PAYLOAD"):
+        elif word == b"EXPLAINSCORE":
+            req.explainscore = True
+        elif word == b"PAYLOAD":
             raise ReplyError(f"{word.decode()} is not supported by Pion")
         elif word == b"SORTBY":
             need(1, "SORTBY")
@@ -222,6 +225,8 @@ def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
         else:
             raise ReplyError(f"Unknown argument `{argv[i].decode('utf-8', 'replace')}`")
         i += 1
+    if req.explainscore and not req.withscores:
+        raise ReplyError("EXPLAINSCORE must be accompanied with WITHSCORES")
     return req
 
 
@@ -267,7 +272,7 @@ class SearchPlan:
 
 
 def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | None = None,
-         budget: Budget = UNLIMITED) -> SearchPlan:
+         budget: Budget = UNLIMITED, profile: Any = None) -> SearchPlan:
     """Parse and evaluate the filter part; the KNN part becomes ``job`` (thread-safe).
 
     The evaluation ticks ``budget``: past it the query fails (``QueryTimeout``), or under
@@ -275,6 +280,9 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
     in the middle) and the plan is marked ``timed_out``."""
     started = time.perf_counter()
     query = parse_query(req.query, req.dialect, req.params)
+    if profile is not None:  # FT.PROFILE (``query_profile.Profiler``)
+        parsed = time.perf_counter()
+        profile.parse_ms = (parsed - started) * 1000.0
     index.uses += 1
     index.touched = time.monotonic()
     index.dialects[min(req.dialect, 4) - 1] += 1
@@ -282,7 +290,7 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
                                  slop=req.slop, inorder=req.inorder, stopwords_off=req.nostopwords,
                                  language=req.language, expander=req.expander, budget=budget,
                                  min_prefix=getattr(req, "min_prefix", 2),
-                                 max_expansions=getattr(req, "max_expansions", 200))
+                                 max_expansions=getattr(req, "max_expansions", 200), profile=profile)
     if req.infields:
         for name in req.infields:
             if index.definition.field(name) is None:
@@ -292,6 +300,8 @@ def plan(index: SearchIndex, req: SearchRequest, heavy: Callable[[int], bool] | 
     if knn is not None and root.kind == "none":
         root = Node("all")
     result = SearchPlan(index=index, req=req, query=query, hits={}, ctx=ctx, started=started)
+    if profile is not None:
+        profile.pipeline_ms = (time.perf_counter() - parsed) * 1000.0
     try:
         hits = query_exec.evaluate(root, ctx) if not (knn is not None and root.kind == "all") else None
         if hits is not None:
@@ -394,6 +404,8 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
     extras = plan_.ctx.extras
     docs = index.docs
     alias = knn_alias(plan_)
+    profile = plan_.ctx.profile if plan_.ctx.profile is not None and plan_.ctx.profile.search_stages else None
+    clock = time.perf_counter() if profile is not None else 0.0
     if knn_result is not None:
         ids, dists = knn_result
         hits: dict[int, float] = {}
@@ -401,6 +413,8 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
             if doc in docs:
                 hits[doc] = plan_.hits.get(doc, 0.0)
                 extras.setdefault(doc, {})[alias] = float(dist)
+        if profile is not None:
+            clock = profile.stage("Metrics Applier", len(hits), clock)
     else:
         hits = plan_.hits
     if req.sortby is not None and index.definition.field(req.sortby) is None and req.sortby != alias \
@@ -412,6 +426,8 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
     except QueryTimeout as exc:
         plan_.cut_short(exc)  # RETURN: the documents scored so far
     total = len(scored)
+    if profile is not None and (req.sortby is None or req.withscores):  # RediSearch's Scorer, when it has one
+        clock = profile.stage("Scorer", total, clock)
     rows = [Row(doc, docs[doc], score, extras.get(doc, {})) for doc, score in scored.items()]
     if req.sortby is not None:
         try:
@@ -425,6 +441,10 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
     else:
         rows.sort(key=lambda r: (-r.score, r.doc_id))
     page = rows[req.offset:req.offset + req.limit] if req.limit else []
+    if profile is not None:
+        clock = profile.stage("Sorter", min(len(rows), req.offset + req.limit), clock)
+        if req.offset:
+            profile.stage("Pager/Limiter", len(page), clock)
     return total, page
 
 

@@ -83,11 +83,12 @@ def stem(word: str, language: str = "english") -> str | None:
     return root if root != word else None
 
 
-def stem_for_query(word: str, language: str = "english") -> str | None:
-    """The stem RediSearch's query expander adds for ``word`` (no length floor: FT.EXPLAIN shows
-    ``+x(expanded)`` for ``x``), or None when the language has no stemmer."""
+@lru_cache(maxsize=65536)
+def stem_always(word: str, language: str = "english") -> str:
+    """The stemmer's form of the word whatever its length (the query expander's, which RediSearch
+    applies to every word; the indexer stems only words of MIN_STEM_LEN letters or more)."""
     stemmer = _stemmer(language)
-    return None if stemmer is None else stemmer.stemWord(word)
+    return word if stemmer is None else stemmer.stemWord(word)
 
 
 def edit_distance_at_most(a: str, b: str, limit: int) -> bool:

@@ -14,13 +14,13 @@ from pion.protocol.errors import ReplyError
 from pion.protocol.resp import OK
 from pion.server import deferred
 from pion.server.commands.search.admin import engine
-from pion.server.commands.search.query import _heavy, default_dialect
+from pion.server.commands.search.query import _heavy, default_dialect, vector_leg
 from pion.server.commands.search.replies import field_value, live_value, query_budget, renew, timeout_warnings
 from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.hash_value import HashValue
 from pion.storage.json_value import JsonValue
-from pion.vector import aggregate, search
+from pion.vector import aggregate, query_profile, search
 from pion.vector.expressions import format_value
 
 _CATS = "@search"
@@ -110,7 +110,7 @@ def _reply(ctx: Ctx, total: int, rows: list[dict[str, Any]], cursor_id: int | No
     return [body, cursor_id] if cursor_id is not None else body
 
 
-def _complete(ctx: Ctx, index, req, plan, knn_result) -> Any:
+def _complete(ctx: Ctx, index, req, plan, knn_result, profile=None) -> Any:
     # total_results as RediSearch counts it for a pipeline that reads every row: the documents the query
     # matched, or after a GROUPBY the groups it made, before any later FILTER and LIMIT
     total, rows = _rows(plan, knn_result, req.addscores)
@@ -119,7 +119,7 @@ def _complete(ctx: Ctx, index, req, plan, knn_result) -> Any:
     counts: dict[str, int] = {}
     if not timed_out:
         rows, timed_out = aggregate.run_pipeline(req, rows, _loader(ctx, index, req.dialect), names, plan.budget,
-                                                 counts)
+                                                 counts, profile)
     total = counts.get("groups", total)
     if req.cursor:
         cursors = engine(ctx).cursors
@@ -150,6 +150,26 @@ def ft_aggregate(ctx: Ctx, argv: list[bytes]):
             return _complete(ctx2, index, req, plan, results[0])
         return deferred.Deferred([plan.job], finish)
     return _complete(ctx, index, req, plan, plan.job())
+
+
+def profiled_aggregate(ctx: Ctx, argv: list[bytes], profile) -> Any:
+    """FT.AGGREGATE for FT.PROFILE, inline: ``profile`` records the iterator tree, the Index stage
+    and one result processor per pipeline step (LOAD, APPLY, FILTER, GROUPBY, SORTBY, LIMIT)."""
+    index = engine(ctx).get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
+    req = aggregate.parse_aggregate(argv, default_dialect(ctx))
+    if req.cursor:
+        raise ReplyError("FT.PROFILE does not support cursor")
+    profile.search_stages = False
+    started = query_profile.clock()
+    plan = search.plan(index, req.search_request(), budget=query_budget(ctx, req), profile=profile)
+    aggregate.check_properties(req, {spec.name for spec in index.definition.fields}, _yielded(plan.query))
+    knn_result = vector_leg(plan, profile)
+    count = len(plan.hits) if knn_result is None else len(knn_result[0])
+    index_ms = (query_profile.clock() - started) * 1000.0 - profile.parse_ms - profile.pipeline_ms
+    profile.stages.append(query_profile.Stage("Index", count, index_ms))
+    reply = _complete(ctx, index, req, plan, knn_result, profile)
+    profile.timed_out = plan.timed_out
+    return reply
 
 
 @command("FT.CURSOR", -2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.1.0")

@@ -21,9 +21,10 @@ from pion.server.commands.search.admin import engine
 from pion.server.commands.search.replies import live_value
 from pion.server.context import Ctx
 from pion.server.registry import command
+from pion.storage.budget import TIMEOUT_TEXT
 from pion.storage.hash_value import HashValue
 from pion.storage.json_value import JsonValue
-from pion.vector import text
+from pion.vector import query_profile, text
 from pion.vector.engine import UNKNOWN_INDEX
 
 _CATS = "@search"
@@ -226,36 +227,48 @@ def ft_del(ctx: Ctx, argv: list[bytes]):
 
 @command("FT.PROFILE", -5, "readonly", categories=f"@read {_CATS} @slow", group="search", since="2.2.0")
 def ft_profile(ctx: Ctx, argv: list[bytes]):
-    """FT.PROFILE index SEARCH|AGGREGATE [LIMITED] QUERY query [options]"""
+    """FT.PROFILE index SEARCH|AGGREGATE [LIMITED] QUERY query [options]: the query's reply and its
+    profile, in Redis 8's shape: RESP2 ``[reply, [Shards, [shard], Coordinator, []]]`` where the shard
+    is RediSearch's list of pairs (``[Total profile time, t]``, ..., ``[Iterators profile, tree]``,
+    ``[Result processors profile, stage, ...]``); RESP3 ``{Results: reply, Profile: {Shards: [shard
+    map], Coordinator: {}}}``. The tree and the stages are ``vector.query_profile``'s record of the
+    evaluation; with FT.CONFIG ``_PRINT_PROFILE_CLOCK false`` the times are left out."""
     kind = argv[2].upper()
     if kind not in (b"SEARCH", b"AGGREGATE"):
         raise ReplyError("No `SEARCH` or `AGGREGATE` provided")
     i = 3
-    if argv[i].upper() == b"LIMITED":
+    limited = argv[i].upper() == b"LIMITED"
+    if limited:
         i += 1
     if i >= len(argv) or argv[i].upper() != b"QUERY":
         raise ReplyError("The QUERY keyword is expected")
     inner = [b"FT." + kind, argv[1], *argv[i + 1:]]
     started = time.perf_counter()
-    saved = ctx.client.conn
-    ctx.client.conn = None  # run inline: the profile needs the reply now
-    try:
-        if kind == b"SEARCH":
-            result = search_query.ft_search(ctx, inner)
-        else:
-            result = search_aggregate.ft_aggregate(ctx, inner)
-    finally:
-        ctx.client.conn = saved
+    profile = query_profile.Profiler()
+    if kind == b"SEARCH":
+        result = search_query.profiled_search(ctx, inner, profile)
+    else:
+        result = search_aggregate.profiled_aggregate(ctx, inner, profile)
     elapsed = (time.perf_counter() - started) * 1000.0
-    body = result[0] if isinstance(result, list) and result and isinstance(result[0], dict) else result
-    warned = body.get(b"warning") if isinstance(body, dict) else None  # RESP3: a query cut short (RETURN)
-    entries = [(b"Total profile time", elapsed), (b"Parsing time", 0.0), (b"Pipeline creation time", 0.0),
-               (b"Warning", warned[0] if warned else b"None"),
-               (b"Iterators profile", [b"Type", b"PION", b"Time", elapsed]),
-               (b"Result processors profile", [b"Type", b"Index", b"Time", elapsed])]
-    if ctx.client.proto >= 3:
-        return {b"Results": result, b"Profile": {b"Shards": [dict(entries)], b"Coordinator": {}}}
-    return [result, [[k, v] for k, v in entries]]
+    resp3 = ctx.client.proto >= 3
+    clock = engine(ctx).config.get("_PRINT_PROFILE_CLOCK", "true") == "true"
+    warned = result.get(b"warning") if isinstance(result, dict) else None  # RESP3: a query cut short (RETURN)
+    timed_out = bool(warned) or profile.timed_out
+    tree = query_profile.iterator_reply(profile.root(), resp3, clock, limited)
+    stages = [query_profile.stage_reply(stage, resp3, clock) for stage in profile.stages]
+    times = [(b"Total profile time", elapsed), (b"Parsing time", profile.parse_ms),
+             (b"Pipeline creation time", profile.pipeline_ms)]
+    if resp3:
+        shard: dict[bytes, Any] = dict(times) if clock else {}
+        shard[b"Warning"] = TIMEOUT_TEXT.encode() if timed_out else b"None"
+        shard[b"Iterators profile"] = [tree]
+        shard[b"Result processors profile"] = stages
+        return {b"Results": result, b"Profile": {b"Shards": [shard], b"Coordinator": {}}}
+    pairs: list[Any] = [[key, value] if clock else [key] for key, value in times]
+    pairs.append([b"Warning", TIMEOUT_TEXT.encode()] if timed_out else [b"Warning"])
+    pairs.append([b"Iterators profile", tree])
+    pairs.append([b"Result processors profile", *stages])
+    return [result, [b"Shards", [pairs], b"Coordinator", []]]
 
 
 # -- FT.DEBUG -------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ everything runs inline. Replies are RediSearch's shapes (``search_replies``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from pion.protocol.errors import ReplyError
@@ -27,10 +26,8 @@ from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.budget import QueryTimeout
 from pion.storage.keyspace import now_ms
-from pion.vector import highlight, knn_fast, query_exec, search
-from pion.vector import text as text_mod
-from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
-from pion.vector.query_parser import Node, parse_query
+from pion.vector import explain, highlight, knn_fast, query_exec, query_profile, search
+from pion.vector.query_parser import parse_query
 
 _CATS = "@search"
 #: a KNN over at least this many vectors goes to the worker pool (smaller: inline is cheaper)
@@ -146,6 +143,48 @@ def _alive(ctx: Ctx):
     return lambda key: key in db.data and (key not in expires or expires[key] > now or db.loading)
 
 
+def profiled_search(ctx: Ctx, argv: list[bytes], profile: query_profile.Profiler) -> Any:
+    """FT.SEARCH for FT.PROFILE, inline: the general planner with ``profile`` recording the tree and
+    the stages (the cached KNN plan of ``knn_fast`` is not used: its search is one call, with no
+    tree to record)."""
+    index = engine(ctx).get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
+    req = search.parse_search(argv, default_dialect(ctx))
+    if req.summary is not None:
+        highlight.check(index, req.summary, req.returns)
+    started = query_profile.clock()
+    plan = search.plan(index, req, budget=query_budget(ctx, req), profile=profile)
+    knn_result = vector_leg(plan, profile)
+    count = len(plan.hits) if knn_result is None else len(knn_result[0])
+    index_ms = (query_profile.clock() - started) * 1000.0 - profile.parse_ms - profile.pipeline_ms
+    profile.stages.append(query_profile.Stage("Index", count, index_ms))
+    total, rows = search.finish(plan, knn_result, _sort_loader(ctx, index))
+    started = query_profile.clock()
+    reply = search_reply(ctx, index, total, rows, req, plan)
+    if not req.nocontent:
+        loading = (query_profile.clock() - started) * 1000.0 - profile.highlight_ms
+        profile.stages.append(query_profile.Stage("Loader", profile.loaded, loading))
+    if req.summary is not None:
+        profile.stages.append(query_profile.Stage("Highlighter", profile.loaded, profile.highlight_ms))
+    profile.timed_out = plan.timed_out
+    return reply
+
+
+def vector_leg(plan, profile: query_profile.Profiler):
+    """Run a plan's KNN search (if it has one) timed, as the VECTOR iterator at the root of the
+    profile's tree, the filter's tree (if one was evaluated) its child."""
+    if plan.job is None or plan.timed_out:
+        return None
+    filtered = plan.query.root.kind not in ("all", "none")
+    child = profile.root() if filtered else None
+    started = query_profile.clock()
+    result = plan.job()
+    elapsed = (query_profile.clock() - started) * 1000.0
+    found = sum(1 for doc in result[0].tolist() if doc in plan.index.docs)
+    profile.replace_root(query_profile.Record("VECTOR", found, elapsed, children=[child] if child else [],
+                                              single=True))
+    return result
+
+
 def _knn_fast(ctx: Ctx, eng, name: str, index, plan: knn_fast.KnnPlan, blob: bytes):
     """A cached KNN plan (``vector.knn_fast``): the search in the search worker
     (``server/search_pool.py``) when it is heavy or other clients' queries run meanwhile (then
@@ -214,127 +253,13 @@ def _knn_reply(ctx: Ctx, index, plan: knn_fast.KnnPlan, total: int, found: list,
 # -- FT.EXPLAIN -----------------------------------------------------------------------------------
 
 
-@dataclass
-class ExplainStyle:
-    """What FT.EXPLAIN needs beyond the tree: RediSearch prints the query after its expansion
-    (each term a UNION of itself, ``+stem(expanded)`` and, where it differs, the stem), without
-    the stop-words, and names the TEXT fields of a field restriction on every node under it."""
-    language: str | None  # None: no stemming expansion (VERBATIM, EXPANDER SYNONYM, no stemmer)
-    stopwords: frozenset[str] | set[str]
-    text_fields: set[str]
-
-
-def explain_lines(node: Node, indent: int = 0, style: ExplainStyle | None = None, fields: list[str] | None = None,
-                  expand: bool = True) -> list[str]:
-    pad = "  " * indent
-    kind = node.kind
-    mask = ""
-    if fields:
-        names = [f for f in fields if style is None or f in style.text_fields]
-        mask = "@" + ("|".join(names) if names else "NULL") + ":"
-    if kind in ("and", "or"):
-        children = node.children
-        if style is not None:
-            children = [c for c in children if not (c.kind == "term" and c.value in style.stopwords)]
-            if not children:
-                return [pad + "<empty>"]
-            if len(children) == 1:
-                return explain_lines(children[0], indent, style, fields, expand)
-        head = "INTERSECT {" if kind == "and" else "UNION {"
-        lines = [pad + mask + head]
-        for child in children:
-            lines += explain_lines(child, indent + 1, style, fields, expand)
-        return lines + [pad + "}"]
-    if kind in ("not", "opt"):
-        word = ("NOT" if kind == "not" else "OPTIONAL") + ("{" if style is not None else " {")
-        lines = [pad + mask + word]
-        lines += explain_lines(node.children[0], indent + 1, style, fields, expand=False)
-        return lines + [pad + "}"]
-    if kind == "fields":
-        if style is not None:
-            return explain_lines(node.children[0], indent, style, node.fields, expand)
-        inner = explain_lines(node.children[0], indent)
-        return [pad + "@" + "|".join(node.fields or ()) + ":" + inner[0].strip()] + inner[1:]
-    if kind == "term":
-        if style is None:
-            return [pad + node.value]
-        if node.value in style.stopwords:
-            return [pad + "<empty>"]
-        root = (text_mod.stem_for_query(node.value, style.language)
-                if expand and style.language and not node.attrs.get("exact") else None)
-        if root is None:
-            return [pad + mask + node.value]
-        lines = [pad + mask + "UNION {", pad + "  " + mask + node.value,
-                 pad + "  " + mask + text_mod.STEM_PREFIX + root + "(expanded)"]
-        if root != node.value:
-            lines.append(pad + "  " + mask + root + "(expanded)")
-        return lines + [pad + "}"]
-    if kind == "phrase":
-        head = "EXACT {" if style is not None else "INTERSECT {"
-        return [pad + mask + head] + [pad + "  " + mask + w for w in node.value] + [pad + "}"]
-    if kind in ("prefix", "suffix", "infix"):
-        mark = {"prefix": f"PREFIX{{{node.value}*}}", "suffix": f"SUFFIX{{*{node.value}}}",
-                "infix": f"INFIX{{*{node.value}*}}"}[kind]
-        return [pad + mask + mark]
-    if kind == "fuzzy":
-        return [pad + mask + f"FUZZY{{{node.value}}}"]
-    if kind == "wildcard":
-        return [pad + mask + f"WILDCARD{{{node.value}}}"]
-    if kind == "tag":
-        lines = [pad + f"TAG:@{node.fields[0]} {{"]  # type: ignore[index]
-        lines += [pad + "  " + value for _, value in node.value]
-        return lines + [pad + "}"]
-    num = _num if style is None else _num_f
-    if kind == "numeric":
-        lo, hi, lo_ex, hi_ex = node.value
-        return [pad + mask + f"NUMERIC {{{num(lo)} <{'' if lo_ex else '='} @{node.fields[0]} <{'' if hi_ex else '='} {num(hi)}}}"]  # type: ignore[index]
-    if kind == "geo":
-        lon, lat, radius = node.value
-        return [pad + f"GEO @{node.fields[0]}:{{{_num(lon)},{_num(lat)} --> {_num(radius)} m}}"]  # type: ignore[index]
-    if kind == "geoshape":
-        return [pad + f"GEOSHAPE{{{GEOSHAPE_PREDICATES[node.value[0]]} {node.value[1]}}}"]
-    if kind == "vrange":
-        return [pad + f"VECTOR {{@{node.fields[0]} VECTOR_RANGE {_num(node.value[0])}}}"]  # type: ignore[index]
-    if kind == "missing":
-        return [pad + f"ISMISSING{{{node.fields[0]}}}"]  # type: ignore[index]
-    if kind == "all":
-        return [pad + "<WILDCARD>"]
-    if kind == "emptystr":
-        return [pad + mask + '""']
-    return [pad + "<EMPTY>"]
-
-
-def _num_f(value: float) -> str:
-    """A number as RediSearch's FT.EXPLAIN prints it (``%f``; ``inf``, ``-inf``)."""
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return "%f" % value
-
-
-def _num(value: float) -> str:
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return str(int(value)) if value == int(value) else repr(value)
-
-
 def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     eng = engine(ctx)
     index = eng.get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
     req = search.parse_search(argv, default_dialect(ctx))  # FT.SEARCH's options are accepted
     query = parse_query(req.query, req.dialect, req.params)
     query_exec.check_phonetic(query.root, index.definition)
-    definition = index.definition
-    language = req.language or definition.language
-    expand = not req.verbatim and req.expander == "DEFAULT" and text_mod.stemming_available(language)
-    style = ExplainStyle(language=language if expand else None, stopwords=definition.stopword_set,
-                         text_fields={f.name for f in definition.fields if f.type == "TEXT"})
-    lines = explain_lines(query.root, style=style)
-    if query.knn is not None:
-        knn = query.knn
-        lines = [f"VECTOR {{K={knn.k} nearest vectors to `${'BLOB'}` in vector index associated with field @{knn.field}"
-                 + (f", yields distance as `{knn.alias}`" if knn.alias else "") + "}"] + \
-                (["  FILTER {"] + ["    " + line for line in lines] + ["  }"] if query.root.kind not in ("all", "none") else [])
-    return lines
+    return explain.explain(query, explain.ExplainContext(index, req.verbatim, req.language, req.expander))
 
 
 @command("FT.EXPLAIN", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")

@@ -10,6 +10,7 @@ anything else as JSON) and as a JSON array of every match in DIALECT 3+.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from pion.protocol.resp import format_double
@@ -18,7 +19,7 @@ from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout, t
 from pion.storage.hash_value import HashValue
 from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
-from pion.vector import highlight
+from pion.vector import highlight, score_explain
 from pion.vector.expressions import format_value
 from pion.vector.index import SearchIndex
 
@@ -198,16 +199,24 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
             fields = row_fields(index, value, row.extras, req.returns, req.dialect, req.sortby)
             summary = getattr(req, "summary", None)
             if summary is not None and plan is not None:
+                profile = plan.ctx.profile
+                started = time.perf_counter() if profile is not None else 0.0
                 fields = _summarized(index, plan, row, fields, value.__class__ is JsonValue)
+                if profile is not None:  # FT.PROFILE's Highlighter
+                    profile.highlight_ms += (time.perf_counter() - started) * 1000.0
         elif value is None:
             continue
         entries.append((row, fields, _payload(index, value) if req.withpayloads else None))
+    if plan is not None and plan.ctx.profile is not None:
+        plan.ctx.profile.loaded = len(entries)
     if resp3:
         results = []
         for row, fields, payload in entries:
             item: dict[bytes, Any] = {b"id": row.key}
             if req.withscores:
                 item[b"score"] = float(row.score)
+                if req.explainscore and plan is not None:
+                    item[b"score"] = [float(row.score), score_explain.explain(plan, row.doc_id, row.score)]
             if req.withpayloads:
                 item[b"payload"] = payload
             if req.withsortkeys:
@@ -222,7 +231,10 @@ def search_reply(ctx: Ctx, index: SearchIndex, total: int, rows: list, req, plan
     for row, fields, payload in entries:
         out.append(row.key)
         if req.withscores:
-            out.append(score_text(row.score))
+            if req.explainscore and plan is not None:
+                out.append([score_text(row.score), score_explain.explain(plan, row.doc_id, row.score)])
+            else:
+                out.append(score_text(row.score))
         if req.withpayloads:
             out.append(payload)
         if req.withsortkeys:
