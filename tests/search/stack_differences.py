@@ -63,6 +63,21 @@ DIFFERENCES: list[Difference] = [
                _DEFAULT_SCORER, whole=True),
     *[Difference("search_scores", ("FT.SEARCH", "idx", q, "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF"), BOTH,
                  "intentional", _TFIDF_VECTOR_NORM, whole=True) for q in ("red", "apple sweet")],
+    *[Difference("explainscore", ("FT.SEARCH", "idx", q, "WITHSCORES", "EXPLAINSCORE", "NOCONTENT", "SCORER", s),
+                 BOTH, "intentional", _TFIDF_VECTOR_NORM, whole=True)
+      for q, s in (("apple", "TFIDF"), ("red apple", "TFIDF"), ("red|banana", "TFIDF"),
+                   ("@price:[1 30] red", "TFIDF"), ("appl*", "TFIDF"), ('"red apple"', "TFIDF"),
+                   ("apple=>{$weight:2} sweet", "TFIDF"), ("red ~apple", "TFIDF"))],
+    Difference("explainscore", ("FT.SEARCH", "idx", "*", "WITHSCORES", "EXPLAINSCORE", "SCORER", "TFIDF", "SORTBY"),
+               BOTH, "intentional", _TFIDF_VECTOR_NORM),
+    Difference("profile", ("FT.PROFILE", "idx", "SEARCH", "QUERY", "~red apple", "WITHSCORES", "SCORER", "TFIDF"),
+               BOTH, "intentional", _TFIDF_VECTOR_NORM),
+    Difference("profile", ("FT.PROFILE", "idx", "SEARCH", "QUERY", "red", "SORTBY", "price", "WITHSCORES", "SCORER",
+                           "TFIDF"), BOTH, "intentional", _TFIDF_VECTOR_NORM),
+    Difference("redispy_parity", ("FT.SEARCH", "e", "quick", "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD"), BOTH,
+               "intentional", "SCORER BM25STD: Redis 8.4's length normalisation b is 0.75 (RediSearch 8.4's "
+               "`static const float b = 0.75f`), RediSearch 2.10.5's 0.5; Pion follows 8.4 "
+               "(tests/search/test_redispy_parity.py checks the formula gives Stack's scores with b 0.5)", whole=True),
     *[Difference("tfidf_text_only", ("FT.SEARCH", "t", "(red|sweet) apple", "WITHSCORES", "NOCONTENT", "SCORER", s),
                  BOTH, "intentional", _UNION_EXPANSIONS, whole=True) for s in ("TFIDF", "TFIDF.DOCNORM", "BM25")],
     Difference("aggregate", ("FT.AGGREGATE", "idx", "@tags:{red}", "LOAD", "1", "@v"), BOTH, "intentional",

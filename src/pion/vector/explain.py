@@ -68,8 +68,14 @@ def _drop_stopwords(node: Node, ctx: ExplainContext) -> Node | None:
     return node
 
 
-def _mask(fields: list[str] | None) -> str:
-    return "@" + "|".join(fields) + ":" if fields else ""
+def _mask(fields: list[str] | None, ctx: ExplainContext) -> str:
+    """A field restriction as RediSearch prints it on each node: its TEXT fields only (a text
+    node's mask is a TEXT field bitmask), ``@NULL:`` when it names none."""
+    if not fields:
+        return ""
+    text = {spec.name for spec in ctx.index.definition.fields if spec.type == "TEXT"}
+    names = [name for name in fields if name in text]
+    return "@" + ("|".join(names) if names else "NULL") + ":"
 
 
 def _f(value: float) -> str:
@@ -128,7 +134,7 @@ def expansions(word: str, ctx: ExplainContext, fields: list[str] | None, sounds:
 
 def _lines(node: Node, ctx: ExplainContext, fields: list[str] | None, depth: int) -> list[str]:
     pad = "  " * depth
-    mask = _mask(fields)
+    mask = _mask(fields, ctx)
     kind = node.kind
     if kind == "fields":
         return _lines(node.children[0], ctx, node.fields, depth)
@@ -178,6 +184,8 @@ def _lines(node: Node, ctx: ExplainContext, fields: list[str] | None, depth: int
         return [pad + f"ISMISSING{{{node.fields[0]}}}"]  # type: ignore[index]
     if kind == "all":
         return [pad + "<WILDCARD>"]
+    if kind == "emptystr":  # '' / "" on an INDEXEMPTY field (DIALECT 2)
+        return [pad + mask + '""']
     return [pad + "<empty>"]
 
 

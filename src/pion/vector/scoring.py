@@ -20,8 +20,10 @@ TANH_FACTOR = 4.0
 #: shows in a score's eighth digit (redis-py's scorer tests compare all of them)
 K1 = 1.2000000476837158
 K1_PLUS_1 = 2.200000047683716
-#: BM25STD's b: 0.5 as BM25's (measured against Redis Stack; the textbook 0.75 parts at the 2nd digit)
-BM25STD_B = 0.5
+#: BM25STD's length normalisation b: Redis 8's Query Engine declares ``static const float b = 0.75f``
+#: (RediSearch 8.4's src/ext/default.c; its EXPLAINSCORE prints ``1 - b 0.75 + b 0.75``). RediSearch
+#: 2.10 (Redis Stack 7.4) used 0.5, BM25's: Pion follows 8.x, listed in docs/compat-differences.md
+BM25STD_B = 0.75
 
 
 def check(name: str) -> str:
@@ -90,7 +92,7 @@ def wildcard_score(scorer: str, doc_score: float, doc_len: int, avg_len: float, 
     """The score of a document matched by ``*`` (RediSearch's virtual result: weight 1, freq 1)."""
     if scorer in ("BM25STD", "BM25STD.TANH"):
         norm = doc_len / avg_len if avg_len else 0.0
-        raw = K1_PLUS_1 / (1.0 + K1 * (0.5 + 0.5 * norm))  # (k1 + 1) / (1 + k1 (1 - b + b len/avg)), idf 1
+        raw = K1_PLUS_1 / (1.0 + K1 * (1.0 - BM25STD_B + BM25STD_B * norm))  # (k1 + 1) / (1 + k1 (1 - b + b len/avg)), idf 1
         return finish(scorer, raw, doc_score, max_freq, doc_len)
     if scorer == "BM25":
         return finish(scorer, 1.0 / (1.0 + K1 * (0.5 + 0.5 * avg_len)), doc_score, max_freq, doc_len)
