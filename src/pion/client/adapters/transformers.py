@@ -61,8 +61,10 @@ class TransformersAdapter:
         model = self.model
         tensors, lora = named_tensors(self.torch, model)
         adapters = adapter_state(model, lora)
-        key = (tuple((name, id(t), t._version, str(t.device), t.data_ptr(), str(t.dtype), tuple(t.shape))
-                     for name, t in tensors), json.dumps(adapters, default=str))
+        # device, dtype and shape as torch's own objects (equal when equal): str() of each costs a
+        # next worker as much as its whole proof (pion.client.weight_files)
+        key = (tuple([(name, id(t), t._version, t.device, t.data_ptr(), t.dtype, t.shape) for name, t in tensors]),
+               json.dumps(adapters, default=str))
 
         def full() -> str:
             return digest(((name, str(t.dtype), tuple(t.shape), tensor_bytes(self.torch, t)) for name, t in tensors),
@@ -72,8 +74,9 @@ class TransformersAdapter:
             """Another worker's digest when the weights are provably its bytes (``pion.client.weight_files``)."""
             from pion.client import weight_files
 
-            items = [(name, str(t.dtype), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
-                     if t.device.type == "cpu" and t.is_contiguous() else (name, str(t.dtype), tuple(t.shape), 0, 0)
+            names: dict = {}  # str(dtype), once per dtype
+            items = [(name, names.get(t.dtype) or names.setdefault(t.dtype, str(t.dtype)), t.shape, *(
+                     (t.data_ptr(), t.nbytes) if t.device.type == "cpu" and t.is_contiguous() else (0, 0)))
                      for name, t in tensors]
             found = weight_files.plan(items, lambda i: digest([("", "", (), tensor_bytes(self.torch, tensors[i][1]))]),
                                       {"adapters": adapters, "runtime": self.runtime})
@@ -345,29 +348,47 @@ def named_tensors(torch, model) -> tuple[list, list | None]:
             or type(model).named_modules is not base.named_modules:
         return ([(f"p:{n}", t) for n, t in model.named_parameters()]
                 + [(f"b:{n}", t) for n, t in model.named_buffers()]), None
-    params, buffers, lora = [], [], []
-    seen_p: set = set()
+    params: list = []
+    buffers: list = []
+    lora: list = []
+    seen_p: set = set()  # by id: a tensor's __hash__ is a Python call, ids are unique while the lists hold them
     seen_b: set = set()
-    for prefix, module in model.named_modules():
+    seen_m: set = set()
+    lora_types: dict = {}
+
+    def walk(module, prefix: str) -> None:
+        """``named_modules()``'s pre-order walk (each module once), without its nested generators."""
+        if id(module) in seen_m:
+            return
+        seen_m.add(id(module))
         dot = prefix + "." if prefix else ""
         for name, t in module._parameters.items():
-            if t is not None and t not in seen_p:
-                seen_p.add(t)
+            if t is not None and id(t) not in seen_p:
+                seen_p.add(id(t))
                 params.append((f"p:{dot}{name}", t))
         for name, t in module._buffers.items():
-            if t is not None and t not in seen_b:
-                seen_b.add(t)
+            if t is not None and id(t) not in seen_b:
+                seen_b.add(id(t))
                 buffers.append((f"b:{dot}{name}", t))
-        if _has_lora(module):
+        kind = type(module)
+        on_class = lora_types.get(kind)
+        if on_class is None:
+            on_class = lora_types[kind] = hasattr(kind, "lora_A")
+        if on_class or _has_lora(module, check_class=False):
             lora.append((prefix, module))
+        for name, child in module._modules.items():
+            if child is not None:
+                walk(child, dot + name)
+
+    walk(model, "")
     return params + buffers, lora
 
 
-def _has_lora(module) -> bool:
+def _has_lora(module, check_class: bool = True) -> bool:
     """``hasattr(module, "lora_A")`` without ``nn.Module.__getattr__``'s raised AttributeError
     for every module that has none (the same places: instance, class, parameters, buffers, modules)."""
     return ("lora_A" in module.__dict__ or "lora_A" in module._modules or "lora_A" in module._parameters
-            or "lora_A" in module._buffers or hasattr(type(module), "lora_A"))
+            or "lora_A" in module._buffers or (check_class and hasattr(type(module), "lora_A")))
 
 
 def adapter_state(model, lora: list | None = None) -> list:
@@ -449,12 +470,16 @@ def map_weights(model, directory) -> int:
     dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
     named = dict(model.named_parameters(remove_duplicate=False))
     named.update(dict(model.named_buffers(remove_duplicate=False)))
+    from pion.client import weight_files
+
     mapped = 0
     for path in sorted(Path(directory).glob("*.safetensors")):
         with open(path, "rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(length))
-        storage = torch.UntypedStorage.from_file(str(path), False, path.stat().st_size)
+        mapping = weight_files.map_file(str(path))
+        storage = torch.frombuffer(mapping, dtype=torch.uint8).untyped_storage()
+        matches = []
         for name, info in header.items():
             tensor, dtype = named.get(name), dtypes.get(info.get("dtype", "")) if isinstance(info, dict) else None
             if tensor is None or dtype is None or tensor.dtype != dtype or list(tensor.shape) != info["shape"]:
@@ -465,8 +490,13 @@ def map_weights(model, directory) -> int:
             view = torch.empty(0, dtype=dtype).set_(storage, start // tensor.element_size(), tuple(info["shape"]))
             with torch.no_grad():
                 if torch.equal(tensor, view):
-                    tensor.data = view
-                    mapped += 1
+                    matches.append((tensor, view))
+        # the kernel tracks writes from here on, before any tensor can write to the mapping
+        weight_files.track_writes(storage.data_ptr(), storage.nbytes(), mapping)
+        for tensor, view in matches:
+            tensor.data = view
+        mapped += len(matches)
+        del storage, mapping  # the views keep the mapping alive, and it goes with them
     return mapped
 
 
