@@ -196,7 +196,7 @@ class TransformersAdapter:
         Until then each layer reports ``n_tokens`` as its length, so the model builds its
         positions and masks before any row is in. After its update a layer is a plain
         ``DynamicLayer`` (its class is put back): the cache is then the one ``build`` gives."""
-        from pion.client.rows import decode_rows, native_dtype
+        from pion.client.rows import bytes_per_row, decode_rows, native_dtype
 
         torch, cache = self.torch, self.new_cache()
         dtype = self._torch_dtype(self.layout.dtype)
@@ -204,11 +204,14 @@ class TransformersAdapter:
         names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
         def rows(raw: np.ndarray, codec: str, heads: int, dim: int):
-            if native_dtype(codec) is not None:  # a view of the received bytes
+            """Token-major ``(rows, heads, dim)``: a view of the received buffer (with its spare
+            rows) for the float codecs, the decoded prefix rows for the others."""
+            if native_dtype(codec) is not None:
                 flat = torch.from_numpy(raw).view(names[codec])
             else:
-                flat = torch.from_numpy(decode_rows(raw, codec, n_tokens, heads * dim))
-            return flat.view(n_tokens, heads, dim).permute(1, 0, 2).unsqueeze(0)
+                flat = torch.from_numpy(decode_rows(raw[:n_tokens * bytes_per_row(codec, heads * dim)], codec,
+                                                    n_tokens, heads * dim))
+            return flat.view(-1, heads, dim)
 
         for index, (slot, (heads, k_dim, v_dim)) in enumerate(zip(self.layout.attn, self.layout.heads, strict=True)):
             def pending(index=index, heads=heads, k_dim=k_dim, v_dim=v_dim):
@@ -287,11 +290,16 @@ def _streamed_layer(cu):
             device = key_states.device if key_states is not None else k_rows.device
             out = []
             for rows, new in ((k_rows, key_states), (v_rows, value_states)):
-                dest = torch.empty((1, rows.shape[1], n + extra, rows.shape[3]), dtype=self.pending_dtype, device=device)
-                dest[:, :, :n].copy_(rows)  # the one pass: transposed to heads-major, widened to the model dtype
+                # token-major (rows, heads, dim), seen heads-major: the layout the rows arrive in
+                if rows.dtype == self.pending_dtype and rows.device == device and rows.shape[0] >= n + extra:
+                    dest = rows[:n + extra]  # the received buffer itself: the prefix rows are not copied
+                else:  # one contiguous pass: widened to the model dtype (and moved to its device)
+                    dest = torch.empty((n + extra, rows.shape[1], rows.shape[2]), dtype=self.pending_dtype,
+                                       device=device)
+                    dest[:n].copy_(rows[:n])
                 if new is not None:
-                    dest[:, :, n:].copy_(new)
-                out.append(dest)
+                    dest[n:].copy_(new[0].transpose(0, 1))
+                out.append(dest.permute(1, 0, 2).unsqueeze(0))
             self.keys, self.values = out
             self.device, self.is_initialized = device, True
             self.pending = None
