@@ -345,3 +345,27 @@ def test_a_weight_rewritten_in_place_with_the_mtime_put_back_changes_the_next_fi
     changed = load(model_dir)
     pc = PionPromptCache(changed, url=url)
     assert lookups[-1] is None and pc.fingerprint["weights"] == full_hash(changed) != before
+
+
+def test_a_forked_child_forgets_the_parents_write_tracking(model_dir):
+    """The child's mappings lose the registration and its inherited userfaultfd would act on the
+    parent's address space: the child starts without either (and proves by the page test)."""
+    model = load(model_dir)
+    if not weight_files._HAVE.get("uffd"):
+        pytest.skip("no asynchronous userfaultfd write-protect here")
+    ranges = _file_ranges(model)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        try:
+            answer = f"{len(weight_files._UFFD)} {len(weight_files._TRACKED)} {weight_files.untouched(ranges)}"
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            answer = repr(exc)
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    got = os.read(read, 200).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert got == "0 0 True"  # nothing inherited; the pages proven by the anonymous-page test
+    assert weight_files._TRACKED and weight_files._scan_written(ranges) is True  # the parent keeps its own

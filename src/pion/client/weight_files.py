@@ -73,6 +73,23 @@ _UFFD: list[int] = []
 _TRACKED: dict[int, tuple[int, weakref.ref]] = {}
 
 
+def _after_fork_in_child() -> None:
+    """A forked child's mappings are not registered (no ``UFFD_FEATURE_EVENT_FORK``), and the
+    inherited userfaultfd acts on the *parent's* address space: forget both (a close here drops
+    only the child's reference; the parent's stays)."""
+    for fd in _UFFD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _UFFD.clear()
+    _TRACKED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @dataclass
 class Plan:
     """A model's tensors as file ranges and own-byte hashes, and the files' identities."""
