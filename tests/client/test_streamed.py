@@ -68,6 +68,31 @@ def test_the_rows_are_received_into_the_buffers_allocated_before_they_arrive(url
         stream.close()
 
 
+def test_an_exact_hit_is_received_into_the_layers_own_tensors_with_room_for_the_suffix(url):
+    """With ``spare`` rows (the suffix's), an exact codec's buffer becomes the layer's tensor:
+    the prefix rows are received once and never copied, the suffix's K/V written after them."""
+    model = hf_llama()
+    pc = PionPromptCache(model, url=url, local_lane=False)
+    ids, suffix = prompt(36), [5, 6]
+    pc.put(ids, pc.adapter.prefill(ids))
+    stream = streamed.StreamedFetch(pc.client.redis, pc.namespace(ids), len(ids), pc.adapter.layout, pc.schema,
+                                    spare=len(suffix))
+    try:
+        assert str(stream.head()[0]).upper() == "HIT"
+        cache = pc.adapter.streamed_cache(stream.layer, len(ids), pc.schema)
+        logits = pc.adapter.forward(suffix, cache)
+        assert stream.finish()
+    finally:
+        stream.close()
+    for (k_buf, v_buf), slot in zip(stream._full, pc.adapter.layout.attn, strict=True):
+        layer = cache.layers[slot]
+        assert layer.keys.data_ptr() == k_buf.ctypes.data and layer.values.data_ptr() == v_buf.ctypes.data
+        assert layer.keys.shape[-2] == len(ids) + len(suffix)
+    cold_cache, cold = reference(pc.adapter, ids, suffix)
+    assert np.array_equal(logits, cold) and same_cache(cache, cold_cache)
+    assert np.array_equal(pc.adapter.forward([4], cache), pc.adapter.forward([4], cold_cache))
+
+
 def test_a_reply_of_another_size_is_not_received_into_the_buffer():
     a, b = socket.socketpair()
     try:

@@ -254,3 +254,118 @@ def test_one_walk_gives_named_parameters_and_buffers_in_their_order(kind):
     assert [(n, id(t)) for n, t in tensors] == [(n, id(t)) for n, t in expected]
     assert hf_adapter.adapter_state(model, lora) == hf_adapter.adapter_state(model)
     assert bool(hf_adapter.adapter_state(model)) == (kind == "peft")
+
+
+# -- the kernel's write tracking (userfaultfd write-protect, asynchronous) ------------------------
+
+
+def test_an_armed_mapping_answers_by_the_write_tracking_and_sees_every_write(model_dir):
+    """``map_weights`` arms the kernel's write tracking on its mapping before any tensor points at
+    it; the page-table walk then says what the per-page anonymous test says: untouched after the
+    load, written after one element changed through ``.data`` or numpy (no version trace)."""
+    model = load(model_dir)
+    ranges = _file_ranges(model)
+    if not weight_files._HAVE.get("uffd") or weight_files._scan_untouched(ranges) is None:
+        pytest.skip("this kernel has no asynchronous userfaultfd write-protect (Linux 6.7) or PAGEMAP_SCAN")
+    assert weight_files._scan_written(ranges) is True and weight_files._scan_untouched(ranges) is True
+    model.model.layers[1].mlp.up_proj.weight.data[3, 0] += 1.0
+    assert weight_files._scan_written(ranges) is False and weight_files._scan_untouched(ranges) is False
+    other = load(model_dir)
+    other.model.norm.weight.detach().numpy()[5] = 2.0
+    assert weight_files._scan_written(_file_ranges(other)) is False and not weight_files.untouched(_file_ranges(other))
+
+
+def test_ranges_outside_an_armed_mapping_are_not_proven_by_it(model_dir):
+    model = load(model_dir)
+    heap = torch.ones(4096)
+    assert weight_files._scan_written([(heap.data_ptr(), heap.nbytes)]) is False
+    if not weight_files._HAVE.get("uffd"):
+        pytest.skip("no asynchronous userfaultfd write-protect here")
+    ptr = model.model.embed_tokens.weight.data_ptr()
+    mine = [start for start, (end, _) in weight_files._TRACKED.items() if start <= ptr < end]
+    assert len(mine) == 1
+    del model
+    import gc
+
+    gc.collect()
+    assert mine[0] not in weight_files._TRACKED  # the mapping went with its tensors, and its entry
+
+
+def test_without_write_tracking_the_page_test_proves_the_same(url, model_dir, lookups, monkeypatch):
+    monkeypatch.setattr(weight_files, "_HAVE", {"uffd": False})
+    monkeypatch.setattr(weight_files, "_UFFD", [])
+    monkeypatch.setattr(weight_files, "_TRACKED", {})
+    first = PionPromptCache(load(model_dir), url=url).fingerprint["weights"]
+    assert not weight_files._TRACKED
+    assert PionPromptCache(load(model_dir), url=url).fingerprint["weights"] == first and lookups[-1] == first
+    edited = load(model_dir)
+    edited.model.layers[0].self_attn.q_proj.weight.data[1, 1] *= 2
+    assert PionPromptCache(edited, url=url).fingerprint["weights"] == full_hash(edited) != first
+
+
+def test_one_byte_rewritten_outside_the_samples_with_size_and_mtime_put_back_is_another_identity(tmp_path):
+    """The sampled hash does not cover this byte, and size and mtime are as before: the ctime
+    (which no ``utime`` can put back) makes it another identity, so the next worker hashes in
+    full. Not detected: a change that also leaves the ctime as it was (writing the block device,
+    or the clock set back): that takes root."""
+    path = tmp_path / "w.bin"
+    path.write_bytes(os.urandom(4 << 20))
+    size = path.stat().st_size
+    step = (size - weight_files.SAMPLE_BYTES) // (weight_files.SAMPLES - 1)
+    where = weight_files.SAMPLE_BYTES + (step - weight_files.SAMPLE_BYTES) // 2  # between samples 0 and 1
+    assert weight_files.SAMPLE_BYTES < where < step
+    before = weight_files.file_identity(str(path))
+    st = path.stat()
+    with open(path, "r+b") as fh:
+        fh.seek(where)
+        old = fh.read(1)
+        fh.seek(where)
+        fh.write(bytes([old[0] ^ 0x40]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = weight_files.file_identity(str(path))
+    assert after["sample_xxh3"] == before["sample_xxh3"] and after["mtime_ns"] == before["mtime_ns"]
+    assert after["size"] == before["size"] and after["ino"] == before["ino"]
+    assert after["ctime_ns"] != before["ctime_ns"] and after != before
+
+
+def test_a_weight_rewritten_in_place_with_the_mtime_put_back_changes_the_next_fingerprint(url, model_dir, lookups):
+    before = PionPromptCache(load(model_dir), url=url).fingerprint["weights"]
+    path = model_dir / "model.safetensors"
+    with open(path, "rb") as fh:
+        (length,) = __import__("struct").unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(length))
+    at = 8 + length + header["model.layers.1.mlp.down_proj.weight"]["data_offsets"][0] + 4 * 7 + 1
+    st = path.stat()
+    with open(path, "r+b") as fh:  # in place: the same inode, size and (put back) mtime
+        fh.seek(at)
+        old = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([old[0] ^ 0x01]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    changed = load(model_dir)
+    pc = PionPromptCache(changed, url=url)
+    assert lookups[-1] is None and pc.fingerprint["weights"] == full_hash(changed) != before
+
+
+def test_a_forked_child_forgets_the_parents_write_tracking(model_dir):
+    """The child's mappings lose the registration and its inherited userfaultfd would act on the
+    parent's address space: the child starts without either (and proves by the page test)."""
+    model = load(model_dir)
+    if not weight_files._HAVE.get("uffd"):
+        pytest.skip("no asynchronous userfaultfd write-protect here")
+    ranges = _file_ranges(model)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        try:
+            answer = f"{len(weight_files._UFFD)} {len(weight_files._TRACKED)} {weight_files.untouched(ranges)}"
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            answer = repr(exc)
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    got = os.read(read, 200).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert got == "0 0 True"  # nothing inherited; the pages proven by the anonymous-page test
+    assert weight_files._TRACKED and weight_files._scan_written(ranges) is True  # the parent keeps its own

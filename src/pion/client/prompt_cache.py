@@ -224,7 +224,7 @@ class PionPromptCache:
         started = time.perf_counter()
         n = len(ids)
         try:
-            stream = StreamedFetch(self.client.redis, ns, n, self.adapter.layout, self.schema)
+            stream = StreamedFetch(self.client.redis, ns, n, self.adapter.layout, self.schema, spare=len(suffix))
         except PionError as exc:
             self._error("fetch", exc)
             return None

@@ -45,18 +45,24 @@ class StreamedFetch:
     ``finish()`` for the rest, and says whether every reply came from one registry entry.
     """
 
-    def __init__(self, redis_client, ns: str, n_tokens: int, layout, schema: dict) -> None:
+    def __init__(self, redis_client, ns: str, n_tokens: int, layout, schema: dict, spare: int = 0) -> None:
         self.n_layers = len(layout.attn)
         pk, pv = f"{ns}_pk", f"{ns}_pv"
         self.commands: list[Sequence] = [["KV.PREFIX.LOOKUP", ns], ["KV.PREFIX.GENERATION", ns],
                                          ["KV.PREFIX.MANIFEST", ns]]
-        #: the destinations, allocated before any row arrives (uninitialised: no zero-fill pass)
+        #: the destinations, allocated before any row arrives (uninitialised: no zero-fill pass),
+        #: each with room for ``spare`` more rows (the suffix's, written after the prefix's rows:
+        #: for a codec in the model's dtype the buffer then *is* the layer's tensor, no copy)
         self.buffers: list[tuple[np.ndarray, np.ndarray]] = []
+        self._full: list[tuple[np.ndarray, np.ndarray]] = []
         for layer in range(self.n_layers):
             self.commands += [["V.FETCH", pk, layer, "RANGE", 0, n_tokens, "FMT", "RAW"],
                               ["V.FETCH", pv, layer, "RANGE", 0, n_tokens, "FMT", "RAW"]]
-            self.buffers.append((np.empty(n_tokens * bytes_per_row(schema["k"][layer], layout.k_dims[layer]), np.uint8),
-                                 np.empty(n_tokens * bytes_per_row(schema["v"][layer], layout.v_dims[layer]), np.uint8)))
+            rows = (bytes_per_row(schema["k"][layer], layout.k_dims[layer]),
+                    bytes_per_row(schema["v"][layer], layout.v_dims[layer]))
+            k_full, v_full = (np.empty((n_tokens + spare) * row, np.uint8) for row in rows)
+            self._full.append((k_full, v_full))
+            self.buffers.append((k_full[:n_tokens * rows[0]], v_full[:n_tokens * rows[1]]) if spare else (k_full, v_full))
         self.commands.append(["KV.PREFIX.GENERATION", ns])
         self._replies: list = []
         self._ready = threading.Condition()
@@ -156,14 +162,15 @@ class StreamedFetch:
         return hit, generation, manifest
 
     def layer(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Layer ``index``'s K and V rows as received (``FMT RAW`` bytes), once both are in."""
+        """Layer ``index``'s K and V rows as received (``FMT RAW`` bytes), once both are in: the
+        whole buffers, the ``spare`` rows after them not written."""
         replies = self._wait(3 + 2 * index + 2)
         pair = replies[3 + 2 * index], replies[4 + 2 * index]
         expected = self.buffers[index]
         for got, want in zip(pair, expected, strict=True):
             if got is not want:  # an error or nil reply (dropped, evicted), or rows of another size
                 raise StreamBroken(f"layer {index}: {got if isinstance(got, PionError) else 'not the rows asked'}")
-        return pair
+        return self._full[index]
 
     def finish(self) -> bool:
         """Wait for every reply; did they all come from one entry, with every row there?"""

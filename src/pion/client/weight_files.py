@@ -11,6 +11,13 @@ are the file's at a known offset, and the file is the same as when another worke
 when its identity is unchanged: device, inode, size, ``mtime_ns`` and ``ctime_ns`` (which no
 write, truncation or ``utime`` leaves as it was) and a sampled content hash.
 
+Where the kernel has userfaultfd's asynchronous write-protect (Linux 6.7) the loader maps the
+files itself (``map_file``) and arms it (``track_writes``) before any tensor points at the
+mapping: from then on the kernel clears a page's write-protect bit on its first write, so
+"no page written since the mapping was made" is a page-table walk (``PAGEMAP_SCAN`` for a
+written page, ~0.3 ms for 540 MB) instead of a look at every page's ``struct page`` (~5-20 ms,
+the cache misses of 132,000 of them). Elsewhere the per-page anonymous test below runs.
+
 ``plan`` describes a model's tensors as ``("file", path, offset)`` where that proof holds and by
 a hash of their own bytes otherwise (small buffers, edited weights); ``lookup`` returns the
 digest a worker recorded for exactly that description and those unchanged files; ``record``
@@ -28,6 +35,7 @@ import hashlib
 import json
 import os
 import struct
+import weakref
 from dataclasses import dataclass, field
 
 from pion.client import worker_state
@@ -50,9 +58,36 @@ _VMA_SHARED = 0x08
 #: ``PAGEMAP_SCAN`` (Linux 6.7): the kernel finds the pages of given categories in a range
 _PM_SCAN = struct.Struct("<12Q")
 PAGEMAP_SCAN = _iowr(16, _PM_SCAN.size)
-_IS_FILE, _IS_PRESENT, _IS_SWAPPED = 1 << 2, 1 << 3, 1 << 4
-#: which of the two ioctls this kernel answers (None: not tried yet)
+_WP_ALLOWED, _IS_WRITTEN, _IS_FILE, _IS_PRESENT, _IS_SWAPPED = 1 << 0, 1 << 1, 1 << 2, 1 << 3, 1 << 4
+#: which of the ioctls this kernel answers (None: not tried yet)
 _HAVE: dict[str, bool] = {}
+#: userfaultfd: ``UFFD_USER_MODE_ONLY`` (allowed unprivileged), the API, register and write-protect
+_UFFD_USER_MODE_ONLY, _UFFD_API_VERSION, _UFFD_FEATURE_WP_ASYNC = 1, 0xAA, 1 << 15
+_UFFDIO_API = (3 << 30) | (24 << 16) | (0xAA << 8) | 0x3F
+_UFFDIO_REGISTER = (3 << 30) | (32 << 16) | (0xAA << 8) | 0x00
+_UFFDIO_WRITEPROTECT = (3 << 30) | (24 << 16) | (0xAA << 8) | 0x06
+_SYS_USERFAULTFD = {"x86_64": 323, "aarch64": 282}
+#: the process's one userfaultfd (never closed: a registration ends with its mapping)
+_UFFD: list[int] = []
+#: mappings armed by ``track_writes``: start -> (end, a weak reference to what owns the mapping)
+_TRACKED: dict[int, tuple[int, weakref.ref]] = {}
+
+
+def _after_fork_in_child() -> None:
+    """A forked child's mappings are not registered (no ``UFFD_FEATURE_EVENT_FORK``), and the
+    inherited userfaultfd acts on the *parent's* address space: forget both (a close here drops
+    only the child's reference; the parent's stays)."""
+    for fd in _UFFD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _UFFD.clear()
+    _TRACKED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass
@@ -122,6 +157,100 @@ def _mappings(low: int, high: int) -> list[tuple[int, int, int, int, str]]:
     return out
 
 
+def map_file(path: str):
+    """A private, writable mapping of the whole file (an ``mmap.mmap``: a tensor made over it with
+    ``torch.frombuffer`` keeps it alive); pass it to ``track_writes`` before exposing it."""
+    import mmap
+
+    with open(path, "rb") as fh:
+        return mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def _uffd() -> int | None:
+    """The process's userfaultfd with asynchronous write-protect, or None where there is none."""
+    import fcntl
+
+    if _UFFD:
+        return _UFFD[0]
+    if _HAVE.get("uffd") is False:
+        return None
+    number = _SYS_USERFAULTFD.get(os.uname().machine)
+    fd = -1
+    try:
+        if number is None:
+            raise OSError("no userfaultfd number for this machine")
+        fd = ctypes.CDLL(None, use_errno=True).syscall(number, os.O_CLOEXEC | os.O_NONBLOCK | _UFFD_USER_MODE_ONLY)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "userfaultfd")
+        api = bytearray(struct.pack("<3Q", _UFFD_API_VERSION, _UFFD_FEATURE_WP_ASYNC, 0))
+        fcntl.ioctl(fd, _UFFDIO_API, api, True)
+    except (OSError, AttributeError):
+        if fd >= 0:
+            os.close(fd)
+        _HAVE["uffd"] = False
+        return None
+    _HAVE["uffd"] = True
+    _UFFD.append(fd)
+    return fd
+
+
+def track_writes(address: int, size: int, owner) -> bool:
+    """Arm the kernel's write tracking over a fresh private mapping ``[address, address + size)``
+    that nothing has written yet (``map_file``'s, before any tensor points at it); ``owner`` is
+    what keeps the mapping alive (the ``mmap``). False where the kernel has no asynchronous
+    write-protect: then the per-page anonymous test proves the pages instead."""
+    import fcntl
+
+    fd = _uffd()
+    if fd is None or size <= 0 or address % PAGE:
+        return False
+    length = (size + PAGE - 1) // PAGE * PAGE
+    try:
+        fcntl.ioctl(fd, _UFFDIO_REGISTER, bytearray(struct.pack("<4Q", address, length, 1 << 1, 0)), True)
+        fcntl.ioctl(fd, _UFFDIO_WRITEPROTECT, bytearray(struct.pack("<3Q", address, length, 1)), True)
+    except OSError:
+        return False
+    def gone(ref: weakref.ref) -> None:  # the mapping is unmapped with its owner
+        if _TRACKED.get(address, (0, None))[1] is ref:
+            del _TRACKED[address]
+
+    _TRACKED[address] = (address + length, weakref.ref(owner, gone))
+    return True
+
+
+def _scan_written(ranges: list[tuple[int, int]]) -> bool:
+    """True when every range lies in a mapping ``track_writes`` armed and the kernel finds no page
+    in it written since (nor one outside a write-protected mapping); False means "not proven
+    this way" (the caller then asks the per-page test)."""
+    import fcntl
+
+    if not _TRACKED or not _HAVE.get("scan", True):
+        return False
+    starts = sorted(_TRACKED)
+    spans = _spans(ranges)
+    for first, last in spans:  # each merged span inside one armed mapping that still stands
+        at = bisect.bisect_right(starts, first * PAGE) - 1
+        if at < 0 or (last + 1) * PAGE > _TRACKED[starts[at]][0] or _TRACKED[starts[at]][1]() is None:
+            return False
+    region = ctypes.create_string_buffer(24)
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        for first, last in spans:
+            start, end = first * PAGE, (last + 1) * PAGE
+            # a page matches when its mapping is not write-protect tracked, or it was written
+            arg = bytearray(_PM_SCAN.pack(_PM_SCAN.size, 0, start, end, 0, ctypes.addressof(region), 1, 0,
+                                          _WP_ALLOWED, 0, _WP_ALLOWED | _IS_WRITTEN, _WP_ALLOWED | _IS_WRITTEN))
+            try:
+                found = fcntl.ioctl(fd, PAGEMAP_SCAN, arg, True)
+            except OSError:
+                return False
+            if found or _PM_SCAN.unpack(arg)[4] != end:
+                return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def _spans(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The ``(first page, last page)`` spans covering these ranges, neighbours merged (one read each)."""
     spans: list[list[int]] = []
@@ -141,7 +270,10 @@ def untouched(ranges: list[tuple[int, int]]) -> bool:
 
     Asked with ``PAGEMAP_SCAN`` where the kernel has it: it looks for a present non-file page or
     a swapped one in each span and copies nothing out (the pagemap read below copies 8 bytes a
-    page and tests them in numpy: 1 MB for a 540 MB model)."""
+    page and tests them in numpy: 1 MB for a 540 MB model). First, where the pages lie in
+    mappings ``track_writes`` armed, the kernel's write tracking answers (``_scan_written``)."""
+    if _scan_written(ranges):
+        return True
     scanned = _scan_untouched(ranges)
     return _read_untouched(ranges) if scanned is None else scanned
 
@@ -224,7 +356,7 @@ def plan(items: list[tuple[str, str, tuple, int, int]], own_hash, extra: object)
         at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
         where = maps[at] if nbytes and at >= 0 and ptr + nbytes <= maps[at][1] else None
         if where is None:
-            desc.append([name, dtype, list(shape), "own", own_hash(index)])
+            desc.append([name, dtype, shape, "own", own_hash(index)])
             continue
         start, _, offset, inode, path = where
         try:
@@ -234,7 +366,7 @@ def plan(items: list[tuple[str, str, tuple, int, int]], own_hash, extra: object)
         if st.st_ino != inode:  # the path now names another file than the one mapped
             return None
         files[path] = st
-        desc.append([name, dtype, list(shape), "file", path, offset + ptr - start, nbytes])
+        desc.append([name, dtype, shape, "file", path, offset + ptr - start, nbytes])
         ranges.append((ptr, nbytes))
     if not ranges:
         return None

@@ -61,8 +61,10 @@ class TransformersAdapter:
         model = self.model
         tensors, lora = named_tensors(self.torch, model)
         adapters = adapter_state(model, lora)
-        key = (tuple((name, id(t), t._version, str(t.device), t.data_ptr(), str(t.dtype), tuple(t.shape))
-                     for name, t in tensors), json.dumps(adapters, default=str))
+        # device, dtype and shape as torch's own objects (equal when equal): str() of each costs a
+        # next worker as much as its whole proof (pion.client.weight_files)
+        key = (tuple([(name, id(t), t._version, t.device, t.data_ptr(), t.dtype, t.shape) for name, t in tensors]),
+               json.dumps(adapters, default=str))
 
         def full() -> str:
             return digest(((name, str(t.dtype), tuple(t.shape), tensor_bytes(self.torch, t)) for name, t in tensors),
@@ -72,8 +74,9 @@ class TransformersAdapter:
             """Another worker's digest when the weights are provably its bytes (``pion.client.weight_files``)."""
             from pion.client import weight_files
 
-            items = [(name, str(t.dtype), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
-                     if t.device.type == "cpu" and t.is_contiguous() else (name, str(t.dtype), tuple(t.shape), 0, 0)
+            names: dict = {}  # str(dtype), once per dtype
+            items = [(name, names.get(t.dtype) or names.setdefault(t.dtype, str(t.dtype)), t.shape, *(
+                     (t.data_ptr(), t.nbytes) if t.device.type == "cpu" and t.is_contiguous() else (0, 0)))
                      for name, t in tensors]
             found = weight_files.plan(items, lambda i: digest([("", "", (), tensor_bytes(self.torch, tensors[i][1]))]),
                                       {"adapters": adapters, "runtime": self.runtime})
@@ -193,7 +196,7 @@ class TransformersAdapter:
         Until then each layer reports ``n_tokens`` as its length, so the model builds its
         positions and masks before any row is in. After its update a layer is a plain
         ``DynamicLayer`` (its class is put back): the cache is then the one ``build`` gives."""
-        from pion.client.rows import decode_rows, native_dtype
+        from pion.client.rows import bytes_per_row, decode_rows, native_dtype
 
         torch, cache = self.torch, self.new_cache()
         dtype = self._torch_dtype(self.layout.dtype)
@@ -201,11 +204,14 @@ class TransformersAdapter:
         names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
         def rows(raw: np.ndarray, codec: str, heads: int, dim: int):
-            if native_dtype(codec) is not None:  # a view of the received bytes
+            """Token-major ``(rows, heads, dim)``: a view of the received buffer (with its spare
+            rows) for the float codecs, the decoded prefix rows for the others."""
+            if native_dtype(codec) is not None:
                 flat = torch.from_numpy(raw).view(names[codec])
             else:
-                flat = torch.from_numpy(decode_rows(raw, codec, n_tokens, heads * dim))
-            return flat.view(n_tokens, heads, dim).permute(1, 0, 2).unsqueeze(0)
+                flat = torch.from_numpy(decode_rows(raw[:n_tokens * bytes_per_row(codec, heads * dim)], codec,
+                                                    n_tokens, heads * dim))
+            return flat.view(-1, heads, dim)
 
         for index, (slot, (heads, k_dim, v_dim)) in enumerate(zip(self.layout.attn, self.layout.heads, strict=True)):
             def pending(index=index, heads=heads, k_dim=k_dim, v_dim=v_dim):
@@ -284,11 +290,16 @@ def _streamed_layer(cu):
             device = key_states.device if key_states is not None else k_rows.device
             out = []
             for rows, new in ((k_rows, key_states), (v_rows, value_states)):
-                dest = torch.empty((1, rows.shape[1], n + extra, rows.shape[3]), dtype=self.pending_dtype, device=device)
-                dest[:, :, :n].copy_(rows)  # the one pass: transposed to heads-major, widened to the model dtype
+                # token-major (rows, heads, dim), seen heads-major: the layout the rows arrive in
+                if rows.dtype == self.pending_dtype and rows.device == device and rows.shape[0] >= n + extra:
+                    dest = rows[:n + extra]  # the received buffer itself: the prefix rows are not copied
+                else:  # one contiguous pass: widened to the model dtype (and moved to its device)
+                    dest = torch.empty((n + extra, rows.shape[1], rows.shape[2]), dtype=self.pending_dtype,
+                                       device=device)
+                    dest[:n].copy_(rows[:n])
                 if new is not None:
-                    dest[:, :, n:].copy_(new)
-                out.append(dest)
+                    dest[n:].copy_(new[0].transpose(0, 1))
+                out.append(dest.permute(1, 0, 2).unsqueeze(0))
             self.keys, self.values = out
             self.device, self.is_initialized = device, True
             self.pending = None
@@ -345,29 +356,47 @@ def named_tensors(torch, model) -> tuple[list, list | None]:
             or type(model).named_modules is not base.named_modules:
         return ([(f"p:{n}", t) for n, t in model.named_parameters()]
                 + [(f"b:{n}", t) for n, t in model.named_buffers()]), None
-    params, buffers, lora = [], [], []
-    seen_p: set = set()
+    params: list = []
+    buffers: list = []
+    lora: list = []
+    seen_p: set = set()  # by id: a tensor's __hash__ is a Python call, ids are unique while the lists hold them
     seen_b: set = set()
-    for prefix, module in model.named_modules():
+    seen_m: set = set()
+    lora_types: dict = {}
+
+    def walk(module, prefix: str) -> None:
+        """``named_modules()``'s pre-order walk (each module once), without its nested generators."""
+        if id(module) in seen_m:
+            return
+        seen_m.add(id(module))
         dot = prefix + "." if prefix else ""
         for name, t in module._parameters.items():
-            if t is not None and t not in seen_p:
-                seen_p.add(t)
+            if t is not None and id(t) not in seen_p:
+                seen_p.add(id(t))
                 params.append((f"p:{dot}{name}", t))
         for name, t in module._buffers.items():
-            if t is not None and t not in seen_b:
-                seen_b.add(t)
+            if t is not None and id(t) not in seen_b:
+                seen_b.add(id(t))
                 buffers.append((f"b:{dot}{name}", t))
-        if _has_lora(module):
+        kind = type(module)
+        on_class = lora_types.get(kind)
+        if on_class is None:
+            on_class = lora_types[kind] = hasattr(kind, "lora_A")
+        if on_class or _has_lora(module, check_class=False):
             lora.append((prefix, module))
+        for name, child in module._modules.items():
+            if child is not None:
+                walk(child, dot + name)
+
+    walk(model, "")
     return params + buffers, lora
 
 
-def _has_lora(module) -> bool:
+def _has_lora(module, check_class: bool = True) -> bool:
     """``hasattr(module, "lora_A")`` without ``nn.Module.__getattr__``'s raised AttributeError
     for every module that has none (the same places: instance, class, parameters, buffers, modules)."""
     return ("lora_A" in module.__dict__ or "lora_A" in module._modules or "lora_A" in module._parameters
-            or "lora_A" in module._buffers or hasattr(type(module), "lora_A"))
+            or "lora_A" in module._buffers or (check_class and hasattr(type(module), "lora_A")))
 
 
 def adapter_state(model, lora: list | None = None) -> list:
@@ -449,12 +478,16 @@ def map_weights(model, directory) -> int:
     dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
     named = dict(model.named_parameters(remove_duplicate=False))
     named.update(dict(model.named_buffers(remove_duplicate=False)))
+    from pion.client import weight_files
+
     mapped = 0
     for path in sorted(Path(directory).glob("*.safetensors")):
         with open(path, "rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(length))
-        storage = torch.UntypedStorage.from_file(str(path), False, path.stat().st_size)
+        mapping = weight_files.map_file(str(path))
+        storage = torch.frombuffer(mapping, dtype=torch.uint8).untyped_storage()
+        matches = []
         for name, info in header.items():
             tensor, dtype = named.get(name), dtypes.get(info.get("dtype", "")) if isinstance(info, dict) else None
             if tensor is None or dtype is None or tensor.dtype != dtype or list(tensor.shape) != info["shape"]:
@@ -465,8 +498,13 @@ def map_weights(model, directory) -> int:
             view = torch.empty(0, dtype=dtype).set_(storage, start // tensor.element_size(), tuple(info["shape"]))
             with torch.no_grad():
                 if torch.equal(tensor, view):
-                    tensor.data = view
-                    mapped += 1
+                    matches.append((tensor, view))
+        # the kernel tracks writes from here on, before any tensor can write to the mapping
+        weight_files.track_writes(storage.data_ptr(), storage.nbytes(), mapping)
+        for tensor, view in matches:
+            tensor.data = view
+        mapped += len(matches)
+        del storage, mapping  # the views keep the mapping alive, and it goes with them
     return mapped
 
 
