@@ -226,7 +226,7 @@ def keyword_ranking(index: Any, text: str, allowed: np.ndarray | None, limit: in
     from pion.vector import scoring
     from pion.vector import text as text_mod
 
-    words = [w for w in dict.fromkeys(_WORD.findall(text.lower())) if len(w) > 1][:64]
+    words = [w for w in dict.fromkeys(_WORD.findall(text.casefold())) if len(w) > 1][:64]
     if not words or limit <= 0:
         return []
     definition = index.definition
@@ -238,7 +238,7 @@ def keyword_ranking(index: Any, text: str, allowed: np.ndarray | None, limit: in
     size = index.next_doc
     scores = np.zeros(size, dtype=np.float64)
     hit = np.zeros(size, dtype=bool)
-    k1, b = 1.2, 0.75
+    k1, b = 1.2, scoring.BM25STD_B
     for word in words:
         if word in stopwords:
             continue

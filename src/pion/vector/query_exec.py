@@ -525,7 +525,7 @@ def _tag(node: Node, ctx: ExecContext) -> Hits:
     tags = ctx.index.tags[spec.name]
     out: set[int] = set()
     for kind, raw in node.value:
-        value = raw if spec.case_sensitive else raw.lower()
+        value = raw if spec.case_sensitive else text.fold(raw)
         if kind == "exact":
             value = value.strip()
             out |= tags.values.get(value, set())

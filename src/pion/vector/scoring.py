@@ -15,6 +15,9 @@ from pion.protocol.errors import ReplyError
 SCORERS = ("BM25STD", "BM25", "TFIDF", "TFIDF.DOCNORM", "DISMAX", "DOCSCORE", "BM25STD.TANH", "HAMMING")
 DEFAULT = "BM25STD"
 TANH_FACTOR = 4.0
+#: BM25STD's length normalisation b (k1 is 1.2): RediSearch's is 0.5, in 2.10 and in Redis 8
+#: (its EXPLAINSCORE prints ``1 - b 0.5 + b 0.5 * Doc Len``), not the textbook 0.75
+BM25STD_B = 0.5
 
 
 def check(name: str) -> str:
@@ -41,7 +44,7 @@ def idf_bm25(total_docs: int, term_docs: int) -> float:
 def term_score(scorer: str, freq: float, weight: float, total_docs: int, term_docs: int,
                doc_len: int, avg_len: float) -> float:
     if scorer == "BM25STD" or scorer == "BM25STD.TANH":
-        k1, b = 1.2, 0.75
+        k1, b = 1.2, BM25STD_B
         norm = doc_len / avg_len if avg_len else 0.0
         return weight * idf_bm25(total_docs, term_docs) * freq * (k1 + 1) / (freq + k1 * (1.0 - b + b * norm))
     if scorer == "BM25":
@@ -85,7 +88,7 @@ def wildcard_score(scorer: str, doc_score: float, doc_len: int, avg_len: float, 
     """The score of a document matched by ``*`` (RediSearch's virtual result: weight 1, freq 1)."""
     if scorer in ("BM25STD", "BM25STD.TANH"):
         norm = doc_len / avg_len if avg_len else 0.0
-        raw = 2.2 / (1.0 + 1.2 * (0.25 + 0.75 * norm))  # (k1 + 1) / (1 + k1 (1 - b + b len/avg)), idf 1
+        raw = 2.2 / (1.0 + 1.2 * (1.0 - BM25STD_B + BM25STD_B * norm))  # (k1 + 1) / (1 + k1 (1 - b + b len/avg)), idf 1
         return finish(scorer, raw, doc_score, max_freq, doc_len)
     if scorer == "BM25":
         return finish(scorer, 1.0 / (1.0 + 1.2 * (0.5 + 0.5 * avg_len)), doc_score, max_freq, doc_len)
