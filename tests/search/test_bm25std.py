@@ -40,3 +40,38 @@ def test_bm25std_scores_as_redisearch(corpus, index, query, expected):
     reply = corpus.execute_command("FT.SEARCH", index, query, "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD",
                                    "DIALECT", "2")
     assert _scores(reply) == expected
+
+
+@pytest.fixture
+def expansions(rr):
+    rr.execute_command("FT.CREATE", "x", "ON", "HASH", "PREFIX", "1", "x:", "SCHEMA", "t", "TEXT")
+    rr.execute_command("FT.SYNUPDATE", "x", "g1", "dog", "hound")
+    for i, text in enumerate(["foxes in the wood", "fox dog", "the dog", "lazy hound", "lazies dog", "running dogs"]):
+        rr.hset(f"x:{i}", "t", text)
+    return rr
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("-fox", ["x:0", "x:2", "x:3", "x:4", "x:5"]),  # x:0 has only the stem +fox: not excluded
+    ("dog -run", ["x:1", "x:2", "x:3", "x:4", "x:5"]),  # running: stem +run, not excluded
+    ("fox -hound", ["x:0", "x:1"]),  # the synonym group of hound (dog) is not excluded
+    ("-(fox|lazy)", ["x:0", "x:2", "x:4", "x:5"]),
+])
+def test_negated_words_are_not_expanded(expansions, query, expected):
+    """RediSearch's query expander walks unions and non-exact phrases only: under NOT (and under
+    OPTIONAL) a word reads itself, without its stem, synonyms or sound (as Redis Stack answers)."""
+    reply = expansions.execute_command("FT.SEARCH", "x", query, "NOCONTENT", "DIALECT", "2")
+    assert sorted(doc for doc, _ in _scores_of_ids(reply)) == expected
+
+
+def test_optional_word_scores_without_its_stem(expansions):
+    reply = expansions.execute_command("FT.SEARCH", "x", "dog ~lazy", "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD",
+                                       "DIALECT", "2")
+    scores = dict(_scores(reply))
+    assert scores["x:3"] == 1.9343 and scores["x:4"] == 1.1075  # lazies (stem +lazi) adds nothing
+
+
+def _scores_of_ids(reply) -> list[tuple[str, None]]:
+    if isinstance(reply, dict):
+        return [(item[b"id"].decode(), None) for item in reply[b"results"]]
+    return [(x.decode(), None) for x in reply[1:] if isinstance(x, bytes)]
