@@ -15,9 +15,10 @@ from pion.protocol.errors import ReplyError
 SCORERS = ("BM25STD", "BM25", "TFIDF", "TFIDF.DOCNORM", "DISMAX", "DOCSCORE", "BM25STD.TANH", "HAMMING")
 DEFAULT = "BM25STD"
 TANH_FACTOR = 4.0
-#: BM25STD's length normalisation b (k1 is 1.2): RediSearch's is 0.5, in 2.10 and in Redis 8
-#: (its EXPLAINSCORE prints ``1 - b 0.5 + b 0.5 * Doc Len``), not the textbook 0.75
-BM25STD_B = 0.5
+#: BM25STD's length normalisation b (k1 is 1.2): Redis 8's Query Engine uses 0.75 (its
+#: EXPLAINSCORE prints ``1 - b 0.75 + b 0.75 * Doc Len``); RediSearch 2.10 (Redis Stack 7.4) used
+#: 0.5, so its BM25STD scores differ from Pion's (docs/compat-differences.md)
+BM25STD_B = 0.75
 
 
 def check(name: str) -> str:
