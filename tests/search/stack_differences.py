@@ -43,7 +43,18 @@ _JSON_PARSE = ("JSON.SET with malformed JSON: Pion's parser is Python's, its mes
 _JSONPATH_ERRORS = ("JSONPath syntax errors: RedisJSON quotes the path with a `<<<<----` marker and lists the "
                     "expected tokens; Pion names the position and what it expected")
 
+_CASE_FOLDING = ("TEXT terms and TAG values are Unicode case-folded as in Redis 8's Query Engine (`ÉCOLE` is "
+                 "`école`, `straße` is `strasse`, a final `ς` is `σ`); RediSearch 2.10.5 lower-cases ASCII only")
+_BM25STD_B = ("SCORER BM25STD: Redis 8's length normalisation b is 0.75, RediSearch 2.10.5's 0.5 (with b 0.5 "
+              "Pion's formula gives Redis Stack's scores, tests/search/test_bm25std.py)")
+
 DIFFERENCES: list[Difference] = [
+    *[Difference("folding_and_bm25std", ("FT.SEARCH", "cf", q, "NOCONTENT", "DIALECT", "2"), BOTH, "intentional",
+                 _CASE_FOLDING, whole=True)
+      for q in ("@t:ÉCOLE", "@t:école", "@t:straße", "@t:STRASSE", "@t:ПРИВЕТ", "@t:νεανίας", "@g:{ÉCOLE}",
+                "@g:{grüßen}")],
+    *[Difference("folding_and_bm25std", ("FT.SEARCH", "cf", q, "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD"),
+                 BOTH, "intentional", _BM25STD_B, whole=True) for q in ("fox", "quick fox")],
     Difference("highlight_json", ("FT.SEARCH", "j", "dog", "HIGHLIGHT", "FIELDS", "1", "title"), BOTH, "intentional",
                "HIGHLIGHT/SUMMARIZE FIELDS on a JSON index: RediSearch 2.10 answers `No such property` for every "
                "attribute (it looks the name up as a JSON path); Pion highlights the attribute, as on a hash"),
