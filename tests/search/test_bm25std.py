@@ -70,28 +70,25 @@ def expansions(rr):
 
 
 @pytest.mark.parametrize("query, expected", [
-    ("-fox", ["x:0", "x:2", "x:3", "x:4", "x:5"]),  # x:0 has only the stem +fox: not excluded
-    ("dog -run", ["x:1", "x:2", "x:3", "x:4", "x:5"]),  # running: stem +run, not excluded
-    ("fox -hound", ["x:0", "x:1"]),  # the synonym group of hound (dog) is not excluded
-    ("-(fox|lazy)", ["x:0", "x:2", "x:4", "x:5"]),
+    ("-fox", ["x:2", "x:3", "x:4", "x:5"]),  # x:0 "foxes" (stem +fox) is excluded too
+    ("dog -run", ["x:1", "x:2", "x:3", "x:4"]),  # "running dogs" (stem +run) is excluded
+    ("fox -hound", ["x:0"]),  # hound's synonym group (dog) is excluded
+    ("-(fox|lazy)", ["x:2", "x:5"]),
 ])
-def test_negated_words_are_not_expanded(expansions, query, expected):
-    """RediSearch's query expander walks unions and non-exact phrases only: under NOT (and under
-    OPTIONAL) a word reads itself, without its stem, synonyms or sound (as Redis Stack answers)."""
+def test_negated_words_are_expanded(expansions, query, expected):
+    """Redis 8's query expander walks every node but tags, exact phrases and verbatim ones, so a
+    word under NOT (or OPTIONAL) reads its stem and synonyms too. RediSearch 2.10 walked only
+    unions and phrases (Redis Stack keeps "foxes" for `-fox`: docs/compat-differences.md)."""
     reply = expansions.execute_command("FT.SEARCH", "x", query, "NOCONTENT", "DIALECT", "2")
-    assert sorted(doc for doc, _ in _scores_of_ids(reply)) == expected
+    ids = [item[b"id"].decode() for item in reply[b"results"]] if isinstance(reply, dict) else \
+        [x.decode() for x in reply[1:] if isinstance(x, bytes)]
+    assert sorted(ids) == expected
 
 
-def test_optional_word_scores_without_its_stem(expansions):
+def test_optional_word_scores_with_its_stem(expansions):
     def scores(query):
         return dict(_scores(expansions.execute_command("FT.SEARCH", "x", query, "WITHSCORES", "NOCONTENT",
                                                        "SCORER", "BM25STD", "DIALECT", "2")))
     alone, with_optional = scores("dog"), scores("dog ~lazy")
-    assert with_optional["x:4"] == alone["x:4"]  # "lazies dog": lazy's stem +lazi is not read
-    assert with_optional["x:3"] > alone["x:3"]  # "lazy hound": the word itself adds its score
-
-
-def _scores_of_ids(reply) -> list[tuple[str, None]]:
-    if isinstance(reply, dict):
-        return [(item[b"id"].decode(), None) for item in reply[b"results"]]
-    return [(x.decode(), None) for x in reply[1:] if isinstance(x, bytes)]
+    assert with_optional["x:4"] > alone["x:4"]  # "lazies dog": lazy's stem +lazi adds its score
+    assert with_optional["x:2"] == alone["x:2"]  # "the dog": nothing optional matches

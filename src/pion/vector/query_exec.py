@@ -50,9 +50,6 @@ class ExecContext:
     #: the query's time budget (TIMEOUT): every loop below ticks it, past it ``QueryTimeout``
     budget: Budget = UNLIMITED
     slops: dict[int, int] = field(default_factory=dict)  # TFIDF's distance penalty per document, where not 1
-    #: inside a NOT or an OPTIONAL node: RediSearch's query expander walks only unions and non-exact
-    #: phrases, so a negated or optional word reads itself, without stem, synonyms or sound
-    unexpanded: bool = False
 
 
 def evaluate(node: Node, ctx: ExecContext) -> Hits:
@@ -195,11 +192,11 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
                 out[doc] = out.get(doc, 0.0) + score * weight
         return out if seen else None
     if kind == "not":
-        inner = _eval_unexpanded(node.children[0], ctx, fields) or {}
+        inner = _eval(node.children[0], ctx, fields) or {}
         ctx.budget.tick(len(ctx.index.docs) >> 3)
         return {doc: 0.0 for doc in ctx.index.docs if doc not in inner}
     if kind == "opt":
-        inner = _eval_unexpanded(node.children[0], ctx, fields) or {}
+        inner = _eval(node.children[0], ctx, fields) or {}
         ctx.budget.tick(len(ctx.index.docs) >> 3)
         return {doc: inner.get(doc, 0.0) * weight for doc in ctx.index.docs}
     if kind == "term":
@@ -224,14 +221,6 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
     if kind == "vrange":
         return _vector_range(node, ctx)
     raise ReplyError(f"Unsupported query node {kind}")
-
-
-def _eval_unexpanded(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
-    saved, ctx.unexpanded = ctx.unexpanded, True
-    try:
-        return _eval(node, ctx, fields)
-    finally:
-        ctx.unexpanded = saved
 
 
 def _restrict(ctx: ExecContext, names: list[str] | None, node: Node) -> list[str]:
@@ -266,7 +255,7 @@ def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) 
             if extra:
                 base = {doc: score + extra for doc, score in base.items()}
     for child in optional:
-        inner = _eval_unexpanded(child.children[0], ctx, fields) or {}
+        inner = _eval(child.children[0], ctx, fields) or {}
         w = float(child.attrs.get("weight", 1.0))
         for doc in base:
             if doc in inner:
@@ -325,7 +314,6 @@ def posting_names(ctx: ExecContext, word: str, expand: bool, fields: list[str] |
     names = []
     if word in postings:
         names.append(word)
-    expand = expand and not ctx.unexpanded
     if expand and not ctx.verbatim:
         for group in ctx.index.synonyms.get(word, ()):
             if SYNONYM_PREFIX + group in postings:
