@@ -92,3 +92,24 @@ def test_optional_word_scores_with_its_stem(expansions):
     alone, with_optional = scores("dog"), scores("dog ~lazy")
     assert with_optional["x:4"] > alone["x:4"]  # "lazies dog": lazy's stem +lazi adds its score
     assert with_optional["x:2"] == alone["x:2"]  # "the dog": nothing optional matches
+
+
+def test_bm25std_norm_divides_by_the_best_score(corpus):
+    """BM25STD.NORM (Redis 8.4): each score over the largest of the matches (RediSearch's EXPLAINSCORE:
+    ``Final BM25STD.NORM: 1.00 = Original Score: 0.54 / Max Score: 0.54``), in FT.SEARCH and
+    FT.AGGREGATE ADDSCORES alike; LIMIT pages after the normalisation."""
+    raw = _formula("fox|dog", 0.75)
+    top = raw[0][1]
+    expected = [(doc, round(score / top, 4)) for doc, score in raw]
+    reply = corpus.execute_command("FT.SEARCH", "a", "fox|dog", "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD.NORM",
+                                   "DIALECT", "2")
+    assert [(d, round(s, 2)) for d, s in _scores(reply)] == [(d, round(s, 2)) for d, s in expected]
+    assert _scores(reply)[0][1] == 1.0
+    paged = corpus.execute_command("FT.SEARCH", "a", "fox|dog", "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD.NORM",
+                                   "LIMIT", "2", "2", "DIALECT", "2")
+    assert [d for d, _ in _scores(paged)] == [d for d, _ in expected[2:4]]
+    agg = corpus.execute_command("FT.AGGREGATE", "a", "fox|dog", "ADDSCORES", "SCORER", "BM25STD.NORM",
+                                 "SORTBY", "2", "@__score", "DESC", "DIALECT", "2")
+    rows = agg[b"results"] if isinstance(agg, dict) else agg[1:]
+    first = rows[0][b"extra_attributes"] if isinstance(rows[0], dict) else dict(zip(rows[0][::2], rows[0][1::2], strict=True))
+    assert float(first[b"__score"]) == 1.0

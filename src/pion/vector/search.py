@@ -372,6 +372,7 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
         _scores(plan_, hits, scored)
     except QueryTimeout as exc:
         plan_.cut_short(exc)  # RETURN: the documents scored so far
+    scoring.normalise(req.scorer, scored)
     total = len(scored)
     rows = [Row(doc, docs[doc], score, extras.get(doc, {})) for doc, score in scored.items()]
     if req.sortby is not None:
