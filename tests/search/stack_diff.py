@@ -315,6 +315,8 @@ def _folding_cases(add) -> None:
     add("folding_and_bm25std",
         *[S("FT.SEARCH", "cf", q, "NOCONTENT", "DIALECT", "2", norm="docs") for q in FOLDED_QUERIES],
         S("FT.SEARCH", "cf", "@t:fox", "NOCONTENT", "DIALECT", "2", norm="docs"),
+        S("FT.SEARCH", "cf", "running", "NOCONTENT", "DIALECT", "2", norm="docs"),  # the bare stem run too
+        S("FT.SEARCH", "cf", "running", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF", norm="scores"),
         S("FT.SEARCH", "cf", "-fox", "NOCONTENT", "DIALECT", "2", norm="docs"),  # Redis 8 excludes the stem +fox too
         S("FT.SEARCH", "cf", "quick ~foxes", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF", norm="scores"),
         *[S("FT.SEARCH", "cf", q, "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD", norm="scores")

@@ -113,3 +113,17 @@ def test_bm25std_norm_divides_by_the_best_score(corpus):
     rows = agg[b"results"] if isinstance(agg, dict) else agg[1:]
     first = rows[0][b"extra_attributes"] if isinstance(rows[0], dict) else dict(zip(rows[0][::2], rows[0][1::2], strict=True))
     assert float(first[b"__score"]) == 1.0
+
+
+def test_a_word_expands_to_its_bare_stem(rr):
+    """RediSearch's stemmer expander adds the stem itself beside ``+stem`` when they differ: the
+    query ``running`` (stem ``run``) finds a document holding only ``run``, as on Redis Stack."""
+    rr.execute_command("FT.CREATE", "s", "ON", "HASH", "PREFIX", "1", "s:", "SCHEMA", "t", "TEXT")
+    for i, text in enumerate(["run", "runs", "running", "walk"]):
+        rr.hset(f"s:{i}", "t", text)
+    reply = rr.execute_command("FT.SEARCH", "s", "running", "NOCONTENT", "DIALECT", "2")
+    ids = [item[b"id"] for item in reply[b"results"]] if isinstance(reply, dict) else reply[1:]
+    assert sorted(ids) == [b"s:0", b"s:1", b"s:2"]
+    verbatim = rr.execute_command("FT.SEARCH", "s", "running", "NOCONTENT", "VERBATIM", "DIALECT", "2")
+    ids = [item[b"id"] for item in verbatim[b"results"]] if isinstance(verbatim, dict) else verbatim[1:]
+    assert ids == [b"s:2"]
