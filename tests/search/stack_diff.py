@@ -325,7 +325,31 @@ def cases() -> list[Case]:
     out += stack_diff_explain.cases(S, setup, Case)
     _geoshape_cases(add)
     _chinese_cases(add)
+    _folding_cases(add)
     return out
+
+
+#: non-ASCII words Redis 8 case-folds and RediSearch 2.10.5 keeps (it lower-cases ASCII only)
+FOLDED_QUERIES = ("@t:ÉCOLE", "@t:école", "@t:straße", "@t:STRASSE", "@t:ПРИВЕТ", "@t:νεανίας", "@g:{ÉCOLE}",
+                  "@g:{grüßen}")
+#: queries Redis 8 scores with BM25STD's b 0.75 where RediSearch 2.10.5 has 0.5
+BM25STD_QUERIES = ("fox", "quick fox")
+
+
+def _folding_cases(add) -> None:
+    docs = ["École", "école", "Straße", "STRASSE", "ПРИВЕТ", "привет", "ΝΕΑΝΊΑΣ", "νεανίας", "GRÜẞEN",
+            "the quick brown fox", "quick quick fox", "foxes run", "fox"]
+    data = [setup("FT.CREATE", "cf", "ON", "HASH", "PREFIX", "1", "cf:", "SCHEMA", "t", "TEXT", "g", "TAG")]
+    data += [setup("HSET", f"cf:{i}", "t", word, "g", word) for i, word in enumerate(docs)]
+    add("folding_and_bm25std",
+        *[S("FT.SEARCH", "cf", q, "NOCONTENT", "DIALECT", "2", norm="docs") for q in FOLDED_QUERIES],
+        S("FT.SEARCH", "cf", "@t:fox", "NOCONTENT", "DIALECT", "2", norm="docs"),
+        S("FT.SEARCH", "cf", "running", "NOCONTENT", "DIALECT", "2", norm="docs"),  # the bare stem run too
+        S("FT.SEARCH", "cf", "running", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF", norm="scores"),
+        S("FT.SEARCH", "cf", "-fox", "NOCONTENT", "DIALECT", "2", norm="docs"),  # Redis 8 excludes the stem +fox too
+        S("FT.SEARCH", "cf", "quick ~foxes", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF", norm="scores"),
+        *[S("FT.SEARCH", "cf", q, "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD", norm="scores")
+          for q in BM25STD_QUERIES], data=data)
 
 
 #: WKT texts as RediSearch's reader meets them: valid, unclosed rings, holes, and what it refuses

@@ -50,9 +50,26 @@ _EXPLAIN_BM25 = ("EXPLAINSCORE under BM25 and BM25STD: Redis 8 words a term's li
                  "1.00 * IDF 2.00 * F 2 / ...`) and BM25STD's with b 0.75, the b it scores with; RediSearch 2.10 leaves "
                  "the weight out and prints b 0.5")
 
+_CASE_FOLDING = ("TEXT terms and TAG values are Unicode case-folded as in Redis 8's Query Engine (`ÉCOLE` is "
+                 "`école`, `straße` is `strasse`, a final `ς` is `σ`); RediSearch 2.10.5 lower-cases ASCII only")
+_BM25STD_B = ("SCORER BM25STD: Redis 8's length normalisation b is 0.75, RediSearch 2.10.5's 0.5 (with b 0.5 "
+              "Pion's formula gives Redis Stack's scores, tests/search/test_bm25std.py)")
+
 DIFFERENCES: list[Difference] = [
     *[Difference("explainscore", ("FT.SEARCH", "idx", q, "WITHSCORES", "EXPLAINSCORE", "NOCONTENT", "SCORER", s), BOTH,
                  "intentional", _EXPLAIN_BM25, whole=True) for q, s in (("red apple", "BM25"), ("red", "BM25STD"))],
+    *[Difference("folding_and_bm25std", ("FT.SEARCH", "cf", q, "NOCONTENT", "DIALECT", "2"), BOTH, "intentional",
+                 _CASE_FOLDING, whole=True)
+      for q in ("@t:ÉCOLE", "@t:école", "@t:straße", "@t:STRASSE", "@t:ПРИВЕТ", "@t:νεανίας", "@g:{ÉCOLE}",
+                "@g:{grüßen}")],
+    *[Difference("folding_and_bm25std", args, BOTH, "intentional",
+                 "a word under NOT or OPTIONAL is expanded (stem, synonyms) as Redis 8's expander walks every node; "
+                 "RediSearch 2.10's walked only unions and phrases, so `-fox` kept `foxes run` (stem +fox) and "
+                 "`~foxes` scored only the word", whole=True)
+      for args in (("FT.SEARCH", "cf", "-fox", "NOCONTENT", "DIALECT", "2"),
+                   ("FT.SEARCH", "cf", "quick ~foxes", "WITHSCORES", "NOCONTENT", "SCORER", "TFIDF"))],
+    *[Difference("folding_and_bm25std", ("FT.SEARCH", "cf", q, "WITHSCORES", "NOCONTENT", "SCORER", "BM25STD"),
+                 BOTH, "intentional", _BM25STD_B, whole=True) for q in ("fox", "quick fox")],
     Difference("highlight_json", ("FT.SEARCH", "j", "dog", "HIGHLIGHT", "FIELDS", "1", "title"), BOTH, "intentional",
                "HIGHLIGHT/SUMMARIZE FIELDS on a JSON index: RediSearch 2.10 answers `No such property` for every "
                "attribute (it looks the name up as a JSON path); Pion highlights the attribute, as on a hash"),

@@ -23,7 +23,7 @@ class _Db:
 
 
 def _engine_ranking(index, text: str, allowed, limit: int) -> list[int]:
-    words = [w for w in dict.fromkeys(memory._WORD.findall(text.lower())) if len(w) > 1][:64]
+    words = [w for w in dict.fromkeys(memory._WORD.findall(text.casefold())) if len(w) > 1][:64]
     req = search.SearchRequest(query="@content:(" + "|".join(words) + ")", dialect=2, limit=1_000_000)
     _, rows = search.finish(search.plan(index, req), None)
     keep = None if allowed is None else set(allowed.tolist())

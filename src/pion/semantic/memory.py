@@ -218,15 +218,15 @@ def filter_docs(index: Any, query: RecallQuery) -> np.ndarray | None:
 def keyword_ranking(index: Any, text: str, allowed: np.ndarray | None, limit: int) -> list[int]:
     """Doc ids by BM25 over ``content`` for the words of ``text`` (any of them), best first.
 
-    The ranking FT.SEARCH gives ``@content:(w1|w2|...)`` under BM25STD (each word's own postings
-    and its stem's, the union summing them, ties by doc id), computed here with numpy over the
-    postings and restricted to ``allowed`` before ranking: the query engine scored and sorted
+    The ranking FT.SEARCH gives ``@content:(w1|w2|...)`` under BM25STD (each word's own postings,
+    its ``+stem``'s and its bare stem's, the union summing them, ties by doc id), computed here
+    with numpy over the postings and restricted to ``allowed`` before ranking: the query engine scored and sorted
     every matching document in Python and only then filtered (600 ms at 10,000 memories sharing
     a word)."""
     from pion.vector import scoring
     from pion.vector import text as text_mod
 
-    words = [w for w in dict.fromkeys(_WORD.findall(text.lower())) if len(w) > 1][:64]
+    words = [w for w in dict.fromkeys(_WORD.findall(text.casefold())) if len(w) > 1][:64]
     if not words or limit <= 0:
         return []
     definition = index.definition
@@ -245,6 +245,8 @@ def keyword_ranking(index: Any, text: str, allowed: np.ndarray | None, limit: in
         lists = [postings.get(word)]
         root = text_mod.stem(word, definition.language)
         lists.append(postings.get(text_mod.STEM_PREFIX + (root or word)))
+        if root and root != word:  # the bare stem too, as the query engine expands a word
+            lists.append(postings.get(root))
         for plist in lists:
             if not plist:
                 continue

@@ -20,6 +20,7 @@ from pion.storage.json_path import JsonPathError, Path
 from pion.storage.json_value import JsonValue, dumps
 from pion.vector import geoshape
 from pion.vector.schema import FieldSpec, IndexDefinition
+from pion.vector.text import fold
 
 try:  # bfloat16 blobs (BFLOAT16 vector fields)
     from ml_dtypes import bfloat16 as _BF16
@@ -151,7 +152,7 @@ def split_tags(spec: FieldSpec, textual: str) -> list[str]:
         tag = part.strip()
         if not tag and not spec.index_empty:
             continue
-        tags.append(tag if spec.case_sensitive else tag.lower())
+        tags.append(tag if spec.case_sensitive else fold(tag))
     return tags
 
 
@@ -231,7 +232,7 @@ def _add_json_values(doc: Doc, spec: FieldSpec, found: list[Any]) -> None:
             elif not isinstance(v, str):
                 raise IndexingFailure(f"Invalid JSON type: TAG field {spec.identifier} expects a string")
             tags.extend(split_tags(spec, v) if len(values) == 1 and spec.separator in v else
-                        [v.strip() if spec.case_sensitive else v.strip().lower()])
+                        [v.strip() if spec.case_sensitive else fold(v.strip())])
         doc.tags[name] = tags
         if spec.sortable:
             doc.sortables[name] = tags[0] if tags else ""

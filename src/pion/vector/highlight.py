@@ -216,7 +216,7 @@ def tokens(raw: bytes, stopwords: frozenset[str]):
     """(byte start, byte end up to the next separator, lower-cased token) of each indexed token."""
     if b"\\" not in raw:  # no escapes: a token is a run of non-separators (the common case, by regex)
         for match in _WORD.finditer(raw):
-            word = match.group().decode("utf-8", "replace").lower()
+            word = text.fold(match.group().decode("utf-8", "replace"))
             if word not in stopwords:
                 yield match.start(), match.end(), word
         return
@@ -239,7 +239,7 @@ def tokens(raw: bytes, stopwords: frozenset[str]):
         end = start
         while end < n and raw[end] not in _SEPS:
             end += 1
-        word = chars.decode("utf-8", "replace").lower()
+        word = text.fold(chars.decode("utf-8", "replace"))
         if word in stopwords:
             continue
         yield start, end, word
@@ -261,8 +261,8 @@ def chinese_tokens(raw: bytes, stopwords: frozenset[str]):
     for piece in pieces:
         encoded = piece.encode("utf-8", "surrogateescape")
         if chinese.has_cjk(piece):
-            if piece.lower() not in stopwords:
-                yield offset, offset + len(encoded), piece.lower()
+            if text.fold(piece) not in stopwords:
+                yield offset, offset + len(encoded), text.fold(piece)
         elif not piece.isspace():
             for start, end, word in tokens(encoded, stopwords):
                 yield offset + start, offset + end, word

@@ -17,7 +17,7 @@ from pion.vector.documents import IndexingFailure
 from pion.vector.fields import GeoIndex, NumericIndex, TagIndex, TextIndex
 from pion.vector.geoshape import GeoShapeIndex
 from pion.vector.schema import FieldSpec, IndexDefinition
-from pion.vector.text import stemming_available
+from pion.vector.text import fold, stemming_available
 from pion.vector.vectors import VectorField
 
 
@@ -88,7 +88,7 @@ class SearchIndex:
 
     def update_synonyms(self, group: str, terms: list[str]) -> None:
         for term in terms:
-            self.synonyms.setdefault(term.lower(), set()).add(group)
+            self.synonyms.setdefault(fold(term), set()).add(group)
 
     def synonym_groups(self) -> dict[str, list[str]]:
         return {term: sorted(groups) for term, groups in self.synonyms.items()}

@@ -30,6 +30,7 @@ import numpy as np
 from pion.vector.index import SearchIndex
 from pion.vector.query_parser import KnnClause, Query, parse_query
 from pion.vector.search import SearchRequest
+from pion.vector.text import fold
 
 PLAN_CACHE_MAX = 1024
 
@@ -120,7 +121,7 @@ def _filters(index: SearchIndex, query: Query) -> tuple | None:
             for kind, raw in node.value:
                 if kind != "exact":
                     return None
-                values.append((raw if spec.case_sensitive else raw.lower()).strip())
+                values.append((raw if spec.case_sensitive else fold(raw)).strip())
             out.append(("tag", spec.name, tuple(values)))
         else:
             if spec.type != "NUMERIC" or spec.name not in index.numerics:

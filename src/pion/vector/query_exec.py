@@ -331,8 +331,11 @@ def posting_names(ctx: ExecContext, word: str, expand: bool, fields: list[str] |
             names.append(sound)
     if expand and not ctx.verbatim and ctx.expander != "SYNONYM":
         root = text.stem(word, ctx.language or ctx.index.definition.language)
-        if STEM_PREFIX + (root or word) in postings and not _all_nostem(ctx, fields):
-            names.append(STEM_PREFIX + (root or word))
+        if not _all_nostem(ctx, fields):
+            if STEM_PREFIX + (root or word) in postings:
+                names.append(STEM_PREFIX + (root or word))
+            if root and root != word and root in postings:  # RediSearch expands to the bare stem too
+                names.append(root)  # ("running" finds a document that says "run")
     return names
 
 
@@ -538,7 +541,7 @@ def _tag(node: Node, ctx: ExecContext) -> Hits:
     tags = ctx.index.tags[spec.name]
     out: set[int] = set()
     for kind, raw in node.value:
-        value = raw if spec.case_sensitive else raw.lower()
+        value = raw if spec.case_sensitive else text.fold(raw)
         if kind == "exact":
             value = value.strip()
             if not value and spec.name not in ctx.index.empty:

@@ -29,6 +29,7 @@ from pion.vector.geoshape import PREDICATES as GEOSHAPE_PREDICATES
 from pion.vector.query_ast import Node, Query
 from pion.vector.query_knn import KnnClause, parse_attributes, parse_knn, split_knn
 from pion.vector.query_lexer import Lexer, Token, syntax_error
+from pion.vector.text import fold
 
 #: how deeply a query may nest (RediSearch's DIALECT 2 parser holds about 250 parentheses, DIALECT 1 97)
 MAX_NESTING = 128
@@ -219,19 +220,19 @@ class _Parser:
             return self.phrase(tok)
         if kind in ("TERM", "NUMBER"):
             self.advance()
-            return Node("term", tok.text.lower() if kind == "TERM" else tok.text)
+            return Node("term", fold(tok.text) if kind == "TERM" else tok.text)
         if kind == "ATTRIBUTE":
             if self.dialect < 2:  # parameters are DIALECT 2's
                 raise syntax_error(tok.pos, tok.text)
             self.advance()
-            return Node("term", self.param(tok.text, tok.pos).lower())
+            return Node("term", fold(self.param(tok.text, tok.pos)))
         if kind in ("PREFIX", "SUFFIX", "CONTAINS"):
             self.advance()
             word = self.param(tok.text, tok.pos) if tok.value == "$" else tok.text
-            return Node({"PREFIX": "prefix", "SUFFIX": "suffix", "CONTAINS": "infix"}[kind], word.lower())
+            return Node({"PREFIX": "prefix", "SUFFIX": "suffix", "CONTAINS": "infix"}[kind], fold(word))
         if kind == "WILDCARD":
             self.advance()
-            return Node("wildcard", tok.text.lower())
+            return Node("wildcard", fold(tok.text))
         if kind == "PERCENT":
             return self.fuzzy()
         if kind == "STAR":
@@ -251,7 +252,7 @@ class _Parser:
             if not self.at("PERCENT"):
                 raise self.error()
             self.advance()
-        return Node("fuzzy", word.lower(), attrs={"distance": depth})
+        return Node("fuzzy", fold(word), attrs={"distance": depth})
 
     def phrase(self, tok: Token) -> Node:
         from pion.vector.text import tokenize

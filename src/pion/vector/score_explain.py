@@ -48,7 +48,7 @@ class _Explainer:
         if s == "BM25":
             return value, (f"({value:.2f} = Weight {weight:.2f} * IDF {scoring.idf(self.total, n):.2f} * F {freq:d} / "
                            f"(F {freq:d} + k1 1.2 * (1 - b 0.5 + b 0.5 * Average Len {self.avg:.2f})))")
-        if s in ("BM25STD", "BM25STD.TANH"):
+        if s in scoring.BM25STD_FAMILY:
             return value, (f"{name}: ({value:.2f} = Weight {weight:.2f} * IDF {scoring.idf_bm25(self.total, n):.2f} * "
                            f"(F {freq:.2f} * (k1 1.2 + 1)) / (F {freq:.2f} + k1 1.2 * (1 - b 0.75 + b 0.75 * "
                            f"Doc Len {self.doc_len} / Average Doc Len {self.avg:.2f})))")
@@ -104,7 +104,7 @@ class _Explainer:
 
     def wildcard(self) -> tuple[float, Any]:
         """``*``: RediSearch's virtual result of frequency 1 (BM25STD reads it as the term ``*`` of IDF 1)."""
-        if self.scorer in ("BM25STD", "BM25STD.TANH"):
+        if self.scorer in scoring.BM25STD_FAMILY:
             norm = self.doc_len / self.avg if self.avg else 0.0
             value = 2.2 / (1.0 + 1.2 * (0.25 + 0.75 * norm))
             return value, (f"*: ({value:.2f} = Weight 1.00 * IDF 1.00 * (F 1.00 * (k1 1.2 + 1)) / (F 1.00 + k1 1.2 * "

@@ -12,7 +12,10 @@ import math
 
 from pion.protocol.errors import ReplyError
 
-SCORERS = ("BM25STD", "BM25", "TFIDF", "TFIDF.DOCNORM", "DISMAX", "DOCSCORE", "BM25STD.TANH", "HAMMING")
+SCORERS = ("BM25STD", "BM25", "TFIDF", "TFIDF.DOCNORM", "DISMAX", "DOCSCORE", "BM25STD.TANH", "BM25STD.NORM",
+           "HAMMING")
+#: BM25STD and its two normalised forms share the per-term formula
+BM25STD_FAMILY = ("BM25STD", "BM25STD.TANH", "BM25STD.NORM")
 DEFAULT = "BM25STD"
 TANH_FACTOR = 4.0
 #: RediSearch declares BM25's k1 ``static const float k1 = 1.2`` and computes in double: the
@@ -47,7 +50,7 @@ def idf_bm25(total_docs: int, term_docs: int) -> float:
 
 def term_score(scorer: str, freq: float, weight: float, total_docs: int, term_docs: int,
                doc_len: int, avg_len: float) -> float:
-    if scorer == "BM25STD" or scorer == "BM25STD.TANH":
+    if scorer in BM25STD_FAMILY:
         b = BM25STD_B
         norm = doc_len / avg_len if avg_len else 0.0
         return weight * idf_bm25(total_docs, term_docs) * freq * K1_PLUS_1 / (freq + K1 * (1.0 - b + b * norm))
@@ -88,9 +91,21 @@ def finish(scorer: str, raw: float, doc_score: float, max_freq: int, doc_len: in
     return score
 
 
+def normalise(scorer: str, scores: dict[int, float]) -> None:
+    """BM25STD.NORM (Redis 8.4): every matched document's BM25STD score divided by the largest of
+    them (RediSearch's "Score Max Normalizer" runs over all matches, before sorting and LIMIT), so
+    the best match scores 1. Other scorers are left as they are."""
+    if scorer != "BM25STD.NORM" or not scores:
+        return
+    top = max(scores.values())
+    if top > 0:
+        for doc, score in scores.items():
+            scores[doc] = score / top
+
+
 def wildcard_score(scorer: str, doc_score: float, doc_len: int, avg_len: float, max_freq: int) -> float:
     """The score of a document matched by ``*`` (RediSearch's virtual result: weight 1, freq 1)."""
-    if scorer in ("BM25STD", "BM25STD.TANH"):
+    if scorer in BM25STD_FAMILY:
         norm = doc_len / avg_len if avg_len else 0.0
         raw = K1_PLUS_1 / (1.0 + K1 * (1.0 - BM25STD_B + BM25STD_B * norm))  # (k1 + 1) / (1 + k1 (1 - b + b len/avg)), idf 1
         return finish(scorer, raw, doc_score, max_freq, doc_len)

@@ -425,6 +425,7 @@ def finish(plan_: SearchPlan, knn_result: tuple[np.ndarray, np.ndarray] | None,
         _scores(plan_, hits, scored)
     except QueryTimeout as exc:
         plan_.cut_short(exc)  # RETURN: the documents scored so far
+    scoring.normalise(req.scorer, scored)
     total = len(scored)
     if profile is not None and (req.sortby is None or req.withscores):  # RediSearch's Scorer, when it has one
         clock = profile.stage("Scorer", total, clock)

@@ -29,8 +29,16 @@ LANGUAGES = (
 MIN_STEM_LEN = 4
 
 
+def fold(word: str) -> str:
+    """A TEXT term or a TAG value as the index keeps it: Unicode full case folding, as the Query
+    Engine of Redis 8 does it (nunicode's fold, since RediSearch 2.10.12/8.0: ``Straße`` and
+    ``STRASSE`` are one term ``strasse``, a final ``ς`` is ``σ``, ``ÉCOLE`` is ``école``).
+    RediSearch 2.10.5 (Redis Stack 7.4) lower-cases ASCII letters only; Pion follows 8.x."""
+    return word.casefold()
+
+
 def tokenize(text: str) -> list[str]:
-    """Lower-cased tokens; a backslash keeps the next character inside the token."""
+    """Case-folded tokens (``fold``); a backslash keeps the next character inside the token."""
     tokens: list[str] = []
     current: list[str] = []
     escaped = False
@@ -42,12 +50,12 @@ def tokenize(text: str) -> list[str]:
             escaped = True
         elif ch in SEPARATORS:
             if current:
-                tokens.append("".join(current).lower())
+                tokens.append(fold("".join(current)))
                 current = []
         else:
             current.append(ch)
     if current:
-        tokens.append("".join(current).lower())
+        tokens.append(fold("".join(current)))
     return tokens
 
 

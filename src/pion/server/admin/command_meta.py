@@ -37,8 +37,13 @@ def meta_of(spec: CommandSpec) -> dict[str, Any]:
 
 
 def categories_of(spec: CommandSpec) -> list[str]:
-    """The declared ACL categories plus the ones Redis implies from the flags."""
+    """The declared ACL categories plus the ones Redis implies from the flags. A module's commands
+    (FT.*: the search module Redis 8 bundles) have only the categories the module declares: Redis
+    implies none from their flags, so FT.INFO (readonly) is in @search alone and FT.SEARCH in
+    @search and @read, as RediSearch registers them."""
     cats = list(spec.categories)
+    if spec.group == "search" and spec.name.startswith("ft."):
+        return cats
     implied = [("write", "@write"), ("readonly", "@read"), ("admin", "@admin"), ("admin", "@dangerous"),
                ("pubsub", "@pubsub"), ("fast", "@fast"), ("blocking", "@blocking")]
     for flag, cat in implied:

@@ -103,7 +103,7 @@ def _name(raw: bytes) -> str:
 # -- FT.CREATE / ALTER / DROPINDEX -----------------------------------------------------------------
 
 
-@command("FT.CREATE", -2, "write denyoom", categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.CREATE", -2, "write denyoom", categories="@search", group="search", since="1.0.0")
 def ft_create(ctx: Ctx, argv: list[bytes]):
     """FT.CREATE index [ON HASH|JSON] [PREFIX n prefix ...] ... SCHEMA field type [options] ..."""
     eng = engine(ctx)
@@ -117,7 +117,7 @@ def ft_create(ctx: Ctx, argv: list[bytes]):
     return OK
 
 
-@command("FT.ALTER", -5, "write denyoom", categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.ALTER", -5, "write denyoom", categories="@search", group="search", since="1.0.0")
 def ft_alter(ctx: Ctx, argv: list[bytes]):
     """FT.ALTER index [SKIPINITIALSCAN] SCHEMA ADD field type [options] ..."""
     eng = engine(ctx)
@@ -150,19 +150,19 @@ def _drop(ctx: Ctx, argv: list[bytes], name: str):
     return OK
 
 
-@command("FT.DROPINDEX", -2, "write", categories=f"@write {_CATS} @slow", group="search", since="2.0.0")
+@command("FT.DROPINDEX", -2, "write", categories="@search @write @slow @dangerous", group="search", since="2.0.0")
 def ft_dropindex(ctx: Ctx, argv: list[bytes]):
     """FT.DROPINDEX index [DD]"""
     return _drop(ctx, argv, "ft.dropindex")
 
 
-@command("FT.DROP", -2, "write", categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.DROP", -2, "write", categories="@search @write @slow @dangerous @admin", group="search", since="1.0.0")
 def ft_drop(ctx: Ctx, argv: list[bytes]):
     """FT.DROP index [KEEPDOCS] (deprecated: FT.DROPINDEX)"""
     return _drop(ctx, argv, "ft.drop")
 
 
-@command("FT._LIST", 1, "readonly", categories=f"@read {_CATS} @slow", group="search", since="2.0.0")
+@command("FT._LIST", 1, "readonly", categories="@search @slow @admin", group="search", since="2.0.0")
 def ft_list(ctx: Ctx, argv: list[bytes]):
     """FT._LIST"""
     return SetReply(name.encode() for name in engine(ctx).list_names(ctx.db))
@@ -171,7 +171,7 @@ def ft_list(ctx: Ctx, argv: list[bytes]):
 # -- aliases -------------------------------------------------------------------------------------
 
 
-@command("FT.ALIASADD", 3, "write denyoom", categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.ALIASADD", 3, "write denyoom", categories="@search", group="search", since="1.0.0")
 def ft_aliasadd(ctx: Ctx, argv: list[bytes]):
     """FT.ALIASADD alias index"""
     engine(ctx).alias_add(ctx.db, _name(argv[1]), _name(argv[2]))
@@ -179,7 +179,7 @@ def ft_aliasadd(ctx: Ctx, argv: list[bytes]):
     return OK
 
 
-@command("FT.ALIASUPDATE", 3, "write denyoom", categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.ALIASUPDATE", 3, "write denyoom", categories="@search", group="search", since="1.0.0")
 def ft_aliasupdate(ctx: Ctx, argv: list[bytes]):
     """FT.ALIASUPDATE alias index"""
     engine(ctx).alias_add(ctx.db, _name(argv[1]), _name(argv[2]), update=True)
@@ -187,7 +187,7 @@ def ft_aliasupdate(ctx: Ctx, argv: list[bytes]):
     return OK
 
 
-@command("FT.ALIASDEL", 2, "write", categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.ALIASDEL", 2, "write", categories="@search", group="search", since="1.0.0")
 def ft_aliasdel(ctx: Ctx, argv: list[bytes]):
     """FT.ALIASDEL alias"""
     engine(ctx).alias_del(ctx.db, _name(argv[1]))
@@ -198,7 +198,7 @@ def ft_aliasdel(ctx: Ctx, argv: list[bytes]):
 # -- FT.TAGVALS ----------------------------------------------------------------------------------
 
 
-@command("FT.TAGVALS", 3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.TAGVALS", 3, "readonly", categories="@search @read @admin @dangerous", group="search", since="1.0.0")
 def ft_tagvals(ctx: Ctx, argv: list[bytes]):
     """FT.TAGVALS index field"""
     index = engine(ctx).get(ctx.db, _name(argv[1]))
@@ -267,7 +267,7 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else math.nan
 
 
-@command("FT.INFO", -2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.INFO", -2, "readonly", categories="@search", group="search", since="1.0.0")
 def ft_info(ctx: Ctx, argv: list[bytes]):
     """FT.INFO index"""
     eng = engine(ctx)

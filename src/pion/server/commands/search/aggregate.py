@@ -129,7 +129,7 @@ def _complete(ctx: Ctx, index, req, plan, knn_result, profile=None) -> Any:
     return _reply(ctx, total, rows, None, timed_out)
 
 
-@command("FT.AGGREGATE", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.1.0")
+@command("FT.AGGREGATE", -3, "readonly", categories="@search @read", group="search", since="1.1.0")
 def ft_aggregate(ctx: Ctx, argv: list[bytes]):
     """FT.AGGREGATE index query [LOAD ...] [GROUPBY ... REDUCE ...] [APPLY ...] [SORTBY ...] [FILTER ...]
     [LIMIT ...] [WITHCURSOR ...] [PARAMS ...] [DIALECT d]"""
@@ -172,7 +172,7 @@ def profiled_aggregate(ctx: Ctx, argv: list[bytes], profile) -> Any:
     return reply
 
 
-@command("FT.CURSOR", -2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.1.0")
+@command("FT.CURSOR", -2, "readonly", categories="@search @read", group="search", since="1.1.0")
 def ft_cursor(ctx: Ctx, argv: list[bytes]):
     """FT.CURSOR READ index cursor_id [COUNT n] | DEL index cursor_id"""
     sub = argv[1].upper()

@@ -24,7 +24,7 @@ def _value(config: dict[str, str], name: str) -> bytes | None:
     return None if value is None else value.encode()
 
 
-@command("FT.CONFIG", -3, "admin", categories="@admin @search @slow", group="search", since="1.0.0")
+@command("FT.CONFIG", -3, "admin", categories="@search @admin", group="search", since="1.0.0")
 def ft_config_cmd(ctx: Ctx, argv: list[bytes]):
     """FT.CONFIG GET option | SET option value | HELP option"""
     eng = engine(ctx)

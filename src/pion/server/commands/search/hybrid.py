@@ -169,7 +169,7 @@ def _finish(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vec, vector
             ("%.3f" % elapsed_ms).encode()]
 
 
-@command("FT.HYBRID", -5, "readonly", categories=f"@read {_CATS} @slow", group="search", since="8.4.0")
+@command("FT.HYBRID", -5, "readonly", categories="@search @read", group="search", since="8.4.0")
 def ft_hybrid(ctx: Ctx, argv: list[bytes]):
     """FT.HYBRID index SEARCH query [SCORER s] VSIM @field vector [KNN n K k ...|RANGE n RADIUS r ...]
     [FILTER expr] [COMBINE RRF|LINEAR n ...] [LOAD ...] [SORTBY ...] [LIMIT o n] PARAMS n name value ..."""

@@ -37,7 +37,7 @@ def _s(raw: bytes) -> str:
 # -- dictionaries ----------------------------------------------------------------------------------
 
 
-@command("FT.DICTADD", -3, "write denyoom", categories=f"@write {_CATS} @slow", group="search", since="1.4.0")
+@command("FT.DICTADD", -3, "write denyoom", categories="@search", group="search", since="1.4.0")
 def ft_dictadd(ctx: Ctx, argv: list[bytes]):
     """FT.DICTADD dict term [term ...]"""
     words = engine(ctx).dicts.setdefault(_s(argv[1]), set())
@@ -51,7 +51,7 @@ def ft_dictadd(ctx: Ctx, argv: list[bytes]):
     return added
 
 
-@command("FT.DICTDEL", -3, "write", categories=f"@write {_CATS} @slow", group="search", since="1.4.0")
+@command("FT.DICTDEL", -3, "write", categories="@search", group="search", since="1.4.0")
 def ft_dictdel(ctx: Ctx, argv: list[bytes]):
     """FT.DICTDEL dict term [term ...]"""
     eng = engine(ctx)
@@ -69,7 +69,7 @@ def ft_dictdel(ctx: Ctx, argv: list[bytes]):
     return removed
 
 
-@command("FT.DICTDUMP", 2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.4.0")
+@command("FT.DICTDUMP", 2, "readonly", categories="@search", group="search", since="1.4.0")
 def ft_dictdump(ctx: Ctx, argv: list[bytes]):
     """FT.DICTDUMP dict"""
     words = engine(ctx).dicts.get(_s(argv[1]))
@@ -81,7 +81,7 @@ def ft_dictdump(ctx: Ctx, argv: list[bytes]):
 # -- synonyms -------------------------------------------------------------------------------------
 
 
-@command("FT.SYNUPDATE", -4, "write denyoom", categories=f"@write {_CATS} @slow", group="search", since="1.2.0")
+@command("FT.SYNUPDATE", -4, "write denyoom", categories="@search", group="search", since="1.2.0")
 def ft_synupdate(ctx: Ctx, argv: list[bytes]):
     """FT.SYNUPDATE index group [SKIPINITIALSCAN] term [term ...]"""
     eng = engine(ctx)
@@ -100,7 +100,7 @@ def ft_synupdate(ctx: Ctx, argv: list[bytes]):
     return OK
 
 
-@command("FT.SYNDUMP", 2, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.2.0")
+@command("FT.SYNDUMP", 2, "readonly", categories="@search", group="search", since="1.2.0")
 def ft_syndump(ctx: Ctx, argv: list[bytes]):
     """FT.SYNDUMP index"""
     index = engine(ctx).get(ctx.db, _s(argv[1]), error=UNKNOWN_INDEX)
@@ -116,7 +116,7 @@ def ft_syndump(ctx: Ctx, argv: list[bytes]):
 # -- FT.SPELLCHECK --------------------------------------------------------------------------------
 
 
-@command("FT.SPELLCHECK", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.4.0")
+@command("FT.SPELLCHECK", -3, "readonly", categories="@search", group="search", since="1.4.0")
 def ft_spellcheck(ctx: Ctx, argv: list[bytes]):
     """FT.SPELLCHECK index query [DISTANCE d] [TERMS INCLUDE|EXCLUDE dict ...] [DIALECT d]"""
     eng = engine(ctx)
@@ -192,21 +192,21 @@ def _document(ctx: Ctx, key: bytes) -> Any:
     return None
 
 
-@command("FT.GET", 3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.GET", 3, "readonly", categories="@search @read @admin", group="search", since="1.0.0")
 def ft_get(ctx: Ctx, argv: list[bytes]):
     """FT.GET index doc (deprecated: HGETALL)"""
     engine(ctx).get(ctx.db, _s(argv[1]))
     return _document(ctx, argv[2])
 
 
-@command("FT.MGET", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.MGET", -3, "readonly", categories="@search @read @admin", group="search", since="1.0.0")
 def ft_mget(ctx: Ctx, argv: list[bytes]):
     """FT.MGET index doc [doc ...] (deprecated)"""
     engine(ctx).get(ctx.db, _s(argv[1]))
     return [_document(ctx, key) for key in argv[2:]]
 
 
-@command("FT.DEL", -3, "write", keys=(2, 2, 1), categories=f"@write {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.DEL", -3, "write", keys=(2, 2, 1), categories="@search @write @admin", group="search", since="1.0.0")
 def ft_del(ctx: Ctx, argv: list[bytes]):
     """FT.DEL index doc [DD] (deprecated): deletes the document's key when the index holds it; 1 if
     deleted, else 0. Since RediSearch 2.0 the document is the key, and RediSearch 2.10 ignores the
@@ -225,7 +225,7 @@ def ft_del(ctx: Ctx, argv: list[bytes]):
 # -- FT.PROFILE -----------------------------------------------------------------------------------
 
 
-@command("FT.PROFILE", -5, "readonly", categories=f"@read {_CATS} @slow", group="search", since="2.2.0")
+@command("FT.PROFILE", -5, "readonly", categories="@search @read", group="search", since="2.2.0")
 def ft_profile(ctx: Ctx, argv: list[bytes]):
     """FT.PROFILE index SEARCH|AGGREGATE [LIMITED] QUERY query [options]: the query's reply and its
     profile, in Redis 8's shape: RESP2 ``[reply, [Shards, [shard], Coordinator, []]]`` where the shard
@@ -274,7 +274,7 @@ def ft_profile(ctx: Ctx, argv: list[bytes]):
 # -- FT.DEBUG -------------------------------------------------------------------------------------
 
 
-@command("FT.DEBUG", -2, "admin", categories=f"@admin {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.DEBUG", -2, "admin", categories="@search", group="search", since="1.0.0")
 def ft_debug(ctx: Ctx, argv: list[bytes]):
     """FT.DEBUG TTL index (seconds a TEMPORARY index has left); other RediSearch debug commands are refused"""
     if argv[1].upper() != b"TTL" or len(argv) != 3:

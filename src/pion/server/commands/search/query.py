@@ -90,7 +90,7 @@ def _sort_loader(ctx: Ctx, index):
     return load
 
 
-@command("FT.SEARCH", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.SEARCH", -3, "readonly", categories="@search @read", group="search", since="1.0.0")
 def ft_search(ctx: Ctx, argv: list[bytes]):
     """FT.SEARCH index query [NOCONTENT] [VERBATIM] [WITHSCORES] [FILTER ...] [RETURN ...] [SORTBY ...]
     [LIMIT offset num] [PARAMS n name value ...] [DIALECT d] ..."""
@@ -262,13 +262,13 @@ def _explain(ctx: Ctx, argv: list[bytes]) -> list[str]:
     return explain.explain(query, explain.ExplainContext(index, req.verbatim, req.language, req.expander))
 
 
-@command("FT.EXPLAIN", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.EXPLAIN", -3, "readonly", categories="@search", group="search", since="1.0.0")
 def ft_explain(ctx: Ctx, argv: list[bytes]):
     """FT.EXPLAIN index query [DIALECT d]"""
     return ("\n".join(_explain(ctx, argv)) + "\n").encode()
 
 
-@command("FT.EXPLAINCLI", -3, "readonly", categories=f"@read {_CATS} @slow", group="search", since="1.0.0")
+@command("FT.EXPLAINCLI", -3, "readonly", categories="@search", group="search", since="1.0.0")
 def ft_explaincli(ctx: Ctx, argv: list[bytes]):
     """FT.EXPLAINCLI index query [DIALECT d]"""
     return [line.encode() for line in _explain(ctx, argv)] + [b""]

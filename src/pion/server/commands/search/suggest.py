@@ -32,7 +32,7 @@ def _get(ctx: Ctx, key: bytes) -> SuggestValue | None:
     return ctx.db.get_typed(key, SuggestValue)
 
 
-@command("FT.SUGADD", -4, "write denyoom", keys=(1, 1, 1), categories=f"@write {_CATS} @slow",
+@command("FT.SUGADD", -4, "write denyoom", keys=(1, 1, 1), categories="@search @write",
          group="search", since="1.0.0")
 def ft_sugadd(ctx: Ctx, argv: list[bytes]):
     """FT.SUGADD key string score [INCR] [PAYLOAD payload]"""
@@ -76,7 +76,7 @@ def _max_arg(argv: list[bytes], i: int) -> int:
     return int(number)
 
 
-@command("FT.SUGGET", -3, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow",
+@command("FT.SUGGET", -3, "readonly", keys=(1, 1, 1), categories="@search @read",
          group="search", since="1.0.0")
 def ft_sugget(ctx: Ctx, argv: list[bytes]):
     """FT.SUGGET key prefix [FUZZY] [WITHSCORES] [WITHPAYLOADS] [MAX num] [TRIM]"""
@@ -122,7 +122,7 @@ def ft_sugget(ctx: Ctx, argv: list[bytes]):
     return out
 
 
-@command("FT.SUGDEL", 3, "write", keys=(1, 1, 1), categories=f"@write {_CATS} @slow",
+@command("FT.SUGDEL", 3, "write", keys=(1, 1, 1), categories="@search @write",
          group="search", since="1.0.0")
 def ft_sugdel(ctx: Ctx, argv: list[bytes]):
     """FT.SUGDEL key string: 1 if the string was in the dictionary, else 0"""
@@ -136,7 +136,7 @@ def ft_sugdel(ctx: Ctx, argv: list[bytes]):
     return removed
 
 
-@command("FT.SUGLEN", 2, "readonly", keys=(1, 1, 1), categories=f"@read {_CATS} @slow",
+@command("FT.SUGLEN", 2, "readonly", keys=(1, 1, 1), categories="@search @read",
          group="search", since="1.0.0")
 def ft_suglen(ctx: Ctx, argv: list[bytes]):
     """FT.SUGLEN key"""
