@@ -44,22 +44,10 @@ def parse_query(text: str, dialect: int = 2, params: dict[str, bytes] | None = N
     head, knn_text, knn_pos = split_knn(text)
     parser = _Parser(head, dialect, params)
     root = parser.parse()
-    _unexpanded_under_negation(root, False)
     knn = parse_knn(knn_text, knn_pos, text, params) if knn_text is not None else None
     if knn is not None and dialect < 2:
         raise ReplyError("Syntax error: vector similarity (KNN) queries need DIALECT 2 or greater")
     return Query(root=root, knn=knn, text=text)
-
-
-def _unexpanded_under_negation(node: Node, inside: bool) -> None:
-    """RediSearch's query expander leaves what is under ``-`` and ``~`` alone: ``-apple`` excludes
-    the documents with `apple`, not those with `apples` (measured on 2.10.5), so such words are
-    read as typed."""
-    if inside and node.kind == "term":
-        node.attrs["exact"] = True
-    inside = inside or node.kind in ("not", "opt")
-    for child in node.children:
-        _unexpanded_under_negation(child, inside)
 
 
 class _Parser:
