@@ -18,7 +18,8 @@ import numpy as np
 
 from pion.protocol.errors import ReplyError
 from pion.storage.budget import UNLIMITED, Budget
-from pion.vector import chinese, geoshape, phonetic, scoring, text
+from pion.vector import chinese, phonetic, scoring, text
+from pion.vector import query_leaves as leaves
 from pion.vector.fields import FIELD_SHIFT, SYNONYM_PREFIX
 from pion.vector.index import SearchIndex
 from pion.vector.query_parser import Node
@@ -214,19 +215,19 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
     if kind in ("prefix", "suffix", "infix", "fuzzy", "wildcard"):
         return _expansion(node, ctx, fields, weight)
     if kind == "tag":
-        return _tag(node, ctx)
+        return leaves.tag(node, ctx)
     if kind == "numeric":
-        return _numeric(node, ctx)
+        return leaves.numeric(node, ctx)
     if kind == "geo":
-        return _geo(node, ctx)
+        return leaves.geo(node, ctx)
     if kind == "geoshape":
-        return _geoshape(node, ctx)
+        return leaves.geoshape_leaf(node, ctx)
     if kind == "missing":
-        return _missing(node, ctx)
+        return leaves.missing(node, ctx)
     if kind == "emptystr":
-        return _empty_text(ctx, fields)
+        return leaves.empty_text(ctx, fields)
     if kind == "vrange":
-        return _vector_range(node, ctx)
+        return leaves.vector_range(node, ctx)
     raise ReplyError(f"Unsupported query node {kind}")
 
 
@@ -523,115 +524,6 @@ def _expansion(node: Node, ctx: ExecContext, fields: list[str] | None, weight: f
         for doc, score in _term(term, ctx, fields, weight, expand=False).items():
             out[doc] = out.get(doc, 0.0) + score
     return out
-
-
-def _field(ctx: ExecContext, node: Node, kind: str):
-    name = node.fields[0]  # type: ignore[index]
-    spec = ctx.index.definition.field(name)
-    if spec is None:
-        raise ReplyError(f"Unknown field at offset 0 near {name}")
-    if spec.type != kind:
-        raise ReplyError(f"Field `{name}` is not a {kind.lower()} field" if kind != "TAG" else
-                         f"Field {name} is not a TAG field")
-    return spec
-
-
-def _tag(node: Node, ctx: ExecContext) -> Hits:
-    spec = _field(ctx, node, "TAG")
-    tags = ctx.index.tags[spec.name]
-    out: set[int] = set()
-    for kind, raw in node.value:
-        value = raw if spec.case_sensitive else text.fold(raw)
-        if kind == "exact":
-            value = value.strip()
-            if not value and spec.name not in ctx.index.empty:
-                raise ReplyError(EMPTY_NOT_INDEXED)
-            out |= tags.values.get(value, set())
-            continue
-        for tag, docs in tags.values.items():
-            ctx.budget.tick()
-            if _tag_matches(kind, value, tag):
-                out |= docs
-    return dict.fromkeys(out, 0.0)
-
-
-def _tag_matches(kind: str, value: str, tag: str) -> bool:
-    if kind == "prefix":
-        return tag.startswith(value)
-    if kind == "suffix":
-        return tag.endswith(value)
-    if kind == "infix":
-        return value in tag
-    return text.wildcard_match(value, tag)
-
-
-def _numeric(node: Node, ctx: ExecContext) -> Hits:
-    spec = _field(ctx, node, "NUMERIC")
-    lo, hi, lo_ex, hi_ex = node.value
-    return dict.fromkeys(ctx.index.numerics[spec.name].range(lo, hi, lo_ex, hi_ex), 0.0)
-
-
-def _geo(node: Node, ctx: ExecContext) -> Hits:
-    spec = _field(ctx, node, "GEO")
-    lon, lat, radius = node.value
-    return dict.fromkeys(ctx.index.geos[spec.name].within(lon, lat, radius), 0.0)
-
-
-def _geoshape(node: Node, ctx: ExecContext) -> Hits:
-    """``@f:[WITHIN $shape]``: a field that is not GEOSHAPE matches nothing, as in RediSearch."""
-    predicate, wkt = node.value
-    try:
-        shape = geoshape.parse_wkt(wkt)
-    except geoshape.GeometryError as exc:
-        raise ReplyError(f"Error querying geoshape index: {exc}") from None
-    field_index = ctx.index.geoshapes.get(node.fields[0])  # type: ignore[index]
-    if field_index is None:
-        return {}
-    ctx.budget.tick(len(field_index.shapes) >> 4)
-    return dict.fromkeys(field_index.query(predicate, shape), 0.0)
-
-
-EMPTY_NOT_INDEXED = "Use `INDEXEMPTY` in field creation in order to index and query for empty strings"
-
-
-def _empty_text(ctx: ExecContext, fields: list[str] | None) -> Hits:
-    """``''``: the documents whose value of a TEXT field is empty, among the fields that index
-    empty values (``INDEXEMPTY``). As RediSearch: with no ``@field`` every such field counts (and
-    none means no match); a field restriction naming TEXT fields none of which indexes empty
-    values is an error; one naming no TEXT field matches nothing."""
-    definition = ctx.index.definition
-    if fields is None:
-        names = [spec.name for spec in definition.fields if spec.type == "TEXT"]
-    else:
-        names = [name for name in fields if (spec := definition.field(name)) is not None and spec.type == "TEXT"]
-        if names and not any(name in ctx.index.empty for name in names):
-            raise ReplyError(EMPTY_NOT_INDEXED)
-    out: set[int] = set()
-    for name in names:
-        out |= ctx.index.empty.get(name, set())
-    return dict.fromkeys(out, 0.0)
-
-
-def _missing(node: Node, ctx: ExecContext) -> Hits:
-    name = node.fields[0]  # type: ignore[index]
-    if ctx.index.definition.field(name) is None:
-        raise ReplyError(f"Unknown field at offset 0 near {name}")
-    if name not in ctx.index.missing:
-        raise ReplyError("'ismissing' requires field to be defined with 'INDEXMISSING'")
-    return dict.fromkeys(ctx.index.missing[name], 0.0)
-
-
-def _vector_range(node: Node, ctx: ExecContext) -> Hits:
-    spec = _field(ctx, node, "VECTOR")
-    radius, blob = node.value
-    vec = ctx.index.vectors[spec.name]
-    query = vec.prepare_query(blob)
-    docs, dists = vec.plan_range(query, radius, None)()
-    alias = node.attrs.get("yield_distance_as")
-    if alias:
-        for doc, dist in zip(docs.tolist(), dists.tolist(), strict=True):
-            ctx.extras.setdefault(doc, {})[alias] = dist
-    return dict.fromkeys(docs.tolist(), 0.0)
 
 
 def doc_ids(hits: Hits) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pion.vector import chinese, query_exec
+from pion.vector import chinese, query_exec, query_leaves
 from pion.vector.query_ast import Node
 
 _clock = time.perf_counter
@@ -245,7 +245,7 @@ class Profiler:
         """A tag set: one TAG reader per tag value it reads."""
         started = _clock()
         ctx.budget.tick(query_exec.EVERY_NODE)
-        spec = query_exec._field(ctx, node, "TAG")
+        spec = query_leaves.field_spec(ctx, node, "TAG")
         tags = ctx.index.tags[spec.name]
         found: set[int] = set()
         readers = []
@@ -255,7 +255,7 @@ class Profiler:
             if how == "exact":
                 matched = [(value.strip(), tags.values.get(value.strip(), set()))]
             else:
-                matched = [(tag, docs) for tag, docs in tags.values.items() if query_exec._tag_matches(how, value, tag)]
+                matched = [(tag, docs) for tag, docs in tags.values.items() if query_leaves.tag_matches(how, value, tag)]
             for tag, docs in matched:
                 if docs:
                     found |= docs
