@@ -275,7 +275,9 @@ def test_a_knn_past_its_timeout_reports_it(rr):
     RETURN) — redis-py's ``test_search_query_with_timeout``."""
     import numpy as np
 
-    dim, n = 4096, 1500
+    # 64 MB of rows: well past 1 ms of one core's work on any machine (1500 rows, 24 MB, ran under
+    # 1 ms of CPU on a faster one, so the budget was never passed there)
+    dim, n = 4096, 4000
     cmd(rr, "FT.CREATE", "kt", "PREFIX", "1", "kt:", "SCHEMA", "v", "VECTOR", "FLAT", "6", "TYPE", "FLOAT32", "DIM",
         str(dim), "DISTANCE_METRIC", "L2")
     rows = np.random.default_rng(7).random((n, dim), dtype=np.float32)

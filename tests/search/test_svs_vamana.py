@@ -244,6 +244,12 @@ def test_restart_loads_both_graphs_and_a_compressed_one_keeps_its_code_map(proc)
     proc.stop()  # a clean stop writes the graph files (the log is on)
     client = _client(proc.start())
     info = _settled(client)
+    # the scan that claims the loaded entries may still be under way when the builders look idle:
+    # wait (bounded) for its count to reach the documents before reading it
+    deadline = time.time() + 30
+    while info["search_hnsw_vectors_restored"] < 2 * N_RESTART and time.time() < deadline:
+        time.sleep(0.1)
+        info = _settled(client)
     # both trained graphs came back from their files; the untrained one had none (its rows wait,
     # scanned exactly, as before the restart)
     assert info["search_hnsw_graphs_loaded"] == 2 and info["search_hnsw_vectors_restored"] == 2 * N_RESTART
