@@ -122,6 +122,27 @@ def cases() -> list[Case]:
         S("FT.SEARCH", "idx", "@price:[-inf +inf]", "LIMIT", "1", "2", "NOCONTENT", "SORTBY", "price"),
         S("FT.SEARCH", "idx", "@price:[0 100]", "LIMIT", "0", "0"),
         S("FT.SEARCH", "idx", "@tags:{fruit} @price:[6 +inf]", "NOCONTENT", "SORTBY", "price"), data=P)
+    # FT.CONFIG MAXSEARCHRESULTS: LIMIT's checks and the page cut where the cap ends it
+    add("max_search_results", S("FT.SEARCH", "idx", "*", "LIMIT", "0", "2000000"),
+        S("FT.SEARCH", "idx", "*", "LIMIT", "1000001", "1"),
+        S("FT.SEARCH", "idx", "*", "LIMIT", "1000001", "0"),
+        S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "3"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "SORTBY", "price"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "SORTBY", "price", "LIMIT", "2", "2"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "SORTBY", "price", "LIMIT", "0", "3"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "LIMIT", "0", "4"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "LIMIT", "4", "1"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "LIMIT", "3", "1"),
+        S("FT.SEARCH", "idx", "*", "LIMIT", "9", "0"),
+        S("FT.SEARCH", "idx", "*=>[KNN 2 @v $q]", "PARAMS", "2", "q", Q, "NOCONTENT", "LIMIT", "0", "4",
+          "DIALECT", "2"),
+        S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "0"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "LIMIT", "0", "1"),
+        S("FT.SEARCH", "idx", "*", "LIMIT", "1", "0"),
+        S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "-1"),
+        S("FT.SEARCH", "idx", "*", "NOCONTENT", "SORTBY", "price", "LIMIT", "0", "2000000"),
+        S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "1000000"), data=P)
     add("search_geo", S("FT.SEARCH", "idx", "@loc:[-74 40.7 50 km]", "NOCONTENT", "SORTBY", "price"),
         S("FT.SEARCH", "idx", "*", "GEOFILTER", "loc", "2.35", "48.85", "1000", "km", "NOCONTENT", "SORTBY", "price"),
         data=P)

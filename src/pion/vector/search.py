@@ -47,6 +47,8 @@ class SearchRequest:
     sort_asc: bool = True
     offset: int = 0
     limit: int = 10
+    #: LIMIT was given (the default page of 10 is cut to MAXSEARCHRESULTS, never refused)
+    limit_given: bool = False
     params: dict[str, bytes] = field(default_factory=dict)
     dialect: int = 1
     timeout_ms: int | None = None
@@ -100,6 +102,32 @@ def parse_params(argv: list[bytes], i: int) -> tuple[dict[str, bytes], int]:
             raise ReplyError(f"Duplicate parameter `{name}`")
         params[name] = bytes(argv[j + 1])
     return params, i + 2 + count
+
+
+#: FT.CONFIG MAXSEARCHRESULTS's default
+DEFAULT_MAX_RESULTS = 1_000_000
+
+
+def max_results(config: dict[str, str], option: str = "MAXSEARCHRESULTS") -> int | None:
+    """FT.CONFIG's MAXSEARCHRESULTS (or MAXAGGREGATERESULTS) as a number; None: unlimited."""
+    value = config.get(option, str(DEFAULT_MAX_RESULTS) if option == "MAXSEARCHRESULTS" else "unlimited")
+    return None if value == "unlimited" else int(value)
+
+
+def cap_results(req: SearchRequest, cap: int | None) -> None:
+    """Apply MAXSEARCHRESULTS as RediSearch 2.10 does (compared on Redis Stack): a LIMIT that asks
+    for rows (num > 0) may ask for at most ``cap`` (``LIMIT exceeds maximum of N``) from an
+    offset of at most ``cap`` (``OFFSET exceeds maximum of N``); ``LIMIT x 0`` only counts, at
+    any offset. The page then ends where ``cap`` rows would: ``LIMIT 2 2`` under 3 gives one
+    row, and the default page of 10 gives ``cap`` rows when ``cap`` is smaller."""
+    if cap is None:
+        return
+    if req.limit and req.limit_given:
+        if req.limit > cap:
+            raise ReplyError(f"LIMIT exceeds maximum of {cap}")
+        if req.offset > cap:
+            raise ReplyError(f"OFFSET exceeds maximum of {cap}")
+    req.limit = max(0, min(req.offset + req.limit, cap) - req.offset)
 
 
 def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
@@ -210,8 +238,7 @@ def parse_search(argv: list[bytes], default_dialect: int) -> SearchRequest:
             need(2, "LIMIT")
             req.offset = _int(argv[i + 1], "LIMIT")
             req.limit = _int(argv[i + 2], "LIMIT")
-            if req.limit > 1_000_000 or req.offset > 1_000_000_000:
-                raise ReplyError("OFFSET exceeds maximum of 1000000")
+            req.limit_given = True
             i += 2
         elif word == b"PARAMS":
             req.params, i = parse_params(argv, i)

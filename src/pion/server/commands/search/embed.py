@@ -322,6 +322,7 @@ def ft_searchtext(ctx: Ctx, argv: list[bytes]):
                  b"PARAMS", b"2", b"__query", vectors[0].astype("<f4").tobytes(),
                  b"LIMIT", b"0", str(k).encode(), b"DIALECT", b"2", *extra]
         req = search.parse_search(query, 2)
+        search.cap_results(req, search.max_results(eng.config))
         plan = search.plan(index, req)
         total, rows = search.finish(plan, plan.job() if plan.job is not None else None, _sort_loader(ctx2, index))
         return search_reply(ctx2, index, total, rows, req)

@@ -98,13 +98,18 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
     name = argv[1].decode("utf-8", "replace")
     index = eng.get(ctx.db, name, search_error=True)
     dialect = default_dialect(ctx)
-    fast = knn_fast.lookup(index, argv, dialect)
+    cap = search.max_results(eng.config)
+    # the cached KNN plans were all made (and their LIMIT checked) under the default cap: another
+    # cap takes the general path, which checks and caps every time
+    cached = cap == search.DEFAULT_MAX_RESULTS
+    fast = knn_fast.lookup(index, argv, dialect) if cached else None
     if fast is not None:
         return _knn_fast(ctx, eng, name, index, *fast)
     req = search.parse_search(argv, dialect)
+    search.cap_results(req, cap)
     if req.summary is not None:
         highlight.check(index, req.summary, req.returns)
-    if b"=>" in argv[2] and req.summary is None:
+    if cached and b"=>" in argv[2] and req.summary is None:
         fast = knn_fast.compile_plan(index, argv, req, dialect)
         if fast is not None:
             return _knn_fast(ctx, eng, name, index, *fast)
@@ -149,6 +154,7 @@ def profiled_search(ctx: Ctx, argv: list[bytes], profile: query_profile.Profiler
     tree to record)."""
     index = engine(ctx).get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
     req = search.parse_search(argv, default_dialect(ctx))
+    search.cap_results(req, search.max_results(engine(ctx).config))
     if req.summary is not None:
         highlight.check(index, req.summary, req.returns)
     started = query_profile.clock()
