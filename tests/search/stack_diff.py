@@ -143,6 +143,46 @@ def cases() -> list[Case]:
         S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "-1"),
         S("FT.SEARCH", "idx", "*", "NOCONTENT", "SORTBY", "price", "LIMIT", "0", "2000000"),
         S("FT.CONFIG", "SET", "MAXSEARCHRESULTS", "1000000"), data=P)
+    # FT.CONFIG MAXAGGREGATERESULTS: LIMIT's check, the sorter's and the reply's cut, cursors uncut
+    agg = ("FT.AGGREGATE", "idx", "*", "LOAD", "1", "@price")
+    by_price = ("SORTBY", "2", "@price", "ASC")
+    add("max_aggregate_results", S("FT.CONFIG", "SET", "MAXAGGREGATERESULTS", "3"),
+        S(*agg, "LIMIT", "0", "4"),
+        S(*agg, *by_price, "LIMIT", "0", "4"),
+        S(*agg, *by_price, "LIMIT", "2", "2"),
+        S(*agg, *by_price, "LIMIT", "1", "3"),
+        S(*agg, *by_price),
+        S(*agg, *by_price, "MAX", "5"),
+        S(*agg, *by_price, "MAX", "2"),
+        S(*agg, "APPLY", "@price*2", "AS", "p2", *by_price, "FILTER", "@p2 > 10"),
+        S("FT.AGGREGATE", "idx", "*", "GROUPBY", "1", "@tags", "REDUCE", "COUNT", "0", "AS", "n",
+          "SORTBY", "2", "@tags", "ASC"),
+        S(*agg, *by_price, "WITHCURSOR", "COUNT", "4", norm="cursor"),
+        S("FT.CONFIG", "SET", "MAXAGGREGATERESULTS", "0"),
+        S(*agg, *by_price),
+        S(*agg, *by_price, "LIMIT", "0", "1"),
+        S("FT.CONFIG", "SET", "MAXAGGREGATERESULTS", "-1"),
+        S(*agg, *by_price, "LIMIT", "0", "2000000"),
+        S("FT.CONFIG", "SET", "MAXAGGREGATERESULTS", "unlimited"),
+        S("FT.CONFIG", "GET", "MAXAGGREGATERESULTS"), data=P)
+    # FT.CONFIG CURSOR_MAX_IDLE: a MAXIDLE above it is accepted (and held to it), 0 is refused
+    add("cursor_max_idle", S("FT.CONFIG", "SET", "CURSOR_MAX_IDLE", "1000"),
+        S(*agg, *by_price, "WITHCURSOR", "COUNT", "4", "MAXIDLE", "5000", norm="cursor"),
+        S(*agg, *by_price, "WITHCURSOR", "COUNT", "4", "MAXIDLE", "0"),
+        S(*agg, *by_price, "WITHCURSOR", "COUNT", "4", "MAXIDLE", "-1"),
+        S("FT.CONFIG", "SET", "CURSOR_MAX_IDLE", "300000"), data=P)
+    # FT.CONFIG MINSTEMLEN: read when a document is indexed; the query side keeps its own length
+    add("min_stem_len", setup("FT.CREATE", "s", "ON", "HASH", "PREFIX", "1", "s:", "SCHEMA", "t", "TEXT"),
+        setup("HSET", "s:1", "t", "cats and books"),
+        S("FT.CONFIG", "SET", "MINSTEMLEN", "6"),
+        setup("HSET", "s:2", "t", "dogs and houses"),
+        S("FT.SEARCH", "s", "cat", "NOCONTENT"),
+        S("FT.SEARCH", "s", "dog", "NOCONTENT"),
+        S("FT.SEARCH", "s", "house", "NOCONTENT"),
+        S("FT.SEARCH", "s", "dogs", "NOCONTENT"),
+        S("FT.EXPLAIN", "s", "cats"),
+        S("FT.EXPLAIN", "s", "houses"),
+        S("FT.CONFIG", "SET", "MINSTEMLEN", "4"))
     add("search_geo", S("FT.SEARCH", "idx", "@loc:[-74 40.7 50 km]", "NOCONTENT", "SORTBY", "price"),
         S("FT.SEARCH", "idx", "*", "GEOFILTER", "loc", "2.35", "48.85", "1000", "km", "NOCONTENT", "SORTBY", "price"),
         data=P)

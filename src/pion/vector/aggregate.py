@@ -53,6 +53,8 @@ class AggregateRequest:
     timeout_ms: int | None = None
     #: RediSearch's ON_TIMEOUT policy (FT.CONFIG), set by the command
     on_timeout: str = "return"
+    #: FT.CONFIG MAXAGGREGATERESULTS (``cap_results``); None: unlimited
+    max_rows: int | None = None
 
     def search_request(self) -> SearchRequest:
         return SearchRequest(query=self.query, verbatim=self.verbatim, scorer=self.scorer, params=self.params,
@@ -183,6 +185,8 @@ def parse_aggregate(argv: list[bytes], default_dialect: int) -> AggregateRequest
                 if argv[i + 1].upper() == b"COUNT":
                     req.cursor_count = max(1, value)
                 else:
+                    if value < 1:
+                        raise ReplyError("Bad arguments for MAXIDLE: Value is outside acceptable bounds")
                     req.cursor_maxidle = value
                 i += 2
         elif word == b"PARAMS":
@@ -215,6 +219,19 @@ class Reducer:
     alias: str
     prop: str | None
     reduce: Callable[[list[dict[str, Any]]], Any]
+
+
+def cap_results(req: AggregateRequest, cap: int | None) -> None:
+    """Apply FT.CONFIG MAXAGGREGATERESULTS as RediSearch 2.10 does (compared on Redis Stack): a
+    LIMIT that asks for more rows answers ``LIMIT exceeds maximum of N``; a sorter keeps at most N
+    rows (its MAX or default 10 too), and a reply without a cursor carries at most N rows. A
+    cursor's chunks are not capped (RediSearch's cursor reads take its COUNT instead)."""
+    if cap is None:
+        return
+    for step in req.steps:
+        if step.kind == "limit" and step.args[1] > cap:
+            raise ReplyError(f"LIMIT exceeds maximum of {cap}")
+    req.max_rows = cap
 
 
 def _num(value: Any) -> float | None:
@@ -443,6 +460,8 @@ def _run(req: AggregateRequest, rows: list[dict[str, Any]], load: Callable[[dict
                 rows = rows[:maximum]
             elif not later_limit:
                 rows = rows[:DEFAULT_SORT_MAX]
+            if req.max_rows is not None:
+                rows = rows[:req.max_rows]
         elif kind == "limit":
             offset, count = step.args
             rows = rows[offset:offset + count]

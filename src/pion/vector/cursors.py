@@ -13,6 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def max_idle(config: dict[str, str], asked: int) -> int:
+    """A cursor's MAXIDLE, at most FT.CONFIG CURSOR_MAX_IDLE: RediSearch accepts a larger one without
+    an error and keeps the cursor no longer than the configured maximum."""
+    try:
+        return min(asked, int(config.get("CURSOR_MAX_IDLE", "300000")))
+    except ValueError:
+        return asked
+
+
 @dataclass
 class Cursor:
     cid: int

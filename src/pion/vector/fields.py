@@ -44,9 +44,10 @@ class TextIndex:
         self.total_len = 0
         self.records = 0
 
-    def add(self, doc_id: int, fields: list[tuple[int, float, list[str], bool, int]], stopwords: frozenset[str],
+    def add(self, doc_id: int, fields: list[tuple[int, float, list[str], int, int]], stopwords: frozenset[str],
             language: str, synonyms: dict[str, set[str]] | None = None) -> None:
-        """``fields``: (field number, weight, texts, stem?, phonetic minimum length or 0) for each TEXT
+        """``fields``: (field number, weight, texts, the minimum length of a word to stem or 0 (no
+        stemming), phonetic minimum length or 0) for each TEXT
         field the doc has; a phonetic field's long enough tokens also index their code (``phonetic``)."""
         terms: dict[str, Posting] = {}
         total = 0
@@ -65,7 +66,7 @@ class TextIndex:
                     _bump(terms, token, number, inc, where)
                     total += inc
                     if do_stem:
-                        root = text.stem(token, language)
+                        root = text.stem(token, language, do_stem)
                         if root is not None:
                             _bump(terms, text.STEM_PREFIX + root, number, inc, where)
                     if phonetic_len:

@@ -2,12 +2,12 @@
 changed at run time, and how a value is read (the same checks and error texts).
 
 Pion applies TIMEOUT, ON_TIMEOUT, DEFAULT_DIALECT, MINPREFIX, MAXEXPANSIONS (=
-MAXPREFIXEXPANSIONS), MIN_PHONETIC_TERM_LEN (``phonetic``) and MAXSEARCHRESULTS
-(``search.cap_results``). The others are kept, shown by GET and saved, and change nothing in Pion:
-garbage collection, memory pools, the document table, thread pools and numeric-tree tuning belong
-to RediSearch's C engine and have no counterpart here; MINSTEMLEN (Pion stems words of 4 letters
-or more), MAXAGGREGATERESULTS and CURSOR_MAX_IDLE are
-not applied yet (docs/compat-differences.md lists them). The values are strings, as FT.CONFIG GET shows them,
+MAXPREFIXEXPANSIONS), MIN_PHONETIC_TERM_LEN (``phonetic``), MINSTEMLEN (``text.stem_min_len``),
+MAXSEARCHRESULTS (``search.cap_results``), MAXAGGREGATERESULTS (``aggregate.cap_results``) and
+CURSOR_MAX_IDLE (``cursors.max_idle``). The others are kept, shown by GET and saved, and change
+nothing in Pion: garbage collection, memory pools, the document table, thread pools and
+numeric-tree tuning belong to RediSearch's C engine and have no counterpart here.
+The values are strings, as FT.CONFIG GET shows them,
 and are saved with the search state (the snapshot extension).
 """
 

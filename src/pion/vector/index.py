@@ -17,7 +17,7 @@ from pion.vector.documents import IndexingFailure
 from pion.vector.fields import GeoIndex, NumericIndex, TagIndex, TextIndex
 from pion.vector.geoshape import GeoShapeIndex
 from pion.vector.schema import FieldSpec, IndexDefinition
-from pion.vector.text import fold, stemming_available
+from pion.vector.text import fold, stem_min_len, stemming_available
 from pion.vector.vectors import VectorField
 
 
@@ -35,7 +35,7 @@ class SearchIndex:
         self.sortables: dict[str, dict[int, Any]] = {}
         self.next_doc = 1
         self.text = TextIndex()
-        #: the engine's FT.CONFIG values (MIN_PHONETIC_TERM_LEN is read at each document)
+        #: the engine's FT.CONFIG values (MIN_PHONETIC_TERM_LEN and MINSTEMLEN are read at each document)
         self.config: dict[str, str] = {}
         self.tags: dict[str, TagIndex] = {}
         self.numerics: dict[str, NumericIndex] = {}
@@ -162,11 +162,12 @@ class SearchIndex:
         definition = self.definition
         text_fields = []
         empty_weight = 0.0
+        min_stem_len = stem_min_len(self.config)
         for name, values in doc.texts.items():
             spec = definition.field(name)
             if spec is None or spec.noindex:
                 continue
-            stem = not spec.nostem and stemming_available(doc.language)
+            stem = min_stem_len if not spec.nostem and stemming_available(doc.language) else 0
             sounds = phonetic.min_len(self.config) if spec.phonetic else 0
             text_fields.append((self.text_numbers[name], spec.weight, values, stem, sounds))
             if name in self.empty and any(not v.strip() for v in values):

@@ -15,7 +15,7 @@ same answers: the fast path is a plan of that one shape, not another semantics.
 
 The cache (``SearchIndex.knn_plans``) lives on the index object, so FT.DROPINDEX (and FLUSHDB,
 and a CREATE of the same name) starts afresh; FT.ALTER clears it (``SearchIndex.add_fields``), and
-the key carries FT.CONFIG's DEFAULT_DIALECT. It holds at most ``PLAN_CACHE_MAX`` plans (then it
+the key carries FT.CONFIG's DEFAULT_DIALECT and MAXSEARCHRESULTS. It holds at most ``PLAN_CACHE_MAX`` plans (then it
 starts over: plans are cheap to make again).
 """
 
@@ -48,13 +48,15 @@ class KnnPlan:
     blob_pos: int
 
 
-def lookup(index: SearchIndex, argv: list, dialect: int) -> tuple[KnnPlan, bytes] | None:
-    """The cached plan for this argument list (its blob aside) and the query's blob; None: a miss."""
+def lookup(index: SearchIndex, argv: list, dialect: int, cap: int | None) -> tuple[KnnPlan, bytes] | None:
+    """The cached plan for this argument list (its blob aside) under this default dialect and
+    MAXSEARCHRESULTS ``cap`` (a plan's LIMIT was checked and cut under the cap it was made with),
+    and the query's blob; None: a miss."""
     try:
         pos = index.knn_blob_pos.get((argv[2], len(argv)))
         if pos is None:
             return None
-        plan = index.knn_plans.get((dialect, *argv[2:pos], *argv[pos + 1:]))
+        plan = index.knn_plans.get((dialect, cap, *argv[2:pos], *argv[pos + 1:]))
     except TypeError:  # an unhashable argument (a memoryview): no cache
         return None
     if plan is None:
@@ -62,7 +64,8 @@ def lookup(index: SearchIndex, argv: list, dialect: int) -> tuple[KnnPlan, bytes
     return plan, argv[pos]
 
 
-def compile_plan(index: SearchIndex, argv: list, req: SearchRequest, dialect: int) -> tuple[KnnPlan, bytes] | None:
+def compile_plan(index: SearchIndex, argv: list, req: SearchRequest, dialect: int,
+                 cap: int | None) -> tuple[KnnPlan, bytes] | None:
     """Make (and cache) the plan of this request if it has the fast path's shape; None otherwise
     (also for any error: the general path answers it with RediSearch's text)."""
     if (req.withscores or req.withsortkeys or req.withpayloads or req.sortby is not None or req.filters
@@ -94,7 +97,7 @@ def compile_plan(index: SearchIndex, argv: list, req: SearchRequest, dialect: in
         if len(index.knn_plans) >= PLAN_CACHE_MAX:
             index.knn_plans.clear()
             index.knn_blob_pos.clear()
-        index.knn_plans[(dialect, *argv[2:pos], *argv[pos + 1:])] = plan
+        index.knn_plans[(dialect, cap, *argv[2:pos], *argv[pos + 1:])] = plan
         index.knn_blob_pos[(argv[2], len(argv))] = pos
     except TypeError:
         pass

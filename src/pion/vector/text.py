@@ -25,8 +25,18 @@ LANGUAGES = (
     "nepali", "norwegian", "portuguese", "romanian", "russian", "serbian", "spanish", "swedish",
     "tamil", "turkish", "yiddish",
 )
-#: words shorter than this are not stemmed (RediSearch's MINSTEMLEN default)
+#: words shorter than this are not stemmed (RediSearch's MINSTEMLEN default; the indexer reads the
+#: configured value at each document, the query side keeps this one, as RediSearch 2.10's does)
 MIN_STEM_LEN = 4
+
+
+def stem_min_len(config: dict[str, str] | None) -> int:
+    """FT.CONFIG MINSTEMLEN, read at each document: a change applies to documents indexed after it
+    (RediSearch 2.10 reads its global in the tokenizer the same way)."""
+    try:
+        return int((config or {}).get("MINSTEMLEN", MIN_STEM_LEN))
+    except ValueError:
+        return MIN_STEM_LEN
 
 
 def fold(word: str) -> str:
@@ -80,9 +90,10 @@ def stemming_available(language: str = "english") -> bool:
 
 
 @lru_cache(maxsize=65536)
-def stem(word: str, language: str = "english") -> str | None:
-    """The word's stem when it differs from the word (and the word is long enough), else None."""
-    if len(word) < MIN_STEM_LEN:
+def stem(word: str, language: str = "english", min_len: int = MIN_STEM_LEN) -> str | None:
+    """The word's stem when it differs from the word (and the word has ``min_len`` letters or
+    more: the indexer passes FT.CONFIG MINSTEMLEN), else None."""
+    if len(word) < min_len:
         return None
     stemmer = _stemmer(language)
     if stemmer is None:
@@ -94,7 +105,7 @@ def stem(word: str, language: str = "english") -> str | None:
 @lru_cache(maxsize=65536)
 def stem_always(word: str, language: str = "english") -> str:
     """The stemmer's form of the word whatever its length (the query expander's, which RediSearch
-    applies to every word; the indexer stems only words of MIN_STEM_LEN letters or more)."""
+    applies to every word; the indexer stems only words of MINSTEMLEN letters or more)."""
     stemmer = _stemmer(language)
     return word if stemmer is None else stemmer.stemWord(word)
 

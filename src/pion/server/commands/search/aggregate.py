@@ -20,7 +20,7 @@ from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.hash_value import HashValue
 from pion.storage.json_value import JsonValue
-from pion.vector import aggregate, query_profile, search
+from pion.vector import aggregate, cursors, query_profile, search
 from pion.vector.expressions import format_value
 
 _CATS = "@search"
@@ -122,11 +122,14 @@ def _complete(ctx: Ctx, index, req, plan, knn_result, profile=None) -> Any:
                                                  counts, profile)
     total = counts.get("groups", total)
     if req.cursor:
-        cursors = engine(ctx).cursors
-        cursor = cursors.open(index, rows, req.cursor_count, req.cursor_maxidle, total)
-        chunk, cid = cursors.take(cursor)
+        eng = engine(ctx)
+        cursor = eng.cursors.open(index, rows, req.cursor_count, cursors.max_idle(eng.config, req.cursor_maxidle), total)
+        chunk, cid = eng.cursors.take(cursor)
         return _reply(ctx, total, chunk, cid, timed_out)
+    if req.max_rows is not None:
+        rows = rows[:req.max_rows]
     return _reply(ctx, total, rows, None, timed_out)
+
 
 
 @command("FT.AGGREGATE", -3, "readonly", categories="@search @read", group="search", since="1.1.0")
@@ -137,6 +140,7 @@ def ft_aggregate(ctx: Ctx, argv: list[bytes]):
     name = argv[1].decode("utf-8", "replace")
     index = eng.get(ctx.db, name, search_error=True)
     req = aggregate.parse_aggregate(argv, default_dialect(ctx))
+    aggregate.cap_results(req, search.max_results(eng.config, "MAXAGGREGATERESULTS"))
     budget = query_budget(ctx, req)
     plan = search.plan(index, req.search_request(), budget=budget)
     aggregate.check_properties(req, {spec.name for spec in index.definition.fields}, _yielded(plan.query))
@@ -157,6 +161,7 @@ def profiled_aggregate(ctx: Ctx, argv: list[bytes], profile) -> Any:
     and one result processor per pipeline step (LOAD, APPLY, FILTER, GROUPBY, SORTBY, LIMIT)."""
     index = engine(ctx).get(ctx.db, argv[1].decode("utf-8", "replace"), search_error=True)
     req = aggregate.parse_aggregate(argv, default_dialect(ctx))
+    aggregate.cap_results(req, search.max_results(engine(ctx).config, "MAXAGGREGATERESULTS"))
     if req.cursor:
         raise ReplyError("FT.PROFILE does not support cursor")
     profile.search_stages = False

@@ -32,6 +32,7 @@ from pion.server.context import Ctx
 from pion.server.registry import command
 from pion.storage.budget import TIMEOUT_TEXT, UNLIMITED, Budget, QueryTimeout
 from pion.vector import aggregate, hybrid, search
+from pion.vector import cursors as cursor_limits
 
 _CATS = "@search"
 
@@ -99,7 +100,8 @@ def _leg_cursors(ctx: Ctx, index, req: hybrid.HybridRequest, text_ranked, vector
                          (b"VSIM", [(doc, vscore) for doc, _d, vscore in vector_ranked])):
         rows = [{"\0key": index.docs[doc], "__key": index.docs[doc].decode("utf-8", "replace"), "__score": score}
                 for doc, score in ranked]
-        ids[name] = cursors.open(index, rows, post.cursor_count, post.cursor_maxidle, len(rows)).cid
+        ids[name] = cursors.open(index, rows, post.cursor_count,
+                                  cursor_limits.max_idle(engine(ctx).config, post.cursor_maxidle), len(rows)).cid
     if ctx.client.proto >= 3:
         return ids
     return [b"SEARCH", ids[b"SEARCH"], b"VSIM", ids[b"VSIM"]]

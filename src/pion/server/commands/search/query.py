@@ -99,18 +99,15 @@ def ft_search(ctx: Ctx, argv: list[bytes]):
     index = eng.get(ctx.db, name, search_error=True)
     dialect = default_dialect(ctx)
     cap = search.max_results(eng.config)
-    # the cached KNN plans were all made (and their LIMIT checked) under the default cap: another
-    # cap takes the general path, which checks and caps every time
-    cached = cap == search.DEFAULT_MAX_RESULTS
-    fast = knn_fast.lookup(index, argv, dialect) if cached else None
+    fast = knn_fast.lookup(index, argv, dialect, cap)
     if fast is not None:
         return _knn_fast(ctx, eng, name, index, *fast)
     req = search.parse_search(argv, dialect)
     search.cap_results(req, cap)
     if req.summary is not None:
         highlight.check(index, req.summary, req.returns)
-    if cached and b"=>" in argv[2] and req.summary is None:
-        fast = knn_fast.compile_plan(index, argv, req, dialect)
+    if b"=>" in argv[2] and req.summary is None:
+        fast = knn_fast.compile_plan(index, argv, req, dialect, cap)
         if fast is not None:
             return _knn_fast(ctx, eng, name, index, *fast)
     plan = search.plan(index, req, budget=query_budget(ctx, req))
