@@ -225,3 +225,16 @@ def test_nothing_is_counted_while_the_setting_is_off(r):
     r.execute_command("GET", "FOO")  # *2\r\n$3\r\nGET\r\n$3\r\nFOO\r\n, $5\r\nvalue\r\n
     assert counted(r, "network-bytes-in") == {foo: 22}
     assert counted(r, "network-bytes-out") == {foo: 11}
+
+
+def test_bytes_out_of_a_streamed_reply(r, raw):
+    """A large array goes out a piece per loop turn (pion.protocol.streamed): every piece counts."""
+    from pion.protocol.streamed import STREAM_MIN
+
+    items = [b"v%d" % i for i in range(STREAM_MIN * 3)]
+    r.execute_command("RPUSH", "FOO", *items)
+    r.execute_command("CONFIG", "RESETSTAT")
+    raw.cmd("LRANGE", "FOO", "0", "-1")
+    expected = b"*%d\r\n" % len(items) + b"".join(b"$%d\r\n%s\r\n" % (len(v), v) for v in items)
+    assert raw.read_exactly(expected) == expected
+    assert counted(r, "network-bytes-out") == {slot(r, "FOO"): len(expected)}
