@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
-
 from tests.support.clusters import PionProcessCluster  # noqa: E402
 
 
