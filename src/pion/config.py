@@ -146,6 +146,9 @@ class Settings:
     cluster_announce_ip: str = ""
     cluster_announce_port: int = 0
     cluster_require_full_coverage: bool = True
+    #: CLUSTER SLOT-STATS counts each slot's cpu-usec and network bytes (Redis 8.2+; off by
+    #: default: the counting costs every command a little)
+    cluster_slot_stats_enabled: bool = False
     #: the ACL LOG's length; the keys CLIENT TRACKING remembers (0: no limit); a stream node's entries
     acllog_max_len: int = 128
     tracking_table_max_keys: int = 1000000
@@ -391,6 +394,7 @@ PARAMETERS: dict[str, tuple[str, object, object]] = {
     "cluster-announce-ip": ("cluster_announce_ip", str, str),
     "cluster-announce-port": ("cluster_announce_port", parse_int_value, str),
     "cluster-require-full-coverage": ("cluster_require_full_coverage", parse_bool, format_bool),
+    "cluster-slot-stats-enabled": ("cluster_slot_stats_enabled", parse_bool, format_bool),
     "acllog-max-len": ("acllog_max_len", parse_int_value, str),
     "tracking-table-max-keys": ("tracking_table_max_keys", parse_int_value, str),
     "stream-node-max-entries": ("stream_node_max_entries", parse_int_value, str),
@@ -408,7 +412,7 @@ REDIS_TYPED = frozenset({
     "replica-priority", "repl-backlog-size", "repl-ping-replica-period", "repl-timeout",
     "min-replicas-to-write", "min-replicas-max-lag", "cluster-enabled",
     "cluster-config-file", "cluster-announce-ip", "cluster-announce-port", "cluster-require-full-coverage",
-    "acllog-max-len", "tracking-table-max-keys", "stream-node-max-entries", "client-output-buffer-limit",
+    "cluster-slot-stats-enabled", "acllog-max-len", "tracking-table-max-keys", "stream-node-max-entries", "client-output-buffer-limit",
     "aclfile", "acl-pubsub-default",
 })
 

@@ -49,7 +49,7 @@ class RequestReader:
     __slots__ = (
         "_hiredis", "_inline", "_in_hiredis", "_chunks", "_chunks_len", "_frames_since",
         "max_bulk_len", "max_multibulk_len", "strict", "_check_at", "_big", "_after", "zero_copy",
-        "_ahead", "_tail", "_poison", "_walk", "_suspect", "_consumed",
+        "_ahead", "_tail", "_poison", "_walk", "_suspect", "_consumed", "inline_argv", "inline_size",
     )
 
     def __init__(self, max_bulk_len: int = 512 * 1024 * 1024) -> None:
@@ -86,6 +86,10 @@ class RequestReader:
         self._walk: HeaderWalk | None = None
         #: a read since the last header walk may hold a header that matters
         self._suspect = False
+        #: the last argv parsed from an inline line and that line's bytes with its newline (the
+        #: request's size for CLUSTER SLOT-STATS; a multibulk frame's follows from its argv)
+        self.inline_argv: list[bytes] | None = None
+        self.inline_size = 0
 
     def set_strict(self, on: bool) -> None:
         """Switch the pre-auth caps on or off between commands (AUTH, RESET)."""
@@ -425,7 +429,9 @@ class RequestReader:
             return None
         line = bytes(buf[:end]).rstrip(b"\r")
         del buf[: end + 1]
-        return split_inline(line)
+        argv = self.inline_argv = split_inline(line)
+        self.inline_size = end + 1
+        return argv
 
 
 def _type_byte(frame: object) -> str:

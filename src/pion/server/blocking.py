@@ -137,6 +137,10 @@ class BlockingManager:
             spec = self.server.dispatcher.lookup(request.argv)
             if not isinstance(spec, ReplyError):
                 self.server.dispatcher.record_latency(spec, request.usec / 1e6)
+            counters = self.server.dispatcher.slot_stats
+            if counters is not None:  # CLUSTER SLOT-STATS counts a blocked command when it ends
+                counters.add_cpu(client, request.usec)
+                counters.add_in(client, request.argv)
         if client.conn is not None:
             client.conn.resume_with(reply)
 

@@ -54,6 +54,10 @@ class Dispatcher:
         #: below this a command cannot be slow-logged whatever the threshold (cheap pre-check;
         #: a negative threshold disables the slowlog, which SlowLog.observe itself checks)
         self.slow_usec = 0
+        #: CLUSTER SLOT-STATS's per-slot counters while ``cluster-slot-stats-enabled`` is on on a
+        #: cluster node, else None: each hook is this one test when it is off
+        #: (pion.server.cluster.slot_stats)
+        self.slot_stats: Any = None
         self.apply_settings(server.settings)
         #: full command name -> [calls, usec, rejected_calls, failed_calls]
         self.stats: dict[str, list[int]] = {}
@@ -89,6 +93,8 @@ class Dispatcher:
         self.latency_tracking = settings.latency_tracking
         #: ms at which a command or expire pass is a latency event (0: monitoring off)
         self.latency_threshold = settings.latency_monitor_threshold
+        cluster = self.server.parts.cluster if hasattr(self.server, "parts") else None
+        self.slot_stats = cluster.counters if cluster is not None and settings.cluster_slot_stats_enabled else None
 
     def latency_sample(self, event: str, seconds: float) -> None:
         """A latency-monitor sample when it reaches ``latency-monitor-threshold``."""
@@ -138,6 +144,7 @@ class Dispatcher:
         spec = self.lookup(argv)
         client.last_interaction = time.time()
         if spec.__class__ is ReplyError:
+            client.slot = -1  # a refused command counts on no slot (CLUSTER SLOT-STATS)
             if client.multi is not None:
                 client.multi_error = True
             self._count_rejected(argv)
@@ -145,6 +152,7 @@ class Dispatcher:
             return spec
         refusal = server.admission.refusal(client, spec, argv)  # Redis's order, in one place
         if refusal is not None:
+            client.slot = -1
             if client.multi is not None:
                 if spec.name == "exec":
                     refusal = self._abort_exec(client, refusal)
@@ -159,6 +167,9 @@ class Dispatcher:
             return server.slices.park(client, argv)  # it could change what a query in flight reads
         if client.multi is not None and argv[0].lower() not in _MULTI_PASS:
             client.multi.append((spec, argv))
+            if self.slot_stats is not None:  # its request is counted now, its QUEUED is not
+                self.slot_stats.add_in(client, argv)
+            client.slot = -1
             return QUEUED
         tracking = server.tracking
         tracking.current = client
@@ -175,6 +186,8 @@ class Dispatcher:
             tracking.current = None
         if client.tracking is not None:
             tracking.command_done(client, spec)
+        if self.slot_stats is not None and client.blocked is None:  # a blocked one: when it ends
+            self.slot_stats.add_in(client, argv, spec.name == "exec")
         return reply
 
     def _abort_exec(self, client: Client, refusal: ReplyError) -> ReplyError:
@@ -240,6 +253,8 @@ class Dispatcher:
         cls = reply.__class__
         usec = self.account(client, spec, argv, reply, failed, elapsed_ns,
                             "fast-command" if "fast" in spec.flags else "command", cls is not BlockRequest)
+        if self.slot_stats is not None and self.depth == 0 and cls is not BlockRequest:
+            self.slot_stats.add_cpu(client, usec)  # a top-level command's, its nested ones included
         if not crashed:  # a crash's own argv would crash the replay the same way: not logged (docs/durability.md)
             # the one effect capture: the command's rewrites, else its argv when it made the server dirty
             if ctx.rewritten:
@@ -315,6 +330,8 @@ class Dispatcher:
             self.finish_command(client)
             return reply
         usec = self.account(client, spec, argv, reply, failed, elapsed_ns, "command", True)
+        if self.slot_stats is not None:
+            self.slot_stats.add_cpu(client, usec)
         cls = reply.__class__
         if not crashed and ctx.rewritten:
             self.pending.extend((client.dbs[db_index].id, effect) for effect in ctx.effects or ())

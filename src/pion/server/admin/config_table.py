@@ -93,6 +93,7 @@ _BOOLS = [
     _bool("use-exit-on-panic", False, HIDDEN), _bool("disable-thp", True, IMMUTABLE),
     _bool("cluster-allow-replica-migration", True), _bool("replica-announced", True),
     _bool("latency-tracking", True), _bool("aof-disable-auto-gc", False),
+    _bool("cluster-slot-stats-enabled", False),
     _bool("replica-ignore-disk-write-errors", False),
     Param("activedefrag", "bool", "no", check=v.check_activedefrag),
 ]

@@ -42,6 +42,7 @@ class ClusterEngine:
 
     def __init__(self, server: Server) -> None:
         from pion.server.cluster.peers import PeerPoller
+        from pion.server.cluster.slot_stats import SlotCounters
 
         settings = server.settings
         path = settings.cluster_config_file or "nodes.conf"
@@ -52,6 +53,9 @@ class ClusterEngine:
         self.state.require_full_coverage = settings.cluster_require_full_coverage
         self.router = Router(self.state)
         self.poller = PeerPoller(server, self.state)
+        #: CLUSTER SLOT-STATS's cpu/network counters, kept while cluster-slot-stats-enabled is on
+        #: (``Dispatcher.slot_stats`` is this object then); a slot given to a node starts at zero
+        self.counters = self.state.counters = SlotCounters()
         self._pokes: set = set()
 
     def message_stats(self) -> dict[str, int]:
@@ -89,6 +93,7 @@ def install(server: Server) -> ClusterEngine | None:
     engine.router.kv_holds = lambda client, key: _kv_holds(server, client, key)
     server.admission.cluster = engine  # the slot check: after the ACL, before memory
     server.add_component(ClusterPart(engine))
+    server.dispatcher.apply_settings(server.settings)  # cluster-slot-stats-enabled can count now
     return engine
 
 
@@ -108,6 +113,9 @@ class ClusterPart(Component):
 
     async def stop(self) -> None:
         await self.engine.poller.stop()
+
+    def resetstat(self) -> None:
+        self.engine.counters.reset()  # CONFIG RESETSTAT clears CLUSTER SLOT-STATS's counters
 
     def info_section(self) -> dict[str, Any]:
         return {"cluster_enabled": 1}

@@ -79,6 +79,7 @@ class Router:
     def refusal(self, client: Client, spec: CommandSpec, argv: list[bytes]) -> ReplyError | None:
         name = spec.full_name
         flags = client.flags
+        client.slot = -1
         if name == "asking":
             return None
         asking = "asking" in flags
@@ -119,6 +120,7 @@ class Router:
                     missing += 1
         if slot < 0:
             return None
+        client.slot = slot  # Redis's c->slot, also for a refused command (CLUSTER SLOT-STATS counts by it)
         if not state.is_ok():
             return Redirect(DOWN_STATE)
         if (migrating or importing) and is_migrate:

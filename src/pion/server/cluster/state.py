@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from pion.protocol.keyslot import SLOTS
 
@@ -74,6 +75,8 @@ class ClusterState:
         self.current_epoch = 0
         self.forgotten: dict[str, float] = {}
         self.require_full_coverage = True
+        #: CLUSTER SLOT-STATS's counters (pion.server.cluster.slot_stats), set by the engine
+        self.counters: Any = None
         if not self._load():
             self.myself = Node(new_node_id(), host, port, myself=True)
             self.nodes[self.myself.id] = self.myself
@@ -90,6 +93,8 @@ class ClusterState:
             old.slots.discard(slot)
         self.owner[slot] = node
         node.slots.add(slot)
+        if self.counters is not None:  # as Redis's clusterAddSlot: the new owner's counters start at 0
+            self.counters.reset_slot(slot)
 
     def unassign(self, slot: int) -> None:
         old = self.owner[slot]

@@ -18,7 +18,7 @@ class Client:
         "multi", "multi_error", "dirty_cas", "watched", "watched_expired", "subscriptions",
         "patterns", "shard_subscriptions", "reply_mode", "blocked", "flags", "no_evict", "dbs",
         "no_touch", "closing", "commands_processed", "executing", "in_script", "fd", "ctx", "tracking",
-        "acl_verdict",
+        "acl_verdict", "slot",
     )
 
     def __init__(self, client_id: int, server: Server, conn: Any = None, addr: str = "", laddr: str = "") -> None:
@@ -64,6 +64,9 @@ class Client:
         self.ctx: Any = None
         #: CLIENT TRACKING settings while tracking is on (``pion.server.tracking``), else None
         self.tracking: Any = None
+        #: the hash slot of the running command's keys on a cluster node, -1 for none (Redis's
+        #: ``c->slot``): set by the router, read by CLUSTER SLOT-STATS's counters
+        self.slot = -1
 
     @property
     def db(self):

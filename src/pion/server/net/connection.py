@@ -81,6 +81,8 @@ class Connection(asyncio.BufferedProtocol):
         #: the pieces of a large reply still to write (pion.protocol.streamed): one per loop
         #: turn while the transport keeps up; nothing else of this client runs meanwhile
         self.streaming: Iterator[bytes] | None = None
+        #: the slot a streamed reply's bytes count on (CLUSTER SLOT-STATS), -1 for none
+        self._stream_slot = -1
         self._pump_handle: asyncio.Handle | None = None
         #: out-of-band replies (pushes) that arrived while a reply was streaming: sent after it
         self._after_stream: list[bytes] = []
@@ -258,7 +260,11 @@ class Connection(asyncio.BufferedProtocol):
             if cls is Streamed or ((cls is list or cls is Pairs) and len(reply) >= STREAM_MIN):
                 stream = reply if cls is Streamed else pieces_of(reply)
                 if stream is not None and client.reply_mode == "on":
+                    before = self.out_size
                     self._start_stream(stream, client.proto)
+                    if dispatcher.slot_stats is not None:  # its pieces count as they are made (_pump)
+                        self._stream_slot = client.slot
+                        dispatcher.slot_stats.add_out(client.slot, self.out_size - before)
                     if tracking.pending:  # held until the reply is whole (send_reply)
                         tracking.send_pending()
                     break
@@ -267,9 +273,14 @@ class Connection(asyncio.BufferedProtocol):
             if client.reply_mode == "on":  # _append_reply's common case, inline
                 data = encode_vectored(reply, client.proto)
                 out.append(data)
-                self.out_size += len(data) if data.__class__ is bytes else data.nbytes
+                size = len(data) if data.__class__ is bytes else data.nbytes
+                self.out_size += size
+                if dispatcher.slot_stats is not None:  # CLUSTER SLOT-STATS: the reply's bytes
+                    dispatcher.slot_stats.add_out(client.slot, size)
             else:
-                self._append_reply(reply)
+                size = self._append_reply(reply)
+                if dispatcher.slot_stats is not None:
+                    dispatcher.slot_stats.add_out(client.slot, size)
             if tracking.pending:  # invalidations this command caused for its own client follow its reply
                 tracking.send_pending()
             if self.out_size > HIGH_WATER:
@@ -279,19 +290,23 @@ class Connection(asyncio.BufferedProtocol):
                     break
         self.flush()
 
-    def _append_reply(self, reply: Any) -> None:
+    def _append_reply(self, reply: Any) -> int:
+        """Queue a command's reply as CLIENT REPLY says; returns the bytes queued."""
         client = self.client
         mode = client.reply_mode  # type: ignore[union-attr]
+        size = 0
         if mode == "on" or _is_push(reply):  # pub/sub confirmations go out even with REPLY OFF
             data = encode_vectored(reply, client.proto)  # type: ignore[union-attr]
             self.out.append(data)
-            self.out_size += len(data) if data.__class__ is bytes else data.nbytes
+            size = len(data) if data.__class__ is bytes else data.nbytes
+            self.out_size += size
         if mode == "on":
-            return
+            return size
         if mode == "skip":
             client.reply_mode = "on"  # type: ignore[union-attr]
         elif mode == "skip_next":  # CLIENT REPLY SKIP: no reply to it, nor to the next command
             client.reply_mode = "skip"  # type: ignore[union-attr]
+        return size
 
     def send_reply(self, reply: Any) -> None:
         """An out-of-band reply or push (pub/sub), kept in order with held replies (after a
@@ -324,7 +339,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_with(self, reply: Any) -> None:
         """A blocked command finished: send its reply and go on with the pipeline."""
-        self._append_reply(reply)
+        size = self._append_reply(reply)
+        counters = self.server.dispatcher.slot_stats
+        if counters is not None and self.client is not None:
+            counters.add_out(self.client.slot, size)
         self.flush()
         asyncio.get_running_loop().call_soon(self._resume)
 
@@ -375,12 +393,17 @@ class Connection(asyncio.BufferedProtocol):
         if piece:
             self.out.append(piece)
             self.out_size += len(piece)
+            if self._stream_slot >= 0:
+                counters = self.server.dispatcher.slot_stats
+                if counters is not None:
+                    counters.add_out(self._stream_slot, len(piece))
         self.flush()
         if self.streaming is not None and not (self.flow.is_paused(WRITES) or self.waiting_durable):
             self._pump_soon()
 
     def _end_stream(self, resume: bool) -> None:
         self.streaming = None
+        self._stream_slot = -1
         held, self._after_stream = self._after_stream, []
         if held and resume:
             self.out.extend(held)

@@ -85,6 +85,8 @@ class ScriptRun:
         #: asked at its first ``redis.call``
         self.plain: bool | None = None
         self.db_index = client.db_index
+        #: flagged allow-cross-slot-keys: on a cluster node it counts on no slot (CLUSTER SLOT-STATS)
+        self.cross_slot = False
         self.runner: Runner | None = None
         #: the greenlet running the script; ``done`` once its reply is known
         self.greenlet: Any = None
@@ -271,6 +273,10 @@ class Runner:
                 return _rejected(dispatcher, spec, refusal.message)
             if spec.is_write:  # type: ignore[union-attr]
                 run.wrote = True
+            if dispatcher.slot_stats is not None:  # the script's slot (Redis's scriptVerifyClusterState)
+                from pion.server.cluster.slot_stats import script_call
+
+                script_call(client, spec, argv, run.cross_slot)  # type: ignore[arg-type]
             proto = client.proto
             client.proto = run.resp
             try:

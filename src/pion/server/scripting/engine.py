@@ -139,6 +139,9 @@ class ScriptingEngine:
         if flags is not None:
             self._check_start(ctx, flags, ro)
         run = ScriptRun("eval", script.sha, argv, ctx.client, read_only, allow_oom, keys)
+        run.cross_slot = flags is not None and "allow-cross-slot-keys" in flags
+        if run.cross_slot:
+            ctx.client.slot = -1  # counts on no slot, even one its KEYS named (CLUSTER SLOT-STATS)
         state = self.eval_state
         return self.runner.execute(ctx, run, lambda: state.execute(run, script.fn, keys, args))
 
@@ -148,6 +151,9 @@ class ScriptingEngine:
         flags = frozenset(function.flags)
         self._check_start(ctx, flags, ro)
         run = ScriptRun("function", function.name, argv, ctx.client, ro or "no-writes" in flags, "allow-oom" in flags, keys)
+        run.cross_slot = "allow-cross-slot-keys" in flags
+        if run.cross_slot:
+            ctx.client.slot = -1
         state = self.function_state
         return self.runner.execute(ctx, run, lambda: state.execute(run, function.fn, keys, args))
 

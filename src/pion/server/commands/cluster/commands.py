@@ -66,6 +66,21 @@ for _name, (_arity, _flags, _cats) in SUBCOMMANDS.items():
         cluster_disabled)
 
 
+@command("CLUSTER|SLOT-STATS", -4, "loading stale", categories="@slow", group="cluster", since="8.2.0")
+def cluster_slot_stats(ctx: Ctx, argv: list[bytes]):
+    """CLUSTER SLOT-STATS SLOTSRANGE start-slot end-slot | ORDERBY metric [LIMIT limit] [ASC|DESC]
+
+    Per-slot key-count, and cpu-usec and network bytes with ``cluster-slot-stats-enabled yes``
+    (pion.server.cluster.slot_stats). Refused unless this server is a cluster node.
+    """
+    engine = ctx.server.parts.cluster
+    if engine is None:
+        raise ReplyError(DISABLED)
+    from pion.server.cluster.slot_stats import slot_stats
+
+    return slot_stats(engine, ctx, argv)
+
+
 @command("READONLY", 1, "loading stale fast", categories="@fast @connection", group="cluster", since="3.0.0")
 @command("READWRITE", 1, "loading stale fast", categories="@fast @connection", group="cluster", since="3.0.0")
 @command("ASKING", 1, "fast", categories="@fast @connection", group="cluster", since="3.0.0")
