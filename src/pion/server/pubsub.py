@@ -111,9 +111,7 @@ class PubSubHub:
         if shard:
             counters = self.server.dispatcher.slot_stats
             if counters is not None and receivers:  # CLUSTER SLOT-STATS: each subscriber's message
-                from pion.server.cluster.slot_stats import add_shard_messages
-
-                add_shard_messages(counters, table.get(channel, {}).values(), Push([kind, channel, message]), channel)
+                counters.add_shard_messages(table.get(channel, {}).values(), Push([kind, channel, message]), channel)
             return receivers
         for pattern, clients in list(self.patterns.items()):
             if glob_match(pattern, channel):

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from decimal import Decimal
 from typing import Any
 
-from pion.storage import serialize
+from pion.storage import json_serde, serialize
 from pion.storage.encodings import register_encoding
 from pion.storage.keyspace import register_type
 from pion.storage.memory import register_sizer
@@ -48,36 +49,62 @@ class JsonValue:
         return dumps(self.root)
 
 
-#: the Python parser's messages as serde_json (RedisJSON's parser) words them
-_SERDE_MESSAGES = {"Expecting property name enclosed in double quotes": "key must be a string",
-                   "Expecting ':' delimiter": "expected `:`"}
+#: what Python's parser reads otherwise than serde_json in a text it accepts (checked in texts up to
+#: SUSPECT_CHECK_MAX characters; the regex costs about a third of a parse on a long document): a
+#: UTF-16 surrogate escape (serde refuses a lone one), an exponent of 3 digits or a 309-digit run
+#: (serde refuses an infinite number; Python reads it as inf)
+_SUSPECT = re.compile(r"\\u[dD][89a-fA-F]|[eE]\+?[0-9]{3}|[0-9]{309}")
+SUSPECT_CHECK_MAX = 4096
+
+
+class _Serde(Exception):
+    """This text is read by ``json_serde``: Python's reading would differ from serde_json's."""
+
+
+def _integer(text: str) -> int | float:
+    """serde_json's integers: i64 and u64; a longer one is read as a float, ``-0`` as -0.0."""
+    value = int(text)
+    if -(2**63) <= value < 2**64:
+        return -0.0 if text == "-0" else value
+    if math.isinf(float(text)):
+        raise _Serde
+    return float(text)
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse one JSON value (RFC 8259: no NaN/Infinity, nothing after the value)."""
+    """Parse the text's first JSON value as RedisJSON's serde_json does: Python's parser when it
+    reads the text the same way, else ``json_serde`` (serde's error texts and positions; text
+    after the first value is not read, as RedisJSON does not)."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError:
             raise JsonError("invalid unicode code point at line 1 column 1") from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data":
-            raise JsonError(f"trailing characters at line {exc.lineno} column {exc.colno}") from None
-        if not text.strip():
-            raise JsonError(f"EOF while parsing a value at line {exc.lineno} column {exc.colno}") from None
-        what = _SERDE_MESSAGES.get(exc.msg, "expected value")
-        raise JsonError(f"{what} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise JsonError("recursion limit exceeded") from None
-    if depth(value) > MAX_DEPTH:
-        raise JsonError("recursion limit exceeded")
+        value = json.loads(text, parse_constant=_reject_constant, parse_int=_integer)
+    except (json.JSONDecodeError, RecursionError, _Serde):
+        return _serde_loads(text)
+    if len(text) <= SUSPECT_CHECK_MAX and _SUSPECT.search(text) is not None:
+        return _serde_loads(text)
+    if text.count("[") + text.count("{") >= json_serde.RECURSION_LIMIT and depth(value) >= json_serde.RECURSION_LIMIT:
+        return _serde_loads(text)
     return value
 
 
+def _serde_loads(text: str) -> Any:
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        end = json_serde.first_value_end(data)
+    except json_serde.SerdeError as exc:
+        raise JsonError(str(exc)) from None
+    try:
+        return json.loads(data[:end].decode("utf-8"), parse_constant=_reject_constant, parse_int=_integer)
+    except (ValueError, RecursionError, _Serde):  # not expected: serde's reading accepted it
+        raise JsonError("expected value at line 1 column 1") from None
+
+
 def _reject_constant(name: str) -> Any:
-    raise JsonError("expected value at line 1 column 1")
+    raise _Serde
 
 
 def depth(value: Any) -> int:

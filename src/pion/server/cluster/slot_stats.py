@@ -84,6 +84,16 @@ class SlotCounters:
         if slot >= 0:
             self.net_in[slot] += request_size(client, argv) + (MULTI_BYTES if exec_ else 0)
 
+    def add_shard_messages(self, clients: Any, push: Any, channel: bytes) -> None:
+        """An SPUBLISH's message to the node's subscribers counts on the channel's slot (Redis's
+        internal propagation; what goes to other nodes does not count). A method, so the core's
+        pub/sub calls it without importing the cluster wing."""
+        from pion.protocol.resp import encode
+
+        slot = key_slot(channel)
+        for client in clients:
+            self.add_out(slot, len(encode(push, client.proto)))
+
     def add_out(self, slot: int, nbytes: int) -> None:
         if slot >= 0:
             self.net_out[slot] += nbytes
@@ -113,16 +123,6 @@ def script_call(client: Client, spec: CommandSpec, argv: list[bytes], cross_slot
         keys = command_keys(spec, argv)
         if keys:
             client.slot = key_slot(keys[0])
-
-
-def add_shard_messages(counters: SlotCounters, clients: Any, push: Any, channel: bytes) -> None:
-    """An SPUBLISH's message to the node's subscribers counts on the channel's slot (Redis's
-    internal propagation; what goes to other nodes does not count)."""
-    from pion.protocol.resp import encode
-
-    slot = key_slot(channel)
-    for client in clients:
-        counters.add_out(slot, len(encode(push, client.proto)))
 
 
 # -- the command ---------------------------------------------------------------------------
