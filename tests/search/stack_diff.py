@@ -183,6 +183,27 @@ def cases() -> list[Case]:
         S("FT.EXPLAIN", "s", "cats"),
         S("FT.EXPLAIN", "s", "houses"),
         S("FT.CONFIG", "SET", "MINSTEMLEN", "4"))
+    # INFIELDS beside a field modifier (the two field sets intersect), and options after SORTABLE
+    add("infields_modifiers", S("FT.SEARCH", "idx", "@name:apple", "INFIELDS", "1", "desc", "NOCONTENT"),
+        S("FT.SEARCH", "idx", "@name:apple", "INFIELDS", "2", "desc", "name", "NOCONTENT", "SORTBY", "price"),
+        S("FT.SEARCH", "idx", "@name|desc:apple", "INFIELDS", "1", "desc", "NOCONTENT", "SORTBY", "price"),
+        S("FT.SEARCH", "idx", "@name:(@desc:sweet)", "NOCONTENT", "SORTBY", "price"),
+        S("FT.SEARCH", "idx", "@name:(apple @desc:sweet)", "NOCONTENT", "SORTBY", "price"),
+        S("FT.SEARCH", "idx", "@name:apple | sweet", "INFIELDS", "1", "desc", "NOCONTENT", "SORTBY", "price"),
+        S("FT.SEARCH", "idx", "-@name:apple", "INFIELDS", "1", "desc", "NOCONTENT", "SORTBY", "price"),
+        S("FT.SEARCH", "idx", "@tags:{red} @name:apple", "INFIELDS", "1", "desc", "NOCONTENT"), data=P)
+    add("sortable_options", *[S("FT.CREATE", f"o{n}", "ON", "HASH", "PREFIX", "1", f"o{n}:", "SCHEMA", *spec)
+                              for n, spec in enumerate([
+                                  ("t", "TEXT", "SORTABLE", "WEIGHT", "2"), ("t", "TEXT", "SORTABLE", "NOSTEM"),
+                                  ("t", "TEXT", "NOSTEM", "SORTABLE"), ("t", "TEXT", "SORTABLE", "UNF"),
+                                  ("t", "TEXT", "SORTABLE", "UNF", "NOINDEX"), ("t", "TEXT", "SORTABLE", "NOINDEX"),
+                                  ("t", "TEXT", "SORTABLE", "PHONETIC", "dm:en"), ("t", "TEXT", "SORTABLE", "INDEXEMPTY"),
+                                  ("t", "TEXT", "SORTABLE", "INDEXMISSING"), ("t", "TAG", "SORTABLE", "SEPARATOR", ";"),
+                                  ("t", "TAG", "SORTABLE", "CASESENSITIVE"), ("t", "TAG", "SORTABLE", "UNF"),
+                                  ("t", "NUMERIC", "SORTABLE", "NOINDEX"), ("t", "TEXT", "SORTABLE", "WITHSUFFIXTRIE"),
+                                  ("t", "TEXT", "WEIGHT", "2", "SORTABLE", "UNF", "x", "TEXT"),
+                                  ("t", "TEXT", "SORTABLE", "WEIGHT", "2", "x", "TEXT")])],
+        S("FT._LIST", norm="set"))
     add("search_geo", S("FT.SEARCH", "idx", "@loc:[-74 40.7 50 km]", "NOCONTENT", "SORTBY", "price"),
         S("FT.SEARCH", "idx", "*", "GEOFILTER", "loc", "2.35", "48.85", "1000", "km", "NOCONTENT", "SORTBY", "price"),
         data=P)

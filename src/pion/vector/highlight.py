@@ -161,7 +161,7 @@ def _has(ctx: query_exec.ExecContext, term: str, doc: int, mask: int | None) -> 
 def _collect(node: Node, ctx: query_exec.ExecContext, fields: list[str] | None, doc: int, out: set[str]) -> None:
     kind = node.kind
     if kind == "fields":
-        _collect(node.children[0], ctx, list(node.fields or ()), doc, out)
+        _collect(node.children[0], ctx, query_exec._restrict(ctx, node.fields, node, fields), doc, out)
         return
     if kind in ("and", "or", "opt"):
         for child in node.children:

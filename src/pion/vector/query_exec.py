@@ -61,7 +61,7 @@ def evaluate(node: Node, ctx: ExecContext) -> Hits:
     if hits and ctx.scorer in ("TFIDF", "TFIDF.DOCNORM", "BM25"):
         root, fields = node, ctx.infields
         while root.kind == "fields":  # @f:(a b)
-            fields = _restrict(ctx, root.fields, root)
+            fields = _restrict(ctx, root.fields, root, fields)
             root = root.children[0]
         if root.kind == "and":
             ctx.slops = _term_distances(root, ctx, hits, fields)
@@ -100,7 +100,7 @@ def _offset_lists(node: Node, ctx: ExecContext, fields: list[str] | None) -> lis
     """The posting lists whose offsets a query node's result carries (empty: a node without offsets,
     such as a tag or a number), each with the field mask its offsets are read under."""
     if node.kind == "fields":
-        return _offset_lists(node.children[0], ctx, _restrict(ctx, node.fields, node))
+        return _offset_lists(node.children[0], ctx, _restrict(ctx, node.fields, node, fields))
     if node.kind == "term":
         if _is_stopword(ctx, node.value):
             return []
@@ -178,7 +178,7 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
     if kind == "none":
         return {}
     if kind == "fields":
-        return _eval(node.children[0], ctx, _restrict(ctx, node.fields, node))
+        return _eval(node.children[0], ctx, _restrict(ctx, node.fields, node, fields))
     if kind == "and":
         return _and(node, ctx, fields, weight)
     if kind == "or":
@@ -231,12 +231,23 @@ def _eval(node: Node, ctx: ExecContext, fields: list[str] | None) -> Hits:
     raise ReplyError(f"Unsupported query node {kind}")
 
 
-def _restrict(ctx: ExecContext, names: list[str] | None, node: Node) -> list[str]:
+#: the field restriction of ``@a:(@b:x)`` or ``@a:x`` under ``INFIELDS 1 b``: no TEXT field (every
+#: term's mask is 0, so it matches nothing)
+NO_FIELD = "\0"
+
+
+def _restrict(ctx: ExecContext, names: list[str] | None, node: Node, outer: list[str] | None = None) -> list[str]:
+    """The fields a ``@field:`` node searches: its own, within the ones around it (an outer
+    modifier or INFIELDS), as RediSearch intersects the field masks (``NO_FIELD`` when none is
+    left: the node matches nothing, and its negation everything)."""
     definition = ctx.index.definition
     for name in names or ():
         if definition.field(name) is None:
             raise ReplyError(f"Unknown field at offset 0 near {name}")
-    return list(names or ())
+    own = list(names or ())
+    if outer is None:
+        return own
+    return [name for name in own if name in outer] or [NO_FIELD]
 
 
 def _and(node: Node, ctx: ExecContext, fields: list[str] | None, weight: float) -> Hits:

@@ -310,18 +310,29 @@ def parse_fields(args: _Args, definition: IndexDefinition, existing: list[FieldS
 
 
 def _parse_field_options(args: _Args, spec: FieldSpec) -> None:
-    while args.more():
+    """The type's own options in any order, then the common ones (SORTABLE [UNF], NOINDEX), as
+    RediSearch 2.10 reads a field: after the common ones a type's option is the next field's name
+    (``t TEXT SORTABLE WEIGHT 2`` answers ``Invalid field type for field `WEIGHT```)."""
+    _parse_type_options(args, spec)
+    while args.more() and spec.type != "VECTOR":
         word = args.peek_upper()
-        if word == "SORTABLE" and spec.type != "VECTOR":
+        if word == "SORTABLE":
             spec.sortable = True
             args.pos += 1
             if args.peek_upper() == "UNF":
                 spec.unf = True
                 args.pos += 1
-        elif word == "NOINDEX" and spec.type != "VECTOR":
+        elif word == "NOINDEX":
             spec.noindex = True
             args.pos += 1
-        elif word == "INDEXMISSING":
+        else:
+            return
+
+
+def _parse_type_options(args: _Args, spec: FieldSpec) -> None:
+    while args.more():
+        word = args.peek_upper()
+        if word == "INDEXMISSING":
             spec.index_missing = True
             args.pos += 1
         elif word == "INDEXEMPTY" and spec.type in ("TEXT", "TAG"):

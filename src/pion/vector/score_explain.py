@@ -121,7 +121,7 @@ class _Explainer:
         ctx = self.ctx
         weight = float(node.attrs.get("weight", 1.0))
         if kind == "fields":
-            return self.node(node.children[0], query_exec._restrict(ctx, node.fields, node))
+            return self.node(node.children[0], query_exec._restrict(ctx, node.fields, node, fields))
         if kind == "term":
             if query_exec._is_stopword(ctx, node.value):
                 return None
