@@ -42,11 +42,11 @@ def emit(**fields: object) -> None:
 
 
 class Proc:
-    def __init__(self, cmd: list[str], port: int, log: Path) -> None:
+    def __init__(self, cmd: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> None:
         self.port = port
         self.log = open(log, "ab")
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         wait_for_port(port, 600, self.proc)
         self.ready_seconds = time.perf_counter() - self.started
 
@@ -57,12 +57,14 @@ class Proc:
         self.log.close()
 
 
-def pion(datadir: Path, *extra: str) -> Proc:
+def pion(datadir: Path, *extra: str, src: str | None = None) -> Proc:
+    """A Pion server process; ``src``: another tree's ``src`` to run (its PYTHONPATH)."""
     port = free_port()
     datadir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pion.cli.server_main", "--port", str(port), "--dir", str(datadir),
            "--save", "", *extra]
-    return Proc(cmd, port, datadir / "server.log")
+    env = dict(os.environ, PYTHONPATH=src) if src else None
+    return Proc(cmd, port, datadir / "server.log", env)
 
 
 def redis_server(datadir: Path, *extra: str) -> Proc:

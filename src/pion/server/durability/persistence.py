@@ -191,7 +191,9 @@ class Persistence:
             self.last_save_ok = True
             self.last_save_seconds = seconds
         log.info("snapshot saved (%s): %d bytes, log cut at segment %d, %d arena bytes released, "
-                 "longest loop pause %.1f ms", job.kind, size, base, released, job.max_pause * 1000)
+                 "longest loop pause %.1f ms, %d changed keys in the consistent point's iteration "
+                 "(after %d slices of the last changes)", job.kind, size, base, released, job.max_pause * 1000,
+                 job.final_keys, job.final_rounds)
         self._finish(job)
 
     def save_failed(self, job: SaveJob, exc: BaseException) -> None:

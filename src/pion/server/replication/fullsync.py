@@ -55,7 +55,8 @@ class SyncSnapshotJob(SaveJob):
         self.offset = 0
 
     def _final(self, enc: Any, out: list[bytes]) -> int:
-        self._encode_dirty(enc, out, None)
+        """The consistent point (no changed key left: ``SaveJob._converge``): the extensions but
+        this server's own replication state, and the stream offset instead of a log cut."""
         for ext in self.owner.snapshot_extensions:
             if ext.name != EXTENSION:
                 out.extend(enc.extension(ext.name, part) for part in ext.parts())
