@@ -9,7 +9,7 @@ page (``/proc/self/pagemap``), whether it still holds the file's bytes or was wr
 copy-on-write page is anonymous, a swapped one is marked so). So for such a tensor the bytes
 are the file's at a known offset, and the file is the same as when another worker hashed it
 when its identity is unchanged: device, inode, size, ``mtime_ns`` and ``ctime_ns`` (which no
-write, truncation or ``utime`` leaves as it was) and a sampled content hash.
+write, truncation or ``utime`` leaves as it was) and a sampled content checksum.
 
 Where the kernel has userfaultfd's asynchronous write-protect (Linux 6.7) the loader maps the
 files itself (``map_file``) and arms it (``track_writes``) before any tensor points at the
@@ -29,6 +29,7 @@ no reuse: the full hash runs, which re-checks everything. The record lives in
 
 from __future__ import annotations
 
+import array
 import bisect
 import ctypes
 import hashlib
@@ -36,13 +37,14 @@ import json
 import os
 import struct
 import weakref
+import zlib
 from dataclasses import dataclass, field
 
 from pion.client import worker_state
 
 FILE_NAME = "fingerprints.json"
 SAMPLES = 16
-SAMPLE_BYTES = 64 * 1024
+SAMPLE_BYTES = 16 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -323,61 +325,100 @@ def _read_untouched(ranges: list[tuple[int, int]]) -> bool:
 
 
 def file_identity(path: str) -> dict:
-    """What says a file is the one another worker hashed: its stat and a sampled content hash."""
-    from pion.client.fingerprint import _xxh3
+    """What says a file is the one another worker hashed: its stat and a sampled content checksum.
 
-    st = os.stat(path)
-    h = _xxh3()  # a change detector over 1 MB, as the fingerprint itself is (xxh3-128, ~10x sha256's speed)
-    with open(path, "rb") as fh:
+    The stat is the file's own (``fstat`` of the descriptor the samples are read through); the
+    samples (``SAMPLES`` x ``SAMPLE_BYTES``, ``os.pread``, spread from the first byte to the last)
+    go through zlib's CRC-32, which reads at memory speed and needs no import: a change detector
+    next to ``ctime_ns``, which every write changes and only root can put back."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        step, crc = max(0, st.st_size - SAMPLE_BYTES), 0
         for i in range(SAMPLES):
-            fh.seek(max(0, st.st_size - SAMPLE_BYTES) * i // max(1, SAMPLES - 1))
-            h.update(fh.read(SAMPLE_BYTES))
+            crc = zlib.crc32(os.pread(fd, SAMPLE_BYTES, step * i // (SAMPLES - 1)), crc)
+    finally:
+        os.close(fd)
     return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "ctime_ns": st.st_ctime_ns, "sample_xxh3": h.hexdigest()}
+            "ctime_ns": st.st_ctime_ns, "sample_crc32": crc}
 
 
-def plan(items: list[tuple[str, str, tuple, int, int]], own_hash, extra: object) -> Plan | None:
-    """The description of ``(name, dtype, shape, address, nbytes)`` items (contiguous tensors), or
-    None when no tensor lies in a weights file (nothing to reuse) or the proof is unavailable.
-    ``own_hash(index)`` hashes an item's own bytes (used for those not in a file)."""
-    spans = [(ptr, ptr + nbytes) for _, _, _, ptr, nbytes in items if nbytes]
-    if not spans:
+def plan(items: list[tuple[str, object, tuple, int, int]], own_hash, extra: object) -> Plan | None:
+    """The description of ``(name, dtype, shape, address, nbytes)`` items (contiguous tensors; an
+    address of 0 for one that cannot lie in a file), or None when no tensor lies in a weights
+    file (nothing to reuse) or the proof is unavailable. ``own_hash(index)`` hashes an item's
+    own bytes (for those not in a file; asked only once some item is in one).
+
+    One pass: each file is named once (its index in the description), stat'ed and sampled once,
+    at the first tensor met in it; the pages to prove are, per mapping, one span from its lowest
+    tensor to the end of its highest (pages between them included: a written one there is a
+    miss, never a wrong reuse), so the kernel is asked once per mapping, not once per tensor.
+    The key is a SHA-256 over the text parts as JSON (self-delimiting) and then the numbers
+    packed as int64, per item ``ndim, *shape, file, offset, nbytes`` (file -1: its own bytes,
+    hashed in the JSON): every description has one encoding, and JSON-encoding the ~2,000
+    numbers of a 273-tensor model cost the next worker more than the rest of this pass."""
+    addresses = [ptr for _, _, _, ptr, nbytes in items if nbytes]
+    if not addresses:
         return None
     try:
-        maps = _query_mappings([a for a, _ in spans])
+        maps = _query_mappings(addresses)
         if maps is None:
-            maps = _mappings(min(a for a, _ in spans), max(b for _, b in spans))
+            maps = _mappings(min(addresses), max(ptr + nbytes for _, _, _, ptr, nbytes in items if nbytes))
     except (OSError, ValueError):
         return None
     maps.sort()
     starts = [m[0] for m in maps]
-    desc, files, ranges = [], {}, []
+    kinds: dict = {}  # str(dtype), once per dtype
+    names, dtypes, numbers = [], [], array.array("q")
+    own: list[int] = []  # the items hashed by their own bytes
+    files: dict[str, dict] = {}
+    paths: dict[str, int] = {}  # path -> its index in the description (first met, in item order)
+    spans: dict[int, list[int]] = {}  # mapping start -> [lowest address, highest end] of its tensors
+    low = high = 0  # the mapping of the previous item (most share one: no bisect then)
     for index, (name, dtype, shape, ptr, nbytes) in enumerate(items):
-        at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
-        where = maps[at] if nbytes and at >= 0 and ptr + nbytes <= maps[at][1] else None
-        if where is None:
-            desc.append([name, dtype, shape, "own", own_hash(index)])
+        names.append(name)
+        dtypes.append(kinds.get(dtype) or kinds.setdefault(dtype, str(dtype)))
+        numbers.append(len(shape))
+        numbers.extend(shape)
+        if not (low <= ptr and ptr + nbytes <= high):
+            at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
+            if not nbytes or at < 0 or ptr + nbytes > maps[at][1]:
+                own.append(index)
+                numbers.extend((-1, 0, 0))
+                continue
+            low, high, offset, inode, path = maps[at]
+            number = paths.get(path)
+            if number is None:
+                try:
+                    identity = file_identity(path)
+                except OSError:
+                    return None
+                if identity["ino"] != inode:  # the path now names another file than the one mapped
+                    return None
+                number = paths[path] = len(paths)
+                files[path] = identity
+            span = spans.get(low)
+            if span is None:
+                span = spans[low] = [ptr, ptr + nbytes]
+        elif not nbytes:
+            own.append(index)
+            numbers.extend((-1, 0, 0))
             continue
-        start, _, offset, inode, path = where
-        try:
-            st = files.get(path) or os.stat(path)
-        except OSError:
-            return None
-        if st.st_ino != inode:  # the path now names another file than the one mapped
-            return None
-        files[path] = st
-        desc.append([name, dtype, shape, "file", path, offset + ptr - start, nbytes])
-        ranges.append((ptr, nbytes))
-    if not ranges:
+        span[0], span[1] = min(span[0], ptr), max(span[1], ptr + nbytes)
+        numbers.extend((number, offset + ptr - low, nbytes))
+    if not spans:
         return None
+    ranges = [(first, end - first) for first, end in spans.values()]
     try:
         if not untouched(ranges):
             return None
-        identities = {path: file_identity(path) for path in files}
     except OSError:
         return None
-    key = hashlib.sha256(json.dumps([desc, extra], default=str, separators=(",", ":")).encode()).hexdigest()
-    return Plan(key, identities, ranges)
+    text = json.dumps([list(paths), names, dtypes, [own_hash(index) for index in own], extra],
+                      default=str, separators=(",", ":"))
+    key = hashlib.sha256(text.encode())  # ASCII: json.dumps escapes the rest
+    key.update(numbers.tobytes())
+    return Plan(key.hexdigest(), files, ranges)
 
 
 def _path():
