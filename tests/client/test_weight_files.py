@@ -282,7 +282,7 @@ def test_ranges_outside_an_armed_mapping_are_not_proven_by_it(model_dir):
     if not weight_files._HAVE.get("uffd"):
         pytest.skip("no asynchronous userfaultfd write-protect here")
     ptr = model.model.embed_tokens.weight.data_ptr()
-    mine = [start for start, (end, _) in weight_files._TRACKED.items() if start <= ptr < end]
+    mine = [start for start, (end, *_) in weight_files._TRACKED.items() if start <= ptr < end]
     assert len(mine) == 1
     del model
     import gc

@@ -34,6 +34,7 @@ import bisect
 import ctypes
 import hashlib
 import json
+import mmap
 import os
 import struct
 import weakref
@@ -71,8 +72,9 @@ _UFFDIO_WRITEPROTECT = (3 << 30) | (24 << 16) | (0xAA << 8) | 0x06
 _SYS_USERFAULTFD = {"x86_64": 323, "aarch64": 282}
 #: the process's one userfaultfd (never closed: a registration ends with its mapping)
 _UFFD: list[int] = []
-#: mappings armed by ``track_writes``: start -> (end, a weak reference to what owns the mapping)
-_TRACKED: dict[int, tuple[int, weakref.ref]] = {}
+#: mappings armed by ``track_writes``: start -> (end, a weak reference to what owns the mapping,
+#: ``(inode, path)`` of the file it maps from its first byte, when the owner is ``map_file``'s)
+_TRACKED: dict[int, tuple[int, weakref.ref, tuple[int, str] | None]] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -159,13 +161,26 @@ def _mappings(low: int, high: int) -> list[tuple[int, int, int, int, str]]:
     return out
 
 
+class _FileMapping(mmap.mmap):
+    """``map_file``'s mapping, knowing what ``/proc/self/maps`` would say of it: ``source`` is
+    ``(inode, path)`` of the mapped file (the kernel's own name for it), so the proof finds the
+    files of tensors in armed mappings without asking the kernel (``plan``)."""
+
+    source: tuple[int, str] | None = None
+
+
 def map_file(path: str):
     """A private, writable mapping of the whole file (an ``mmap.mmap``: a tensor made over it with
     ``torch.frombuffer`` keeps it alive); pass it to ``track_writes`` before exposing it."""
-    import mmap
-
     with open(path, "rb") as fh:
-        return mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        mapping = _FileMapping(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:  # the name the kernel gives the open file (what PROCMAP_QUERY would answer)
+            name = os.readlink(f"/proc/self/fd/{fh.fileno()}")
+        except OSError:
+            name = None
+        if name and name.startswith("/"):
+            mapping.source = (os.fstat(fh.fileno()).st_ino, name)
+    return mapping
 
 
 def _uffd() -> int | None:
@@ -213,10 +228,10 @@ def track_writes(address: int, size: int, owner) -> bool:
     except OSError:
         return False
     def gone(ref: weakref.ref) -> None:  # the mapping is unmapped with its owner
-        if _TRACKED.get(address, (0, None))[1] is ref:
+        if _TRACKED.get(address, (0, None, None))[1] is ref:
             del _TRACKED[address]
 
-    _TRACKED[address] = (address + length, weakref.ref(owner, gone))
+    _TRACKED[address] = (address + length, weakref.ref(owner, gone), getattr(owner, "source", None))
     return True
 
 
@@ -343,46 +358,90 @@ def file_identity(path: str) -> dict:
             "ctime_ns": st.st_ctime_ns, "sample_crc32": crc}
 
 
+#: a tensor in no armed mapping and larger than this makes the proof ask the kernel for every
+#: file mapping (smaller ones are described by their own bytes, cheaper than the question)
+OWN_BYTES = 1 << 20
+
+
+def _armed_mappings() -> list[tuple[int, int, int, int, str]]:
+    """``(start, end, file offset, inode, path)`` of the live mappings ``track_writes`` armed over
+    ``map_file``'s mappings, from what was recorded when they were made: no system call. Sound
+    because the proof then asks the kernel whether every page of those ranges lies in a
+    write-protect armed mapping and was never written (``_scan_written``): a range unmapped and
+    mapped again since is not armed, so it is no proof."""
+    return [(start, end, 0, *source) for start, (end, ref, source) in _TRACKED.items()
+            if source is not None and ref() is not None]
+
+
 def plan(items: list[tuple[str, object, tuple, int, int]], own_hash, extra: object) -> Plan | None:
     """The description of ``(name, dtype, shape, address, nbytes)`` items (contiguous tensors; an
     address of 0 for one that cannot lie in a file), or None when no tensor lies in a weights
     file (nothing to reuse) or the proof is unavailable. ``own_hash(index)`` hashes an item's
     own bytes (for those not in a file; asked only once some item is in one).
 
-    One pass: each file is named once (its index in the description), stat'ed and sampled once,
-    at the first tensor met in it; the pages to prove are, per mapping, one span from its lowest
-    tensor to the end of its highest (pages between them included: a written one there is a
-    miss, never a wrong reuse), so the kernel is asked once per mapping, not once per tensor.
-    The key is a SHA-256 over the text parts as JSON (self-delimiting) and then the numbers
-    packed as int64, per item ``ndim, *shape, file, offset, nbytes`` (file -1: its own bytes,
-    hashed in the JSON): every description has one encoding, and JSON-encoding the ~2,000
-    numbers of a 273-tensor model cost the next worker more than the rest of this pass."""
-    addresses = [ptr for _, _, _, ptr, nbytes in items if nbytes]
-    if not addresses:
+    The files holding the tensors are found in the mappings ``map_file`` made and
+    ``track_writes`` armed, when every tensor of more than ``OWN_BYTES`` lies in one (the rest
+    are described by their own bytes); otherwise the kernel names each mapping (``PROCMAP_QUERY``,
+    else ``/proc/self/maps``). Then ``_describe``; None where a file or page proves nothing."""
+    armed = _armed_mappings()
+    found = _describe(items, armed, OWN_BYTES) if armed else None
+    if found is None:
+        addresses = [ptr for _, _, _, ptr, nbytes in items if nbytes]
+        if not addresses:
+            return None
+        try:
+            maps = _query_mappings(addresses)
+            if maps is None:
+                maps = _mappings(min(addresses), max(ptr + nbytes for _, _, _, ptr, nbytes in items if nbytes))
+        except (OSError, ValueError):
+            return None
+        found = _describe(items, maps, None)
+    if not isinstance(found, tuple):
         return None
+    parts, numbers, own, files, ranges = found
     try:
-        maps = _query_mappings(addresses)
-        if maps is None:
-            maps = _mappings(min(addresses), max(ptr + nbytes for _, _, _, ptr, nbytes in items if nbytes))
-    except (OSError, ValueError):
+        if not untouched(ranges):
+            return None
+    except OSError:
         return None
-    maps.sort()
+    text = [*parts, [own_hash(index) for index in own], extra]
+    key = hashlib.sha256(json.dumps(text, default=str, separators=(",", ":")).encode())  # ASCII
+    key.update(numbers.tobytes())
+    return Plan(key.hexdigest(), files, ranges)
+
+
+def _describe(items, maps: list, own_limit: int | None):
+    """One pass over the items against these mappings: ``(text parts, numbers, own items, file
+    identities, page ranges)``; False where a file proves nothing (replaced since it was mapped,
+    unreadable), None where no item lies in a file or (``own_limit``) a larger one lies in none.
+
+    Each file is named once (its index in the description), stat'ed and sampled once, at the
+    first tensor met in it; the pages to prove are, per mapping, one span from its lowest tensor
+    to the end of its highest (pages between them included: a written one there is a miss, never
+    a wrong reuse), so the kernel is asked once per mapping, not once per tensor. The key is a
+    SHA-256 over the text parts as JSON (self-delimiting) and then the numbers packed as int64,
+    per item ``ndim, *shape, file, offset, nbytes`` (file -1: its own bytes, hashed in the JSON):
+    every description has one encoding, and JSON-encoding the ~2,000 numbers of a 273-tensor
+    model cost the next worker more than the rest of this pass."""
+    maps = sorted(maps)
     starts = [m[0] for m in maps]
-    kinds: dict = {}  # str(dtype), once per dtype
-    names, dtypes, numbers = [], [], array.array("q")
-    own: list[int] = []  # the items hashed by their own bytes
+    kinds = {dtype: str(dtype) for dtype in {item[1] for item in items}}  # str() once per dtype
+    names = [item[0] for item in items]
+    dtypes = [kinds[item[1]] for item in items]
+    numbers = array.array("q")
+    own: list[int] = []  # the items described by their own bytes
     files: dict[str, dict] = {}
     paths: dict[str, int] = {}  # path -> its index in the description (first met, in item order)
     spans: dict[int, list[int]] = {}  # mapping start -> [lowest address, highest end] of its tensors
     low = high = 0  # the mapping of the previous item (most share one: no bisect then)
-    for index, (name, dtype, shape, ptr, nbytes) in enumerate(items):
-        names.append(name)
-        dtypes.append(kinds.get(dtype) or kinds.setdefault(dtype, str(dtype)))
+    for index, (_, _, shape, ptr, nbytes) in enumerate(items):
         numbers.append(len(shape))
         numbers.extend(shape)
         if not (low <= ptr and ptr + nbytes <= high):
             at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
             if not nbytes or at < 0 or ptr + nbytes > maps[at][1]:
+                if own_limit is not None and nbytes > own_limit:
+                    return None
                 own.append(index)
                 numbers.extend((-1, 0, 0))
                 continue
@@ -392,9 +451,9 @@ def plan(items: list[tuple[str, object, tuple, int, int]], own_hash, extra: obje
                 try:
                     identity = file_identity(path)
                 except OSError:
-                    return None
+                    return False
                 if identity["ino"] != inode:  # the path now names another file than the one mapped
-                    return None
+                    return False
                 number = paths[path] = len(paths)
                 files[path] = identity
             span = spans.get(low)
@@ -409,16 +468,7 @@ def plan(items: list[tuple[str, object, tuple, int, int]], own_hash, extra: obje
     if not spans:
         return None
     ranges = [(first, end - first) for first, end in spans.values()]
-    try:
-        if not untouched(ranges):
-            return None
-    except OSError:
-        return None
-    text = json.dumps([list(paths), names, dtypes, [own_hash(index) for index in own], extra],
-                      default=str, separators=(",", ":"))
-    key = hashlib.sha256(text.encode())  # ASCII: json.dumps escapes the rest
-    key.update(numbers.tobytes())
-    return Plan(key.hexdigest(), files, ranges)
+    return [list(paths), names, dtypes], numbers, own, files, ranges
 
 
 def _path():

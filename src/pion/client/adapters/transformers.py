@@ -11,6 +11,7 @@ torch and transformers are imported when the adapter is created, never at module
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import json
 import os
@@ -78,8 +79,11 @@ class TransformersAdapter:
 
             items = [(name, dtype, shape, ptr, nbytes) if plain else (name, dtype, shape, 0, 0)
                      for name, _, _, _, ptr, dtype, shape, nbytes, plain in rows]
-            found = weight_files.plan(items, lambda i: own_digest(tensor_bytes(self.torch, tensors[i][1])),
-                                      {"adapters": adapters, "runtime": self.runtime})
+            def own(index: int) -> str:  # a contiguous CPU tensor's bytes read in place (tensor_bytes' bytes)
+                ptr, nbytes = items[index][3:5]
+                return own_digest(ctypes.string_at(ptr, nbytes) if ptr else tensor_bytes(self.torch, tensors[index][1]))
+
+            found = weight_files.plan(items, own, {"adapters": adapters, "runtime": self.runtime})
             if found is not None and (value := weight_files.lookup(found)) is not None:
                 return value
             value = full()
