@@ -478,7 +478,7 @@ def _path():
 def lookup(found: Plan) -> str | None:
     """The digest recorded for exactly this plan and these unchanged files, else None."""
     try:
-        entry = json.loads(_path().read_text()).get(found.key)
+        entry = json.loads(_path().read_bytes()).get(found.key)
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(entry, dict) or entry.get("files") != found.files:

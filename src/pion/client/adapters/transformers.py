@@ -377,15 +377,17 @@ def named_tensors(torch, model) -> tuple[list, list | None]:
         attrs = module.__dict__
         dot = prefix + "." if prefix else ""
         own = attrs["_parameters"]
-        for name, t in own.items():
-            if t is not None and id(t) not in seen_p:
-                seen_p.add(id(t))
-                params.append(("p:" + dot + name, t))
+        if own:  # most modules hold none: no items() view then
+            for name, t in own.items():
+                if t is not None and id(t) not in seen_p:
+                    seen_p.add(id(t))
+                    params.append(("p:" + dot + name, t))
         held = attrs["_buffers"]
-        for name, t in held.items():
-            if t is not None and id(t) not in seen_b:
-                seen_b.add(id(t))
-                buffers.append(("b:" + dot + name, t))
+        if held:
+            for name, t in held.items():
+                if t is not None and id(t) not in seen_b:
+                    seen_b.add(id(t))
+                    buffers.append(("b:" + dot + name, t))
         kind = type(module)
         on_class = lora_types.get(kind)
         if on_class is None:
