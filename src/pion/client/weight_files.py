@@ -383,8 +383,17 @@ def plan(items: list[tuple[str, object, tuple, int, int]], own_hash, extra: obje
     ``track_writes`` armed, when every tensor of more than ``OWN_BYTES`` lies in one (the rest
     are described by their own bytes); otherwise the kernel names each mapping (``PROCMAP_QUERY``,
     else ``/proc/self/maps``). Then ``_describe``; None where a file or page proves nothing."""
-    armed = _armed_mappings()
+    armed = _armed_mappings() if _HAVE.get("scan", True) else []
     found = _describe(items, armed, OWN_BYTES) if armed else None
+    if isinstance(found, tuple):
+        try:  # the record is trusted only with the write tracking's proof (_armed_mappings)
+            proven = _scan_written(found[4])
+        except OSError:
+            proven = False
+        if not proven:
+            found = None  # then the kernel names the mappings and any page test may prove them
+    else:
+        proven = False
     if found is None:
         addresses = [ptr for _, _, _, ptr, nbytes in items if nbytes]
         if not addresses:
@@ -400,7 +409,7 @@ def plan(items: list[tuple[str, object, tuple, int, int]], own_hash, extra: obje
         return None
     parts, numbers, own, files, ranges = found
     try:
-        if not untouched(ranges):
+        if not (proven or untouched(ranges)):
             return None
     except OSError:
         return None
