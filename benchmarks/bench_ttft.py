@@ -30,6 +30,7 @@ steal the CPU from the next one. Prints a table with ratios and writes JSON and 
     python benchmarks/bench_ttft.py --smoke               # CI-sized: tiny model, two lengths
     python benchmarks/bench_ttft.py --model builtin:smollm2   # the real SmolLM2-135M-Instruct
     python benchmarks/bench_ttft.py --runtime llama       # llama.cpp: Pion vs LlamaDiskCache
+    python benchmarks/bench_ttft.py --model builtin:smollm2 --first-hit-only   # fresh workers only
 """
 
 from __future__ import annotations
@@ -348,6 +349,9 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="tiny model, two lengths, one run, two codecs")
     p.add_argument("--first-hit-runs", type=int, default=3,
                    help="runs of the first-hit-in-a-fresh-process path, at the largest length (0: skip)")
+    p.add_argument("--first-hit-only", action="store_true",
+                   help="only the first-hit rows (the prefix stored once, at the largest length): the fresh "
+                        "workers' first hits and fingerprints, e.g. fingerprint_second_vs_first")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.smoke:
@@ -395,6 +399,8 @@ def bench(args, redis_srv) -> int:
 
     log(f"loading {args.model or 'the built-in demo model'} ({args.runtime})")
     loaded = M.load(args.model, args.runtime, log, device=args.device)
+    if args.first_hit_only:
+        return first_hit_only(args, loaded)
     caches = {c: prompt_cache(loaded, args.url, c) for c in args.codecs}
     for pc in caches.values():
         pc.client.kv_drop(*[pc.namespace(M.filler_prompt(loaded, n)[:-1]) for n in args.lengths])
@@ -422,6 +428,28 @@ def bench(args, redis_srv) -> int:
     for problem in problems:
         print("FAIL:", problem)
     return 1 if problems else 0
+
+
+def first_hit_only(args, loaded) -> int:
+    """``--first-hit-only``: the prefix of the largest length stored once, then ``first_hits``."""
+    n = max(args.lengths)
+    prompt = M.filler_prompt(loaded, n)
+    pc = prompt_cache(loaded, args.url, "auto")
+    pc.client.kv_drop(pc.namespace(prompt[:-1]))
+    if not pc.put(prompt[:-1], loaded.adapter.prefill(prompt[:-1])):
+        raise RuntimeError("Pion failed to store the prefix")
+    first = first_hits(args, n, args.workdir)
+    print_first_hit(first)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = (f"ttft_{args.runtime}" + ("_smollm2" if args.model == "builtin:smollm2" else "")
+            + (f"_{args.device}" if args.device else "") + "_first_hit_only")
+    meta = {"model": loaded.name, "runtime": args.runtime, "device": args.device or "cpu",
+            "loadavg": os.getloadavg(), "first_hit": first}
+    (args.out_dir / f"{stem}.json").write_text(json.dumps(meta, indent=1))
+    log(f"wrote {args.out_dir / stem}.json")
+    if not first["hits"]:
+        print("FAIL: first hit: not a hit")
+    return 0 if first["hits"] else 1
 
 
 if __name__ == "__main__":

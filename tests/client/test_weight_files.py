@@ -211,7 +211,7 @@ def test_a_changed_sample_with_the_same_size_and_mtime_is_another_identity(tmp_p
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     after = weight_files.file_identity(str(path))
     assert after["size"] == before["size"] and after["mtime_ns"] == before["mtime_ns"]
-    assert after["sample_xxh3"] != before["sample_xxh3"]
+    assert after["sample_crc32"] != before["sample_crc32"]
 
 
 def test_a_file_of_another_size_with_the_same_weights_is_hashed_in_full(url, model_dir, lookups):
@@ -282,7 +282,7 @@ def test_ranges_outside_an_armed_mapping_are_not_proven_by_it(model_dir):
     if not weight_files._HAVE.get("uffd"):
         pytest.skip("no asynchronous userfaultfd write-protect here")
     ptr = model.model.embed_tokens.weight.data_ptr()
-    mine = [start for start, (end, _) in weight_files._TRACKED.items() if start <= ptr < end]
+    mine = [start for start, (end, *_) in weight_files._TRACKED.items() if start <= ptr < end]
     assert len(mine) == 1
     del model
     import gc
@@ -323,7 +323,7 @@ def test_one_byte_rewritten_outside_the_samples_with_size_and_mtime_put_back_is_
         fh.write(bytes([old[0] ^ 0x40]))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     after = weight_files.file_identity(str(path))
-    assert after["sample_xxh3"] == before["sample_xxh3"] and after["mtime_ns"] == before["mtime_ns"]
+    assert after["sample_crc32"] == before["sample_crc32"] and after["mtime_ns"] == before["mtime_ns"]
     assert after["size"] == before["size"] and after["ino"] == before["ino"]
     assert after["ctime_ns"] != before["ctime_ns"] and after != before
 
@@ -369,3 +369,87 @@ def test_a_forked_child_forgets_the_parents_write_tracking(model_dir):
     os.waitpid(pid, 0)
     assert got == "0 0 True"  # nothing inherited; the pages proven by the anonymous-page test
     assert weight_files._TRACKED and weight_files._scan_written(ranges) is True  # the parent keeps its own
+
+
+# -- the description: one pass, the armed mappings' own record of their files ------------------
+
+
+def _items(model):
+    """``plan``'s items as ``TransformersAdapter.weights_hash`` makes them (every tensor here is
+    contiguous and on the CPU)."""
+    return [(n, t.dtype, t.shape, t.data_ptr(), t.nbytes) for n, t in hf_adapter.named_tensors(torch, model)[0]]
+
+
+def _own(model):
+    tensors = hf_adapter.named_tensors(torch, model)[0]
+    return lambda i: fingerprint.own_digest(hf_adapter.tensor_bytes(torch, tensors[i][1]))
+
+
+def test_a_model_in_memory_has_no_byte_hashed_for_the_description():
+    """Nothing lies in a file: no description, and no tensor's own bytes hashed for it (the full
+    hash that follows reads every byte once, not twice)."""
+    model = hf_llama(seed=1)
+    asked: list = []
+    assert weight_files.plan(_items(model), lambda i: asked.append(i) or "x", None) is None
+    assert asked == []
+
+
+def test_the_armed_mappings_name_the_files_as_the_kernel_does(model_dir, monkeypatch):
+    """``map_file`` recorded the inode and the kernel's name of each file it mapped: the proof
+    finds the tensors' files from that without a system call, and the description, the files and
+    the page ranges are the kernel's (``PROCMAP_QUERY``, else ``/proc/self/maps``)."""
+    model = load(model_dir)
+    if not weight_files._armed_mappings():
+        pytest.skip("no asynchronous userfaultfd write-protect here: nothing is armed")
+    asked: list = []
+    real = weight_files._query_mappings
+    monkeypatch.setattr(weight_files, "_query_mappings", lambda addresses: asked.append(1) or real(addresses))
+    armed = weight_files.plan(_items(model), _own(model), {"x": 1})
+    assert armed is not None and asked == []  # the armed mappings answered
+    monkeypatch.setattr(weight_files, "_armed_mappings", lambda: [])
+    kernel = weight_files.plan(_items(model), _own(model), {"x": 1})
+    assert asked == [1] and kernel is not None
+    assert (armed.key, armed.files, armed.ranges) == (kernel.key, kernel.files, kernel.ranges)
+    assert weight_files.plan(_items(model), _own(model), {"x": 2}).key != armed.key  # extra is part of it
+
+
+def test_files_found_from_the_armed_mappings_are_proven_by_the_write_tracking_only(model_dir, monkeypatch):
+    """Where the armed mappings' record named the files, the pages must be proven by the write
+    tracking (a range mapped again since is not armed); without that proof the kernel names the
+    mappings again, and only then may the per-page test prove the pages."""
+    model = load(model_dir)
+    if not weight_files._armed_mappings():
+        pytest.skip("no asynchronous userfaultfd write-protect here: nothing is armed")
+    before = weight_files.plan(_items(model), _own(model), None)
+    asked: list = []
+    real = weight_files._query_mappings
+    monkeypatch.setattr(weight_files, "_query_mappings", lambda addresses: asked.append(1) or real(addresses))
+    monkeypatch.setattr(weight_files, "_scan_written", lambda ranges: False)
+    after = weight_files.plan(_items(model), _own(model), None)
+    assert asked == [1] and after is not None and after.key == before.key
+
+
+def test_a_large_tensor_outside_the_armed_mappings_makes_the_proof_ask_the_kernel(model_dir, monkeypatch):
+    """A tensor in no armed mapping larger than ``OWN_BYTES`` may lie in another file mapping:
+    the kernel is asked then, and the description is the same (the rotary buffer is heap memory)."""
+    model = load(model_dir)
+    if not weight_files._armed_mappings():
+        pytest.skip("no asynchronous userfaultfd write-protect here: nothing is armed")
+    before = weight_files.plan(_items(model), _own(model), None)
+    asked: list = []
+    real = weight_files._query_mappings
+    monkeypatch.setattr(weight_files, "_query_mappings", lambda addresses: asked.append(1) or real(addresses))
+    monkeypatch.setattr(weight_files, "OWN_BYTES", 0)
+    after = weight_files.plan(_items(model), _own(model), None)
+    assert asked == [1] and after.key == before.key
+
+
+def test_a_changed_tensor_shape_or_location_is_another_description(model_dir):
+    model = load(model_dir)
+    items = _items(model)
+    base = weight_files.plan(items, _own(model), None)
+    name, dtype, shape, ptr, nbytes = items[1]
+    moved = items[:1] + [(name, dtype, shape, ptr + 4, nbytes)] + items[2:]
+    reshaped = items[:1] + [(name, dtype, torch.Size([nbytes // 4]), ptr, nbytes)] + items[2:]
+    assert len({base.key, weight_files.plan(moved, _own(model), None).key,
+                weight_files.plan(reshaped, _own(model), None).key}) == 3

@@ -21,6 +21,7 @@ only for models whose K/V are interchangeable.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import weakref
 from collections.abc import Callable, Iterable
@@ -47,6 +48,21 @@ def digest(items: Iterable[tuple[str, str, tuple, object]], extra: object = None
         h.update(buffer)
     if extra is not None:
         h.update(json.dumps(extra, sort_keys=True, default=str, separators=(",", ":")).encode())
+    return PREFIX + h.hexdigest()
+
+
+#: own bytes up to this size are hashed with hashlib's BLAKE2b (no import: the next worker's
+#: proof hashes only a few small buffers, and importing xxhash would cost it ~1 ms); larger ones
+#: with xxh3-128, ~10x faster per byte
+SMALL_BYTES = 1 << 20
+
+
+def own_digest(buffer) -> str:
+    """A 128-bit hash of one buffer's bytes (what describes a tensor that lies in no weights file)."""
+    if memoryview(buffer).nbytes <= SMALL_BYTES:
+        return "b2b-128:" + hashlib.blake2b(buffer, digest_size=16).hexdigest()
+    h = _xxh3()
+    h.update(buffer)
     return PREFIX + h.hexdigest()
 
 

@@ -9,7 +9,7 @@ page (``/proc/self/pagemap``), whether it still holds the file's bytes or was wr
 copy-on-write page is anonymous, a swapped one is marked so). So for such a tensor the bytes
 are the file's at a known offset, and the file is the same as when another worker hashed it
 when its identity is unchanged: device, inode, size, ``mtime_ns`` and ``ctime_ns`` (which no
-write, truncation or ``utime`` leaves as it was) and a sampled content hash.
+write, truncation or ``utime`` leaves as it was) and a sampled content checksum.
 
 Where the kernel has userfaultfd's asynchronous write-protect (Linux 6.7) the loader maps the
 files itself (``map_file``) and arms it (``track_writes``) before any tensor points at the
@@ -29,20 +29,23 @@ no reuse: the full hash runs, which re-checks everything. The record lives in
 
 from __future__ import annotations
 
+import array
 import bisect
 import ctypes
 import hashlib
 import json
+import mmap
 import os
 import struct
 import weakref
+import zlib
 from dataclasses import dataclass, field
 
 from pion.client import worker_state
 
 FILE_NAME = "fingerprints.json"
 SAMPLES = 16
-SAMPLE_BYTES = 64 * 1024
+SAMPLE_BYTES = 16 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -69,8 +72,9 @@ _UFFDIO_WRITEPROTECT = (3 << 30) | (24 << 16) | (0xAA << 8) | 0x06
 _SYS_USERFAULTFD = {"x86_64": 323, "aarch64": 282}
 #: the process's one userfaultfd (never closed: a registration ends with its mapping)
 _UFFD: list[int] = []
-#: mappings armed by ``track_writes``: start -> (end, a weak reference to what owns the mapping)
-_TRACKED: dict[int, tuple[int, weakref.ref]] = {}
+#: mappings armed by ``track_writes``: start -> (end, a weak reference to what owns the mapping,
+#: ``(inode, path)`` of the file it maps from its first byte, when the owner is ``map_file``'s)
+_TRACKED: dict[int, tuple[int, weakref.ref, tuple[int, str] | None]] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -157,13 +161,26 @@ def _mappings(low: int, high: int) -> list[tuple[int, int, int, int, str]]:
     return out
 
 
+class _FileMapping(mmap.mmap):
+    """``map_file``'s mapping, knowing what ``/proc/self/maps`` would say of it: ``source`` is
+    ``(inode, path)`` of the mapped file (the kernel's own name for it), so the proof finds the
+    files of tensors in armed mappings without asking the kernel (``plan``)."""
+
+    source: tuple[int, str] | None = None
+
+
 def map_file(path: str):
     """A private, writable mapping of the whole file (an ``mmap.mmap``: a tensor made over it with
     ``torch.frombuffer`` keeps it alive); pass it to ``track_writes`` before exposing it."""
-    import mmap
-
     with open(path, "rb") as fh:
-        return mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        mapping = _FileMapping(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:  # the name the kernel gives the open file (what PROCMAP_QUERY would answer)
+            name = os.readlink(f"/proc/self/fd/{fh.fileno()}")
+        except OSError:
+            name = None
+        if name and name.startswith("/"):
+            mapping.source = (os.fstat(fh.fileno()).st_ino, name)
+    return mapping
 
 
 def _uffd() -> int | None:
@@ -211,10 +228,10 @@ def track_writes(address: int, size: int, owner) -> bool:
     except OSError:
         return False
     def gone(ref: weakref.ref) -> None:  # the mapping is unmapped with its owner
-        if _TRACKED.get(address, (0, None))[1] is ref:
+        if _TRACKED.get(address, (0, None, None))[1] is ref:
             del _TRACKED[address]
 
-    _TRACKED[address] = (address + length, weakref.ref(owner, gone))
+    _TRACKED[address] = (address + length, weakref.ref(owner, gone), getattr(owner, "source", None))
     return True
 
 
@@ -323,61 +340,144 @@ def _read_untouched(ranges: list[tuple[int, int]]) -> bool:
 
 
 def file_identity(path: str) -> dict:
-    """What says a file is the one another worker hashed: its stat and a sampled content hash."""
-    from pion.client.fingerprint import _xxh3
+    """What says a file is the one another worker hashed: its stat and a sampled content checksum.
 
-    st = os.stat(path)
-    h = _xxh3()  # a change detector over 1 MB, as the fingerprint itself is (xxh3-128, ~10x sha256's speed)
-    with open(path, "rb") as fh:
+    The stat is the file's own (``fstat`` of the descriptor the samples are read through); the
+    samples (``SAMPLES`` x ``SAMPLE_BYTES``, ``os.pread``, spread from the first byte to the last)
+    go through zlib's CRC-32, which reads at memory speed and needs no import: a change detector
+    next to ``ctime_ns``, which every write changes and only root can put back."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        step, crc = max(0, st.st_size - SAMPLE_BYTES), 0
         for i in range(SAMPLES):
-            fh.seek(max(0, st.st_size - SAMPLE_BYTES) * i // max(1, SAMPLES - 1))
-            h.update(fh.read(SAMPLE_BYTES))
+            crc = zlib.crc32(os.pread(fd, SAMPLE_BYTES, step * i // (SAMPLES - 1)), crc)
+    finally:
+        os.close(fd)
     return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "ctime_ns": st.st_ctime_ns, "sample_xxh3": h.hexdigest()}
+            "ctime_ns": st.st_ctime_ns, "sample_crc32": crc}
 
 
-def plan(items: list[tuple[str, str, tuple, int, int]], own_hash, extra: object) -> Plan | None:
-    """The description of ``(name, dtype, shape, address, nbytes)`` items (contiguous tensors), or
-    None when no tensor lies in a weights file (nothing to reuse) or the proof is unavailable.
-    ``own_hash(index)`` hashes an item's own bytes (used for those not in a file)."""
-    spans = [(ptr, ptr + nbytes) for _, _, _, ptr, nbytes in items if nbytes]
-    if not spans:
-        return None
-    try:
-        maps = _query_mappings([a for a, _ in spans])
-        if maps is None:
-            maps = _mappings(min(a for a, _ in spans), max(b for _, b in spans))
-    except (OSError, ValueError):
-        return None
-    maps.sort()
-    starts = [m[0] for m in maps]
-    desc, files, ranges = [], {}, []
-    for index, (name, dtype, shape, ptr, nbytes) in enumerate(items):
-        at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
-        where = maps[at] if nbytes and at >= 0 and ptr + nbytes <= maps[at][1] else None
-        if where is None:
-            desc.append([name, dtype, shape, "own", own_hash(index)])
-            continue
-        start, _, offset, inode, path = where
-        try:
-            st = files.get(path) or os.stat(path)
+#: a tensor in no armed mapping and larger than this makes the proof ask the kernel for every
+#: file mapping (smaller ones are described by their own bytes, cheaper than the question)
+OWN_BYTES = 1 << 20
+
+
+def _armed_mappings() -> list[tuple[int, int, int, int, str]]:
+    """``(start, end, file offset, inode, path)`` of the live mappings ``track_writes`` armed over
+    ``map_file``'s mappings, from what was recorded when they were made: no system call. Sound
+    because the proof then asks the kernel whether every page of those ranges lies in a
+    write-protect armed mapping and was never written (``_scan_written``): a range unmapped and
+    mapped again since is not armed, so it is no proof."""
+    return [(start, end, 0, *source) for start, (end, ref, source) in _TRACKED.items()
+            if source is not None and ref() is not None]
+
+
+def plan(items: list[tuple[str, object, tuple, int, int]], own_hash, extra: object) -> Plan | None:
+    """The description of ``(name, dtype, shape, address, nbytes)`` items (contiguous tensors; an
+    address of 0 for one that cannot lie in a file), or None when no tensor lies in a weights
+    file (nothing to reuse) or the proof is unavailable. ``own_hash(index)`` hashes an item's
+    own bytes (for those not in a file; asked only once some item is in one).
+
+    The files holding the tensors are found in the mappings ``map_file`` made and
+    ``track_writes`` armed, when every tensor of more than ``OWN_BYTES`` lies in one (the rest
+    are described by their own bytes); otherwise the kernel names each mapping (``PROCMAP_QUERY``,
+    else ``/proc/self/maps``). Then ``_describe``; None where a file or page proves nothing."""
+    armed = _armed_mappings() if _HAVE.get("scan", True) else []
+    found = _describe(items, armed, OWN_BYTES) if armed else None
+    if isinstance(found, tuple):
+        try:  # the record is trusted only with the write tracking's proof (_armed_mappings)
+            proven = _scan_written(found[4])
         except OSError:
+            proven = False
+        if not proven:
+            found = None  # then the kernel names the mappings and any page test may prove them
+    else:
+        proven = False
+    if found is None:
+        addresses = [ptr for _, _, _, ptr, nbytes in items if nbytes]
+        if not addresses:
             return None
-        if st.st_ino != inode:  # the path now names another file than the one mapped
+        try:
+            maps = _query_mappings(addresses)
+            if maps is None:
+                maps = _mappings(min(addresses), max(ptr + nbytes for _, _, _, ptr, nbytes in items if nbytes))
+        except (OSError, ValueError):
             return None
-        files[path] = st
-        desc.append([name, dtype, shape, "file", path, offset + ptr - start, nbytes])
-        ranges.append((ptr, nbytes))
-    if not ranges:
+        found = _describe(items, maps, None)
+    if not isinstance(found, tuple):
         return None
+    parts, numbers, own, files, ranges = found
     try:
-        if not untouched(ranges):
+        if not (proven or untouched(ranges)):
             return None
-        identities = {path: file_identity(path) for path in files}
     except OSError:
         return None
-    key = hashlib.sha256(json.dumps([desc, extra], default=str, separators=(",", ":")).encode()).hexdigest()
-    return Plan(key, identities, ranges)
+    text = [*parts, [own_hash(index) for index in own], extra]
+    key = hashlib.sha256(json.dumps(text, default=str, separators=(",", ":")).encode())  # ASCII
+    key.update(numbers.tobytes())
+    return Plan(key.hexdigest(), files, ranges)
+
+
+def _describe(items, maps: list, own_limit: int | None):
+    """One pass over the items against these mappings: ``(text parts, numbers, own items, file
+    identities, page ranges)``; False where a file proves nothing (replaced since it was mapped,
+    unreadable), None where no item lies in a file or (``own_limit``) a larger one lies in none.
+
+    Each file is named once (its index in the description), stat'ed and sampled once, at the
+    first tensor met in it; the pages to prove are, per mapping, one span from its lowest tensor
+    to the end of its highest (pages between them included: a written one there is a miss, never
+    a wrong reuse), so the kernel is asked once per mapping, not once per tensor. The key is a
+    SHA-256 over the text parts as JSON (self-delimiting) and then the numbers packed as int64,
+    per item ``ndim, *shape, file, offset, nbytes`` (file -1: its own bytes, hashed in the JSON):
+    every description has one encoding, and JSON-encoding the ~2,000 numbers of a 273-tensor
+    model cost the next worker more than the rest of this pass."""
+    maps = sorted(maps)
+    starts = [m[0] for m in maps]
+    kinds = {dtype: str(dtype) for dtype in {item[1] for item in items}}  # str() once per dtype
+    names = [item[0] for item in items]
+    dtypes = [kinds[item[1]] for item in items]
+    numbers = array.array("q")
+    own: list[int] = []  # the items described by their own bytes
+    files: dict[str, dict] = {}
+    paths: dict[str, int] = {}  # path -> its index in the description (first met, in item order)
+    spans: dict[int, list[int]] = {}  # mapping start -> [lowest address, highest end] of its tensors
+    low = high = 0  # the mapping of the previous item (most share one: no bisect then)
+    for index, (_, _, shape, ptr, nbytes) in enumerate(items):
+        numbers.append(len(shape))
+        numbers.extend(shape)
+        if not (low <= ptr and ptr + nbytes <= high):
+            at = bisect.bisect_right(starts, ptr) - 1  # the mapping starting at or below ptr
+            if not nbytes or at < 0 or ptr + nbytes > maps[at][1]:
+                if own_limit is not None and nbytes > own_limit:
+                    return None
+                own.append(index)
+                numbers.extend((-1, 0, 0))
+                continue
+            low, high, offset, inode, path = maps[at]
+            number = paths.get(path)
+            if number is None:
+                try:
+                    identity = file_identity(path)
+                except OSError:
+                    return False
+                if identity["ino"] != inode:  # the path now names another file than the one mapped
+                    return False
+                number = paths[path] = len(paths)
+                files[path] = identity
+            span = spans.get(low)
+            if span is None:
+                span = spans[low] = [ptr, ptr + nbytes]
+        elif not nbytes:
+            own.append(index)
+            numbers.extend((-1, 0, 0))
+            continue
+        span[0], span[1] = min(span[0], ptr), max(span[1], ptr + nbytes)
+        numbers.extend((number, offset + ptr - low, nbytes))
+    if not spans:
+        return None
+    ranges = [(first, end - first) for first, end in spans.values()]
+    return [list(paths), names, dtypes], numbers, own, files, ranges
 
 
 def _path():
@@ -387,7 +487,7 @@ def _path():
 def lookup(found: Plan) -> str | None:
     """The digest recorded for exactly this plan and these unchanged files, else None."""
     try:
-        entry = json.loads(_path().read_text()).get(found.key)
+        entry = json.loads(_path().read_bytes()).get(found.key)
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(entry, dict) or entry.get("files") != found.files:

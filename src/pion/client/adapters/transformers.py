@@ -11,6 +11,7 @@ torch and transformers are imported when the adapter is created, never at module
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import json
 import os
@@ -18,7 +19,7 @@ import os
 import numpy as np
 
 from pion.client.adapters.layout import CacheLayout, require
-from pion.client.fingerprint import cached, digest
+from pion.client.fingerprint import cached, digest, own_digest
 from pion.client.namespace import config_hash
 from pion.client.state_blob import pack_state, unpack_state
 
@@ -61,10 +62,12 @@ class TransformersAdapter:
         model = self.model
         tensors, lora = named_tensors(self.torch, model)
         adapters = adapter_state(model, lora)
-        # device, dtype and shape as torch's own objects (equal when equal): str() of each costs a
-        # next worker as much as its whole proof (pion.client.weight_files)
-        key = (tuple([(name, id(t), t._version, t.device, t.data_ptr(), t.dtype, t.shape) for name, t in tensors]),
-               json.dumps(adapters, default=str))
+        # one pass gives the identity key and what the proof needs: device, dtype and shape as
+        # torch's own objects (equal when equal; str() of each costs a next worker as much as its
+        # whole proof, pion.client.weight_files), the address and size of a contiguous CPU tensor
+        rows = [(name, id(t), t._version, t.device, t.data_ptr(), t.dtype, t.shape, t.nbytes,
+                 t.is_cpu and t.is_contiguous()) for name, t in tensors]
+        key = (tuple(rows), json.dumps(adapters, default=str))
 
         def full() -> str:
             return digest(((name, str(t.dtype), tuple(t.shape), tensor_bytes(self.torch, t)) for name, t in tensors),
@@ -74,12 +77,13 @@ class TransformersAdapter:
             """Another worker's digest when the weights are provably its bytes (``pion.client.weight_files``)."""
             from pion.client import weight_files
 
-            names: dict = {}  # str(dtype), once per dtype
-            items = [(name, names.get(t.dtype) or names.setdefault(t.dtype, str(t.dtype)), t.shape, *(
-                     (t.data_ptr(), t.nbytes) if t.device.type == "cpu" and t.is_contiguous() else (0, 0)))
-                     for name, t in tensors]
-            found = weight_files.plan(items, lambda i: digest([("", "", (), tensor_bytes(self.torch, tensors[i][1]))]),
-                                      {"adapters": adapters, "runtime": self.runtime})
+            items = [(name, dtype, shape, ptr, nbytes) if plain else (name, dtype, shape, 0, 0)
+                     for name, _, _, _, ptr, dtype, shape, nbytes, plain in rows]
+            def own(index: int) -> str:  # a contiguous CPU tensor's bytes read in place (tensor_bytes' bytes)
+                ptr, nbytes = items[index][3:5]
+                return own_digest(ctypes.string_at(ptr, nbytes) if ptr else tensor_bytes(self.torch, tensors[index][1]))
+
+            found = weight_files.plan(items, own, {"adapters": adapters, "runtime": self.runtime})
             if found is not None and (value := weight_files.lookup(found)) is not None:
                 return value
             value = full()
@@ -365,38 +369,40 @@ def named_tensors(torch, model) -> tuple[list, list | None]:
     lora_types: dict = {}
 
     def walk(module, prefix: str) -> None:
-        """``named_modules()``'s pre-order walk (each module once), without its nested generators."""
+        """``named_modules()``'s pre-order walk (each module once), without its nested generators;
+        the module's dicts read from its ``__dict__`` once (a fresh process pays each lookup cold)."""
         if id(module) in seen_m:
             return
         seen_m.add(id(module))
+        attrs = module.__dict__
         dot = prefix + "." if prefix else ""
-        for name, t in module._parameters.items():
-            if t is not None and id(t) not in seen_p:
-                seen_p.add(id(t))
-                params.append((f"p:{dot}{name}", t))
-        for name, t in module._buffers.items():
-            if t is not None and id(t) not in seen_b:
-                seen_b.add(id(t))
-                buffers.append((f"b:{dot}{name}", t))
+        own = attrs["_parameters"]
+        if own:  # most modules hold none: no items() view then
+            for name, t in own.items():
+                if t is not None and id(t) not in seen_p:
+                    seen_p.add(id(t))
+                    params.append(("p:" + dot + name, t))
+        held = attrs["_buffers"]
+        if held:
+            for name, t in held.items():
+                if t is not None and id(t) not in seen_b:
+                    seen_b.add(id(t))
+                    buffers.append(("b:" + dot + name, t))
         kind = type(module)
         on_class = lora_types.get(kind)
         if on_class is None:
             on_class = lora_types[kind] = hasattr(kind, "lora_A")
-        if on_class or _has_lora(module, check_class=False):
+        children = attrs["_modules"]
+        # hasattr(module, "lora_A") without nn.Module.__getattr__'s AttributeError for each module
+        # that has none: the same places (class, instance, parameters, buffers, modules)
+        if on_class or "lora_A" in attrs or "lora_A" in children or "lora_A" in own or "lora_A" in held:
             lora.append((prefix, module))
-        for name, child in module._modules.items():
+        for name, child in children.items():
             if child is not None:
                 walk(child, dot + name)
 
     walk(model, "")
     return params + buffers, lora
-
-
-def _has_lora(module, check_class: bool = True) -> bool:
-    """``hasattr(module, "lora_A")`` without ``nn.Module.__getattr__``'s raised AttributeError
-    for every module that has none (the same places: instance, class, parameters, buffers, modules)."""
-    return ("lora_A" in module.__dict__ or "lora_A" in module._modules or "lora_A" in module._parameters
-            or "lora_A" in module._buffers or (check_class and hasattr(type(module), "lora_A")))
 
 
 def adapter_state(model, lora: list | None = None) -> list:
