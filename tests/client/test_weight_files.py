@@ -413,10 +413,9 @@ def test_the_armed_mappings_name_the_files_as_the_kernel_does(model_dir, monkeyp
     assert weight_files.plan(_items(model), _own(model), {"x": 2}).key != armed.key  # extra is part of it
 
 
-def test_files_found_from_the_armed_mappings_are_proven_by_the_write_tracking_only(model_dir, monkeypatch):
-    """Where the armed mappings' record named the files, the pages must be proven by the write
-    tracking (a range mapped again since is not armed); without that proof the kernel names the
-    mappings again, and only then may the per-page test prove the pages."""
+def _armed_plan_counting_kernel_queries(model_dir, monkeypatch):
+    """The loaded model, its plan from the armed mappings, and a list that grows by one each time
+    the proof asks the kernel for the mappings (PROCMAP_QUERY) from then on."""
     model = load(model_dir)
     if not weight_files._armed_mappings():
         pytest.skip("no asynchronous userfaultfd write-protect here: nothing is armed")
@@ -424,6 +423,14 @@ def test_files_found_from_the_armed_mappings_are_proven_by_the_write_tracking_on
     asked: list = []
     real = weight_files._query_mappings
     monkeypatch.setattr(weight_files, "_query_mappings", lambda addresses: asked.append(1) or real(addresses))
+    return model, before, asked
+
+
+def test_files_found_from_the_armed_mappings_are_proven_by_the_write_tracking_only(model_dir, monkeypatch):
+    """Where the armed mappings' record named the files, the pages must be proven by the write
+    tracking (a range mapped again since is not armed); without that proof the kernel names the
+    mappings again, and only then may the per-page test prove the pages."""
+    model, before, asked = _armed_plan_counting_kernel_queries(model_dir, monkeypatch)
     monkeypatch.setattr(weight_files, "_scan_written", lambda ranges: False)
     after = weight_files.plan(_items(model), _own(model), None)
     assert asked == [1] and after is not None and after.key == before.key
@@ -432,13 +439,7 @@ def test_files_found_from_the_armed_mappings_are_proven_by_the_write_tracking_on
 def test_a_large_tensor_outside_the_armed_mappings_makes_the_proof_ask_the_kernel(model_dir, monkeypatch):
     """A tensor in no armed mapping larger than ``OWN_BYTES`` may lie in another file mapping:
     the kernel is asked then, and the description is the same (the rotary buffer is heap memory)."""
-    model = load(model_dir)
-    if not weight_files._armed_mappings():
-        pytest.skip("no asynchronous userfaultfd write-protect here: nothing is armed")
-    before = weight_files.plan(_items(model), _own(model), None)
-    asked: list = []
-    real = weight_files._query_mappings
-    monkeypatch.setattr(weight_files, "_query_mappings", lambda addresses: asked.append(1) or real(addresses))
+    model, before, asked = _armed_plan_counting_kernel_queries(model_dir, monkeypatch)
     monkeypatch.setattr(weight_files, "OWN_BYTES", 0)
     after = weight_files.plan(_items(model), _own(model), None)
     assert asked == [1] and after.key == before.key
